@@ -1,0 +1,92 @@
+"""One error root for Signalbox, and the failures a caller actually handles."""
+
+from __future__ import annotations
+
+
+class SignalboxError(Exception):
+    """Root of every error Signalbox raises on purpose."""
+
+    code = "signalbox_error"
+    status_code = 500
+    default_message = "Signalbox could not complete the request."
+
+    def __init__(self, message: str | None = None, **details: object) -> None:
+        super().__init__(message or self.default_message)
+        self.message = message or self.default_message
+        self.details = details
+
+
+class ConfigurationError(SignalboxError):
+    code = "configuration_error"
+    default_message = "A setting is missing or invalid."
+
+
+class NotFound(SignalboxError):
+    code = "not_found"
+    status_code = 404
+    default_message = "No such object in this namespace."
+
+
+class InvalidInput(SignalboxError):
+    code = "invalid_input"
+    status_code = 422
+    default_message = "The request is invalid."
+
+    def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.field = field
+
+
+class UnknownProvider(InvalidInput):
+    code = "unknown_provider"
+    default_message = "No provider of that name is configured."
+
+
+class IdempotencyConflict(SignalboxError):
+    code = "idempotency_conflict"
+    status_code = 409
+    default_message = "This idempotency key already names a signal with different fields."
+
+
+class Conflict(SignalboxError):
+    """A state conflict whose body the caller must see (already_claimed, run_mismatch, ...)."""
+
+    code = "conflict"
+    status_code = 409
+
+
+class LeaseExpired(Conflict):
+    code = "lease_expired"
+    default_message = "The claim's lease has lapsed; another consumer may hold the message."
+
+
+class ProviderError(SignalboxError):
+    """A provider could not be read. `transient` says whether retrying can help."""
+
+    code = "provider_error"
+    transient = True
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        error_code: str = "provider_error",
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, error_code=error_code)
+        self.error_code = error_code
+        self.retry_after = retry_after
+
+
+class ProviderUnavailable(ProviderError):
+    """Timeouts, refused connections, 5xx, 429: worth retrying later."""
+
+    code = "provider_unavailable"
+    transient = True
+
+
+class ProviderRejected(ProviderError):
+    """Authentication or configuration failures: retrying will not help."""
+
+    code = "provider_rejected"
+    transient = False

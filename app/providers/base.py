@@ -1,0 +1,65 @@
+"""The Provider protocol: what every mailbox provider implements.
+
+A provider is read with no database lock held. It returns raw RFC 5322 bytes
+plus what the provider knows of the envelope; parsing and matching happen in
+`app.domain`, never here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    """One look at a mailbox on behalf of one or more signals.
+
+    `since` is the earliest `received_after` of those signals, minus a
+    slack the caller chooses (near misses before the window are wanted).
+    `recipients` are lower-cased addresses; a provider may use them to
+    narrow its search but must not rely on them for correctness.
+    """
+
+    since: datetime
+    recipients: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ProviderMessage:
+    """A message as seen at a provider.
+
+    `provider_message_id` is stable across checks (IMAP: UIDVALIDITY:UID;
+    MailDev: its id; sink: the row id). `received_at` is the provider's
+    receive time in UTC (timezone-aware). `envelope_recipients` are the
+    RCPT TO addresses where the provider knows them, lower-cased.
+    """
+
+    provider_message_id: str
+    received_at: datetime
+    raw: bytes
+    envelope_recipients: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Provider(Protocol):
+    """A configured mailbox provider.
+
+    Errors are raised as `app.errors.ProviderUnavailable` (transient:
+    timeouts, refused connections, 5xx, 429 with `retry_after`) or
+    `app.errors.ProviderRejected` (permanent: authentication,
+    configuration). A garbage answer is a `ProviderUnavailable` with
+    `error_code="bad_response"`, never another exception type.
+    """
+
+    name: str
+    type: str
+
+    def search(self, query: SearchQuery) -> Sequence[ProviderMessage]:
+        """Messages received at or after `query.since` (oldest first)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the provider may be used again after."""
+        ...

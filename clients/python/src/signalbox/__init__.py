@@ -1,0 +1,1 @@
+"""Signalbox client: wait for an expected email as a contract."""

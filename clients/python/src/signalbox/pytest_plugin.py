@@ -1,0 +1,1 @@
+"""pytest plugin for Signalbox (filled in by the client work)."""
