@@ -1,0 +1,54 @@
+"""Engine and sessions. One engine per process, created lazily from settings."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.settings import Settings, get_settings, to_sqlalchemy_url
+
+_lock = threading.Lock()
+_engines: dict[tuple[int, str], Engine] = {}
+
+
+def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+    return create_engine(
+        to_sqlalchemy_url(url),
+        pool_pre_ping=True,
+        pool_size=pool_size,
+        max_overflow=20,
+        future=True,
+    )
+
+
+def get_engine(settings: Settings | None = None) -> Engine:
+    """The process's engine. Keyed by pid so a forked Celery child never
+    reuses its parent's connections."""
+    settings = settings or get_settings()
+    key = (os.getpid(), settings.sqlalchemy_url)
+    with _lock:
+        engine = _engines.get(key)
+        if engine is None:
+            engine = make_engine(settings.sqlalchemy_url)
+            _engines[key] = engine
+        return engine
+
+
+def dispose_engines() -> None:
+    with _lock:
+        for engine in _engines.values():
+            engine.dispose(close=False)
+        _engines.clear()
+
+
+@contextmanager
+def transaction(engine: Engine | None = None) -> Iterator[Session]:
+    """One unit of work: commit on success, roll back on any exception."""
+    factory = sessionmaker(bind=engine or get_engine(), expire_on_commit=False)
+    with factory() as session, session.begin():
+        yield session

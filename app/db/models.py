@@ -1,0 +1,281 @@
+"""The schema. Constraints here carry the contract's guarantees:
+
+- one signal per live idempotency key: `idempotency_keys` primary key;
+- a message satisfies at most one signal: unique `signals.message_id`;
+- every observed message once: unique (provider, provider_message_id);
+- one check row per check lease: unique (signal_id, fence) on `checks`;
+- at most one active claim per signal, one receipt per signal;
+- one dead letter per expiry: unique (signal_id, generation).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+NOW = text("now()")
+TS = DateTime(timezone=True)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+
+
+class Mailbox(Base):
+    __tablename__ = "mailboxes"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128))
+    run_id: Mapped[str] = mapped_column(String(128))
+    provider: Mapped[str] = mapped_column(String(128))
+    address: Mapped[str] = mapped_column(String(320), unique=True)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    expires_at: Mapped[datetime] = mapped_column(TS)
+    deleted_at: Mapped[datetime | None] = mapped_column(TS)
+    __table_args__ = (Index(None, "namespace", "run_id"),)
+
+
+class SinkMessage(Base):
+    """What the built-in SMTP sink received: the `sink` provider's mailbox."""
+
+    __tablename__ = "sink_messages"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    received_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    mail_from: Mapped[str | None] = mapped_column(Text)
+    envelope_recipients: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    # Envelope, To and Cc, lower-cased: what recipient matching looks at.
+    all_recipients: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    size: Mapped[int] = mapped_column(Integer)
+    raw: Mapped[bytes] = mapped_column(LargeBinary)
+    __table_args__ = (
+        Index(None, "all_recipients", postgresql_using="gin"),
+        Index(None, "received_at"),
+    )
+
+
+class Message(Base):
+    """A message observed at a provider, recorded once whatever the retries."""
+
+    __tablename__ = "messages"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    provider: Mapped[str] = mapped_column(String(128))
+    provider_message_id: Mapped[str] = mapped_column(String(512))
+    received_at: Mapped[datetime] = mapped_column(TS)
+    observed_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    subject: Mapped[str] = mapped_column(Text, server_default="")
+    recipients: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    run_marker: Mapped[str | None] = mapped_column(String(256))
+    size: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Purged (NULL) when the mailbox is deleted; the summary above stays.
+    raw: Mapped[bytes | None] = mapped_column(LargeBinary)
+    __table_args__ = (
+        UniqueConstraint("provider", "provider_message_id"),
+        Index(None, "provider", "received_at"),
+        Index(None, "recipients", postgresql_using="gin"),
+    )
+
+
+class Signal(Base):
+    __tablename__ = "signals"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128))
+    idempotency_key: Mapped[str] = mapped_column(String(512))
+    run_id: Mapped[str] = mapped_column(String(128))
+    test_case: Mapped[str] = mapped_column(String(200))
+    recipient: Mapped[str] = mapped_column(String(320))
+    subject_contains: Mapped[str | None] = mapped_column(Text)
+    body_contains: Mapped[str | None] = mapped_column(Text)
+    received_after: Mapped[datetime] = mapped_column(TS)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    updated_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    expires_at: Mapped[datetime] = mapped_column(TS)
+    max_checks: Mapped[int] = mapped_column(Integer)
+    provider: Mapped[str] = mapped_column(String(128))
+    require_run_marker: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default="{}")
+    status: Mapped[str] = mapped_column(String(16), server_default="waiting")
+    expiry_reason: Mapped[str | None] = mapped_column(String(32))
+    expired_at: Mapped[datetime | None] = mapped_column(TS)
+    # Bumped by each redrive; dead letters are unique per generation.
+    generation: Mapped[int] = mapped_column(Integer, server_default="1")
+    # Checks that count against max_checks (circuit_open ones do not).
+    checks_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    consecutive_errors: Mapped[int] = mapped_column(Integer, server_default="0")
+    next_check_at: Mapped[datetime | None] = mapped_column(TS)
+    next_check_reason: Mapped[str] = mapped_column(String(16), server_default="first")
+    enqueued_at: Mapped[datetime | None] = mapped_column(TS)
+    # Check lease and its fencing number: a check's result is written only if
+    # the fence it took is still the signal's.
+    check_fence: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    check_lease_until: Mapped[datetime | None] = mapped_column(TS)
+    last_check_at: Mapped[datetime | None] = mapped_column(TS)
+    last_outcome: Mapped[str | None] = mapped_column(String(16))
+    last_error_code: Mapped[str | None] = mapped_column(String(64))
+    message_id: Mapped[str | None] = mapped_column(
+        ForeignKey("messages.id", ondelete="SET NULL"), unique=True
+    )
+    found_at: Mapped[datetime | None] = mapped_column(TS)
+    # Claim fencing number: increases at every claim.
+    claim_fence: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    claims_used: Mapped[int] = mapped_column(Integer, server_default="0")
+    max_claims: Mapped[int] = mapped_column(Integer, server_default="3")
+    __table_args__ = (
+        Index(None, "namespace", "run_id", "created_at"),
+        Index(
+            "ix_signals_due",
+            "next_check_at",
+            postgresql_where=text("status = 'waiting'"),
+        ),
+        Index(
+            "ix_signals_waiting_recipient",
+            "provider",
+            "recipient",
+            postgresql_where=text("status = 'waiting'"),
+        ),
+        Index(
+            "ix_signals_waiting_deadline",
+            "expires_at",
+            postgresql_where=text("status = 'waiting'"),
+        ),
+    )
+
+
+class IdempotencyKey(Base):
+    """One live key per namespace: the database, not the code, makes
+    concurrent identical creates yield one signal."""
+
+    __tablename__ = "idempotency_keys"
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    signal_id: Mapped[str] = mapped_column(ForeignKey("signals.id", ondelete="CASCADE"))
+    expires_at: Mapped[datetime] = mapped_column(TS)
+
+
+class Check(Base):
+    __tablename__ = "checks"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    signal_id: Mapped[str] = mapped_column(ForeignKey("signals.id", ondelete="CASCADE"))
+    generation: Mapped[int] = mapped_column(Integer)
+    fence: Mapped[int] = mapped_column(BigInteger)
+    provider: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(String(16))
+    outcome: Mapped[str] = mapped_column(String(16))
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    # One provider call may answer several signals' checks.
+    batch_id: Mapped[str | None] = mapped_column(String(40))
+    started_at: Mapped[datetime] = mapped_column(TS)
+    finished_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    __table_args__ = (
+        UniqueConstraint("signal_id", "fence"),
+        Index(None, "finished_at"),
+    )
+
+
+class NearMiss(Base):
+    __tablename__ = "near_misses"
+    signal_id: Mapped[str] = mapped_column(
+        ForeignKey("signals.id", ondelete="CASCADE"), primary_key=True
+    )
+    message_id: Mapped[str] = mapped_column(
+        ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True
+    )
+    why: Mapped[str] = mapped_column(String(32))
+    recorded_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+
+
+class Claim(Base):
+    __tablename__ = "claims"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    signal_id: Mapped[str] = mapped_column(ForeignKey("signals.id", ondelete="CASCADE"))
+    fence: Mapped[int] = mapped_column(BigInteger)
+    run_id: Mapped[str] = mapped_column(String(128))
+    message_id: Mapped[str] = mapped_column(String(40))
+    state: Mapped[str] = mapped_column(String(16), server_default="active")
+    claimed_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    lease_until: Mapped[datetime] = mapped_column(TS)
+    ended_at: Mapped[datetime | None] = mapped_column(TS)
+    __table_args__ = (
+        UniqueConstraint("signal_id", "fence"),
+        Index(
+            "uq_claims_one_active",
+            "signal_id",
+            unique=True,
+            postgresql_where=text("state = 'active'"),
+        ),
+        Index("ix_claims_active_lease", "lease_until", postgresql_where=text("state = 'active'")),
+    )
+
+
+class Receipt(Base):
+    __tablename__ = "receipts"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    signal_id: Mapped[str] = mapped_column(String(40), unique=True)
+    claim_id: Mapped[str] = mapped_column(String(40), unique=True)
+    namespace: Mapped[str] = mapped_column(String(128))
+    run_id: Mapped[str] = mapped_column(String(128))
+    message_id: Mapped[str] = mapped_column(String(40))
+    claimed_at: Mapped[datetime] = mapped_column(TS)
+    consumed_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    __table_args__ = (Index(None, "namespace", "run_id"),)
+
+
+class DeadLetter(Base):
+    __tablename__ = "dead_letters"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    signal_id: Mapped[str] = mapped_column(String(40))
+    generation: Mapped[int] = mapped_column(Integer)
+    namespace: Mapped[str] = mapped_column(String(128))
+    run_id: Mapped[str] = mapped_column(String(128))
+    provider: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16), server_default="open")
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    checks_total: Mapped[int] = mapped_column(Integer)
+    checks_by_outcome: Mapped[dict[str, int]] = mapped_column(JSONB)
+    last_error_code: Mapped[str | None] = mapped_column(String(64))
+    near_misses: Mapped[list[dict[str, Any]]] = mapped_column(JSONB)
+    recommendation: Mapped[str] = mapped_column(Text)
+    note: Mapped[str | None] = mapped_column(Text)
+    resolved_at: Mapped[datetime | None] = mapped_column(TS)
+    # Set once the dead letter was sent to the `dead_letter` Celery queue; the
+    # sweep re-sends any left NULL (outbox).
+    published_at: Mapped[datetime | None] = mapped_column(TS)
+    __table_args__ = (
+        UniqueConstraint("signal_id", "generation"),
+        Index(None, "namespace", "state", "created_at"),
+        Index("ix_dead_letters_unpublished", "created_at", postgresql_where=text("published_at IS NULL")),
+    )

@@ -1,0 +1,690 @@
+"""The repository: every SQL statement of signals, messages, checks and the sink.
+
+Functions are named noun first, then verb. State changes are guarded
+(`WHERE id = :id AND status = :expected [AND fence = :fence]`); zero rows back
+means someone else moved first, which is a normal outcome (None / False).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import RowMapping, bindparam, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Session
+
+Row = RowMapping
+
+
+def db_now(session: Session) -> datetime:
+    """The server's clock: the authority for every timestamp."""
+    return session.execute(text("SELECT clock_timestamp()")).scalar_one()
+
+
+# ---------------------------------------------------------------- tokens
+
+
+def token_namespace(session: Session, token_hash: str) -> str | None:
+    return session.execute(
+        text("SELECT namespace FROM api_tokens WHERE token_hash = :h"), {"h": token_hash}
+    ).scalar_one_or_none()
+
+
+def token_create(session: Session, namespace: str, token_hash: str) -> None:
+    session.execute(
+        text("INSERT INTO api_tokens (namespace, token_hash) VALUES (:ns, :h)"),
+        {"ns": namespace, "h": token_hash},
+    )
+
+
+# ---------------------------------------------------------------- signals
+
+_SIGNAL_INSERT = text(
+    """
+    INSERT INTO signals (
+        id, namespace, idempotency_key, run_id, test_case, recipient,
+        subject_contains, body_contains, received_after, created_at, updated_at,
+        expires_at, max_checks, provider, require_run_marker, metadata,
+        status, next_check_at, next_check_reason, enqueued_at, max_claims)
+    VALUES (
+        :id, :namespace, :idempotency_key, :run_id, :test_case, :recipient,
+        :subject_contains, :body_contains, coalesce(:received_after, :now), :now, :now,
+        :now + make_interval(secs => :expires_in), :max_checks, :provider,
+        :require_run_marker, :metadata,
+        'waiting', :now, 'first', :now, :max_claims)
+    """
+).bindparams(bindparam("metadata", type_=JSONB))
+
+
+def signal_insert(session: Session, values: Mapping[str, Any]) -> None:
+    session.execute(_SIGNAL_INSERT, dict(values))
+
+
+def idempotency_key_claim(
+    session: Session, namespace: str, key: str, signal_id: str, ttl_hours: float
+) -> bool:
+    """Bind `key` to `signal_id` unless a live binding exists. True if bound.
+
+    The primary key makes concurrent identical creates serialise here: the
+    losers wait for the winner's commit, then see a live key and get False.
+    """
+    bound = session.execute(
+        text(
+            """
+            INSERT INTO idempotency_keys (namespace, key, signal_id, expires_at)
+            VALUES (:ns, :key, :sid, now() + make_interval(secs => :ttl))
+            ON CONFLICT (namespace, key) DO UPDATE
+                SET signal_id = EXCLUDED.signal_id, expires_at = EXCLUDED.expires_at
+                WHERE idempotency_keys.expires_at <= now()
+            RETURNING signal_id
+            """
+        ),
+        {"ns": namespace, "key": key, "sid": signal_id, "ttl": ttl_hours * 3600.0},
+    ).scalar_one_or_none()
+    return bound == signal_id
+
+
+def idempotency_key_signal(session: Session, namespace: str, key: str) -> str | None:
+    return session.execute(
+        text(
+            "SELECT signal_id FROM idempotency_keys"
+            " WHERE namespace = :ns AND key = :key AND expires_at > now()"
+        ),
+        {"ns": namespace, "key": key},
+    ).scalar_one_or_none()
+
+
+def signal_get(session: Session, signal_id: str, namespace: str | None = None) -> Row | None:
+    sql = "SELECT * FROM signals WHERE id = :id"
+    if namespace is not None:
+        sql += " AND namespace = :ns"
+    return session.execute(text(sql), {"id": signal_id, "ns": namespace}).mappings().first()
+
+
+def signal_list_by_run(
+    session: Session, namespace: str, run_id: str, *, after: tuple[datetime, str] | None, limit: int
+) -> Sequence[Row]:
+    params: dict[str, Any] = {"ns": namespace, "run": run_id, "limit": limit}
+    cursor_sql = ""
+    if after is not None:
+        cursor_sql = " AND (created_at, id) > (:after_ts, :after_id)"
+        params.update(after_ts=after[0], after_id=after[1])
+    return (
+        session.execute(
+            text(
+                "SELECT * FROM signals WHERE namespace = :ns AND run_id = :run"
+                + cursor_sql
+                + " ORDER BY created_at, id LIMIT :limit"
+            ),
+            params,
+        )
+        .mappings()
+        .all()
+    )
+
+
+def signal_ids_by_run(session: Session, namespace: str, run_id: str) -> list[str]:
+    return list(
+        session.execute(
+            text(
+                "SELECT id FROM signals WHERE namespace = :ns AND run_id = :run"
+                " ORDER BY created_at, id"
+            ),
+            {"ns": namespace, "run": run_id},
+        ).scalars()
+    )
+
+
+def signal_lock_for_check(
+    session: Session, signal_id: str, *, lease_seconds: float, batch_limit: int
+) -> list[Row]:
+    """Take `signal_id` and the other due signals of its provider for one check.
+
+    Rows already locked or under another check's lease are skipped. Each taken
+    row gets a new fence and a lease; the caller commits at once and calls the
+    provider with no lock held.
+    """
+    return list(
+        session.execute(
+            text(
+                """
+                WITH target AS (
+                    SELECT provider FROM signals WHERE id = :id
+                ), due AS (
+                    SELECT s.id FROM signals s, target t
+                    WHERE s.status = 'waiting'
+                      AND s.provider = t.provider
+                      AND s.next_check_at <= now()
+                      AND (s.check_lease_until IS NULL OR s.check_lease_until < now())
+                    ORDER BY (s.id = :id) DESC, s.next_check_at
+                    LIMIT :limit
+                    FOR UPDATE OF s SKIP LOCKED
+                )
+                UPDATE signals s
+                   SET check_fence = s.check_fence + 1,
+                       check_lease_until = now() + make_interval(secs => :lease),
+                       updated_at = now()
+                  FROM due WHERE s.id = due.id
+                RETURNING s.*
+                """
+            ),
+            {"id": signal_id, "lease": lease_seconds, "limit": batch_limit},
+        )
+        .mappings()
+        .all()
+    )
+
+
+def signal_lock_fenced(session: Session, signal_id: str, fence: int) -> Row | None:
+    """Re-take a signal for writing a check's result, if the fence still holds."""
+    return (
+        session.execute(
+            text(
+                "SELECT * FROM signals WHERE id = :id AND check_fence = :fence"
+                " AND status = 'waiting' FOR UPDATE"
+            ),
+            {"id": signal_id, "fence": fence},
+        )
+        .mappings()
+        .first()
+    )
+
+
+def signal_record_check(
+    session: Session,
+    signal_id: str,
+    fence: int,
+    *,
+    outcome: str,
+    error_code: str | None,
+    counts: bool,
+    consecutive_errors: int,
+    next_check_at: datetime | None,
+    next_check_reason: str,
+) -> bool:
+    """Write a check's effect on the signal, guarded by the fence."""
+    return (
+        session.execute(
+            text(
+                """
+                UPDATE signals
+                   SET checks_count = checks_count + :inc,
+                       consecutive_errors = :errors,
+                       last_check_at = now(),
+                       last_outcome = :outcome,
+                       last_error_code = :error_code,
+                       next_check_at = :next_at,
+                       next_check_reason = :next_reason,
+                       check_lease_until = NULL,
+                       updated_at = now()
+                 WHERE id = :id AND check_fence = :fence AND status = 'waiting'
+                """
+            ),
+            {
+                "id": signal_id,
+                "fence": fence,
+                "inc": 1 if counts else 0,
+                "errors": consecutive_errors,
+                "outcome": outcome,
+                "error_code": error_code,
+                "next_at": next_check_at,
+                "next_reason": next_check_reason,
+            },
+        ).rowcount
+        == 1
+    )
+
+
+def signal_mark_found(session: Session, signal_id: str, fence: int, message_id: str) -> bool:
+    """waiting → found with `message_id`. The unique index on signals.message_id
+    raises IntegrityError if another signal took the message first."""
+    return (
+        session.execute(
+            text(
+                """
+                UPDATE signals
+                   SET status = 'found', message_id = :mid, found_at = now(),
+                       checks_count = checks_count + 1, consecutive_errors = 0,
+                       last_check_at = now(), last_outcome = 'matched',
+                       last_error_code = NULL, next_check_at = NULL,
+                       check_lease_until = NULL, updated_at = now()
+                 WHERE id = :id AND check_fence = :fence AND status = 'waiting'
+                """
+            ),
+            {"id": signal_id, "fence": fence, "mid": message_id},
+        ).rowcount
+        == 1
+    )
+
+
+def signal_expire(
+    session: Session, signal_id: str, *, expected: str, reason: str, fence: int | None = None
+) -> Row | None:
+    """`expected` → expired with `reason`; returns the row, or None if it moved."""
+    sql = """
+        UPDATE signals
+           SET status = 'expired', expiry_reason = :reason, expired_at = now(),
+               next_check_at = NULL, check_lease_until = NULL, updated_at = now()
+         WHERE id = :id AND status = :expected
+    """
+    if fence is not None:
+        sql += " AND check_fence = :fence"
+    return (
+        session.execute(
+            text(sql + " RETURNING *"),
+            {"id": signal_id, "expected": expected, "reason": reason, "fence": fence},
+        )
+        .mappings()
+        .first()
+    )
+
+
+def signal_ids_past_deadline(session: Session, limit: int) -> list[str]:
+    """Waiting signals past their deadline and not under a live check lease."""
+    return list(
+        session.execute(
+            text(
+                """
+                SELECT id FROM signals
+                 WHERE status = 'waiting' AND expires_at <= now()
+                   AND (check_lease_until IS NULL OR check_lease_until < now())
+                 ORDER BY expires_at
+                 LIMIT :limit
+                 FOR UPDATE SKIP LOCKED
+                """
+            ),
+            {"limit": limit},
+        ).scalars()
+    )
+
+
+def signal_mark_due_enqueued(
+    session: Session, *, requeue_after_seconds: float, limit: int
+) -> list[tuple[str, str]]:
+    """Stamp and return the due signals that need a task sent.
+
+    A signal needs one when its next check is due and no task was sent for
+    it since, or when the last task sent was not taken within
+    `requeue_after_seconds` (lost: broker restart, worker killed); those are
+    re-sent with reason `sweep`.
+    """
+    rows = session.execute(
+        text(
+            """
+            WITH due AS (
+                SELECT id FROM signals
+                 WHERE status = 'waiting' AND next_check_at <= now()
+                   AND expires_at > now()
+                   AND (check_lease_until IS NULL OR check_lease_until < now())
+                   AND (enqueued_at IS NULL OR enqueued_at < next_check_at
+                        OR enqueued_at < now() - make_interval(secs => :requeue))
+                 ORDER BY next_check_at
+                 LIMIT :limit
+                 FOR UPDATE SKIP LOCKED
+            )
+            UPDATE signals s
+               SET next_check_reason = CASE
+                       WHEN s.enqueued_at IS NOT NULL AND s.enqueued_at >= s.next_check_at
+                       THEN 'sweep' ELSE s.next_check_reason END,
+                   enqueued_at = now()
+              FROM due WHERE s.id = due.id
+            RETURNING s.id, s.next_check_reason
+            """
+        ),
+        {"requeue": requeue_after_seconds, "limit": limit},
+    ).all()
+    return [(r[0], r[1]) for r in rows]
+
+
+def signal_push_due(
+    session: Session, provider: str, recipients: Iterable[str] | None
+) -> list[str]:
+    """Make waiting signals of `provider` (optionally only those for
+    `recipients`) due now with reason `push`; return their ids to enqueue."""
+    params: dict[str, Any] = {"provider": provider}
+    where = ""
+    if recipients is not None:
+        params["rcpts"] = sorted({r.lower() for r in recipients})
+        where = " AND recipient = ANY(:rcpts)"
+    return list(
+        session.execute(
+            text(
+                """
+                UPDATE signals
+                   SET next_check_at = now(), next_check_reason = 'push', enqueued_at = now()
+                 WHERE status = 'waiting' AND provider = :provider"""
+                + where
+                + " RETURNING id"
+            ),
+            params,
+        ).scalars()
+    )
+
+
+def signal_oldest_due_age(session: Session) -> float:
+    age = session.execute(
+        text(
+            "SELECT extract(epoch FROM now() - min(next_check_at)) FROM signals"
+            " WHERE status = 'waiting' AND next_check_at <= now()"
+        )
+    ).scalar_one_or_none()
+    return float(age or 0.0)
+
+
+def signal_count_by_status(session: Session) -> dict[str, int]:
+    rows = session.execute(text("SELECT status, count(*) FROM signals GROUP BY status")).all()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def signal_redrive(
+    session: Session, signal_id: str, *, expires_in: float, max_checks: int
+) -> Row | None:
+    """expired → waiting, with a new deadline and budget; history stays."""
+    return (
+        session.execute(
+            text(
+                """
+                UPDATE signals
+                   SET status = 'waiting', expiry_reason = NULL, expired_at = NULL,
+                       generation = generation + 1,
+                       expires_at = now() + make_interval(secs => :exp),
+                       max_checks = checks_count + :max_checks,
+                       consecutive_errors = 0, claims_used = 0,
+                       next_check_at = now(), next_check_reason = 'redrive',
+                       enqueued_at = now(), check_lease_until = NULL,
+                       last_outcome = NULL, last_error_code = NULL,
+                       updated_at = now()
+                 WHERE id = :id AND status = 'expired'
+                 RETURNING *
+                """
+            ),
+            {"id": signal_id, "exp": expires_in, "max_checks": max_checks},
+        )
+        .mappings()
+        .first()
+    )
+
+
+# ---------------------------------------------------------------- checks
+
+
+def check_insert(
+    session: Session,
+    *,
+    signal_id: str,
+    generation: int,
+    fence: int,
+    provider: str,
+    reason: str,
+    outcome: str,
+    error_code: str | None,
+    batch_id: str | None,
+    started_at: datetime,
+) -> bool:
+    """Record one check; a second write for the same fence is a no-op."""
+    return (
+        session.execute(
+            text(
+                """
+                INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,
+                                    error_code, batch_id, started_at)
+                VALUES (:sid, :gen, :fence, :provider, :reason, :outcome, :err, :batch, :started)
+                ON CONFLICT (signal_id, fence) DO NOTHING
+                """
+            ),
+            {
+                "sid": signal_id,
+                "gen": generation,
+                "fence": fence,
+                "provider": provider,
+                "reason": reason,
+                "outcome": outcome,
+                "err": error_code,
+                "batch": batch_id,
+                "started": started_at,
+            },
+        ).rowcount
+        == 1
+    )
+
+
+def check_counts_by_outcome(session: Session, signal_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+    rows = session.execute(
+        text(
+            "SELECT signal_id, outcome, count(*) FROM checks WHERE signal_id = ANY(:ids)"
+            " GROUP BY signal_id, outcome"
+        ),
+        {"ids": list(signal_ids)},
+    ).all()
+    out: dict[str, dict[str, int]] = {}
+    for sid, outcome, n in rows:
+        out.setdefault(sid, {})[outcome] = int(n)
+    return out
+
+
+def check_list(session: Session, signal_id: str) -> Sequence[Row]:
+    return (
+        session.execute(
+            text(
+                "SELECT generation, fence, reason, outcome, error_code, started_at, finished_at"
+                " FROM checks WHERE signal_id = :id ORDER BY fence"
+            ),
+            {"id": signal_id},
+        )
+        .mappings()
+        .all()
+    )
+
+
+# ---------------------------------------------------------------- messages
+
+
+def message_record_many(session: Session, rows: Sequence[Mapping[str, Any]]) -> int:
+    """Record observed messages once each (unique on provider and the
+    provider's id); returns how many were new."""
+    if not rows:
+        return 0
+    result = session.execute(
+        text(
+            """
+            INSERT INTO messages (id, provider, provider_message_id, received_at, subject,
+                                  recipients, run_marker, size, raw)
+            VALUES (:id, :provider, :provider_message_id, :received_at, :subject,
+                    :recipients, :run_marker, :size, :raw)
+            ON CONFLICT (provider, provider_message_id) DO NOTHING
+            """
+        ),
+        [dict(r) for r in rows],
+    )
+    return int(result.rowcount or 0)
+
+
+def message_ids_by_provider_id(
+    session: Session, provider: str, provider_ids: Sequence[str]
+) -> dict[str, str]:
+    rows = session.execute(
+        text(
+            "SELECT provider_message_id, id FROM messages"
+            " WHERE provider = :p AND provider_message_id = ANY(:ids)"
+        ),
+        {"p": provider, "ids": list(provider_ids)},
+    ).all()
+    return {r[0]: r[1] for r in rows}
+
+
+def message_taken(session: Session, message_ids: Sequence[str]) -> dict[str, str]:
+    """message id → the signal that already has it."""
+    rows = session.execute(
+        text("SELECT message_id, id FROM signals WHERE message_id = ANY(:ids)"),
+        {"ids": list(message_ids)},
+    ).all()
+    return {r[0]: r[1] for r in rows}
+
+
+def message_get_many(session: Session, message_ids: Sequence[str]) -> dict[str, Row]:
+    rows = (
+        session.execute(
+            text(
+                "SELECT id, provider, provider_message_id, received_at, subject, recipients,"
+                " run_marker, size FROM messages WHERE id = ANY(:ids)"
+            ),
+            {"ids": list(message_ids)},
+        )
+        .mappings()
+        .all()
+    )
+    return {r["id"]: r for r in rows}
+
+
+def message_raw(session: Session, message_id: str) -> bytes | None:
+    raw = session.execute(
+        text("SELECT raw FROM messages WHERE id = :id"), {"id": message_id}
+    ).scalar_one_or_none()
+    return bytes(raw) if raw is not None else None
+
+
+def near_miss_record(session: Session, signal_id: str, message_id: str, why: str) -> bool:
+    return (
+        session.execute(
+            text(
+                "INSERT INTO near_misses (signal_id, message_id, why) VALUES (:s, :m, :w)"
+                " ON CONFLICT DO NOTHING"
+            ),
+            {"s": signal_id, "m": message_id, "w": why},
+        ).rowcount
+        == 1
+    )
+
+
+def near_miss_list(session: Session, signal_id: str) -> Sequence[Row]:
+    return (
+        session.execute(
+            text(
+                """
+                SELECT n.message_id, n.why, m.received_at, m.subject
+                  FROM near_misses n JOIN messages m ON m.id = n.message_id
+                 WHERE n.signal_id = :id
+                 ORDER BY m.received_at
+                """
+            ),
+            {"id": signal_id},
+        )
+        .mappings()
+        .all()
+    )
+
+
+# ---------------------------------------------------------------- sink
+
+
+def sink_message_store(
+    session: Session,
+    *,
+    mail_from: str | None,
+    envelope_recipients: Sequence[str],
+    all_recipients: Sequence[str],
+    raw: bytes,
+) -> tuple[int, datetime]:
+    row = session.execute(
+        text(
+            """
+            INSERT INTO sink_messages (mail_from, envelope_recipients, all_recipients, size, raw)
+            VALUES (:f, :env, :all, :size, :raw)
+            RETURNING id, received_at
+            """
+        ),
+        {
+            "f": mail_from,
+            "env": list(envelope_recipients),
+            "all": sorted(set(all_recipients)),
+            "size": len(raw),
+            "raw": raw,
+        },
+    ).one()
+    return int(row[0]), row[1]
+
+
+def sink_message_search(
+    session: Session, *, since: datetime, recipients: Sequence[str] | None, limit: int = 500
+) -> Sequence[Row]:
+    params: dict[str, Any] = {"since": since, "limit": limit}
+    where = ""
+    if recipients:
+        where = " AND all_recipients && CAST(:rcpts AS text[])"
+        params["rcpts"] = sorted(recipients)
+    return (
+        session.execute(
+            text(
+                "SELECT id, received_at, envelope_recipients, raw FROM sink_messages"
+                " WHERE received_at >= :since" + where + " ORDER BY received_at, id LIMIT :limit"
+            ),
+            params,
+        )
+        .mappings()
+        .all()
+    )
+
+
+# ---------------------------------------------------------------- mailboxes
+
+
+def mailbox_insert(session: Session, values: Mapping[str, Any]) -> Row:
+    return (
+        session.execute(
+            text(
+                """
+                INSERT INTO mailboxes (id, namespace, run_id, provider, address, expires_at)
+                VALUES (:id, :namespace, :run_id, :provider, :address,
+                        now() + make_interval(secs => :ttl))
+                RETURNING *
+                """
+            ),
+            dict(values),
+        )
+        .mappings()
+        .one()
+    )
+
+
+def mailbox_get(session: Session, mailbox_id: str, namespace: str) -> Row | None:
+    return (
+        session.execute(
+            text(
+                "SELECT * FROM mailboxes WHERE id = :id AND namespace = :ns"
+                " AND deleted_at IS NULL"
+            ),
+            {"id": mailbox_id, "ns": namespace},
+        )
+        .mappings()
+        .first()
+    )
+
+
+def mailbox_delete(session: Session, mailbox_id: str, namespace: str) -> Row | None:
+    return (
+        session.execute(
+            text(
+                "UPDATE mailboxes SET deleted_at = now() WHERE id = :id AND namespace = :ns"
+                " AND deleted_at IS NULL RETURNING *"
+            ),
+            {"id": mailbox_id, "ns": namespace},
+        )
+        .mappings()
+        .first()
+    )
+
+
+def mailbox_purge_messages(session: Session, address: str) -> int:
+    """Delete the sink's copies and the observed bodies for `address`; the
+    message summaries, receipts and evidence stay."""
+    addr = [address.lower()]
+    deleted = session.execute(
+        text("DELETE FROM sink_messages WHERE all_recipients && CAST(:a AS text[])"), {"a": addr}
+    ).rowcount
+    session.execute(
+        text("UPDATE messages SET raw = NULL WHERE recipients && CAST(:a AS text[])"), {"a": addr}
+    )
+    return int(deleted or 0)
+

