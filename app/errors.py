@@ -10,9 +10,13 @@ class SignalboxError(Exception):
     status_code = 500
     default_message = "Signalbox could not complete the request."
 
-    def __init__(self, message: str | None = None, **details: object) -> None:
+    def __init__(
+        self, message: str | None = None, *, code: str | None = None, **details: object
+    ) -> None:
         super().__init__(message or self.default_message)
         self.message = message or self.default_message
+        if code is not None:
+            self.code = code
         self.details = details
 
 

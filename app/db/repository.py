@@ -103,6 +103,17 @@ def signal_get(session: Session, signal_id: str, namespace: str | None = None) -
     return session.execute(text(sql), {"id": signal_id, "ns": namespace}).mappings().first()
 
 
+def signal_rows_many(session: Session, signal_ids: Sequence[str]) -> list[Row]:
+    return list(
+        session.execute(
+            text("SELECT * FROM signals WHERE id = ANY(:ids) ORDER BY created_at, id"),
+            {"ids": list(signal_ids)},
+        )
+        .mappings()
+        .all()
+    )
+
+
 def signal_list_by_run(
     session: Session, namespace: str, run_id: str, *, after: tuple[datetime, str] | None, limit: int
 ) -> Sequence[Row]:
@@ -339,15 +350,19 @@ def signal_mark_due_enqueued(
 
 
 def signal_push_due(
-    session: Session, provider: str, recipients: Iterable[str] | None
+    session: Session,
+    provider: str,
+    recipients: Iterable[str] | None,
+    namespace: str | None = None,
 ) -> list[str]:
     """Make waiting signals of `provider` (optionally only those for
-    `recipients`) due now with reason `push`; return their ids to enqueue."""
-    params: dict[str, Any] = {"provider": provider}
-    where = ""
+    `recipients`, or of one namespace) due now with reason `push`; return
+    their ids to enqueue."""
+    params: dict[str, Any] = {"provider": provider, "ns": namespace}
+    where = " AND namespace = :ns" if namespace is not None else ""
     if recipients is not None:
         params["rcpts"] = sorted({r.lower() for r in recipients})
-        where = " AND recipient = ANY(:rcpts)"
+        where += " AND recipient = ANY(:rcpts)"
     return list(
         session.execute(
             text(
@@ -563,7 +578,7 @@ def near_miss_list(session: Session, signal_id: str) -> Sequence[Row]:
         session.execute(
             text(
                 """
-                SELECT n.message_id, n.why, m.received_at, m.subject
+                SELECT n.message_id, n.why, m.received_at, m.subject, m.run_marker
                   FROM near_misses n JOIN messages m ON m.id = n.message_id
                  WHERE n.signal_id = :id
                  ORDER BY m.received_at

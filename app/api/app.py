@@ -1,0 +1,39 @@
+"""The HTTP API: `create_app()` wires routes, errors and the long-poll notifier."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.api import errors
+from app.api.notify import SignalNotifier
+from app.api.routes import claims, dead_letters, ops, signals
+from app.settings import Settings, get_settings
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        notifier = SignalNotifier(settings.database_url or "")
+        notifier.start()
+        app.state.notifier = notifier
+        try:
+            yield
+        finally:
+            notifier.stop()
+
+    app = FastAPI(
+        title="Signalbox",
+        version="0.1.0",
+        summary="Wait for an expected email as a contract.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    errors.install(app)
+    for module in (signals, claims, dead_letters, ops):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,61 @@
+"""Errors in the contract's shape: `{"error": {"code", "message"}}`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import Conflict, InvalidInput, SignalboxError
+
+
+def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, **extra}}
+
+
+def _field_of(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(SignalboxError)
+    async def _signalbox_error(request: Request, exc: SignalboxError) -> JSONResponse:
+        extra: dict[str, Any] = {k: v for k, v in exc.details.items() if v is not None}
+        body = error_body(exc.code, exc.message, **extra)
+        if isinstance(exc, Conflict):
+            body["status"] = exc.code
+        if isinstance(exc, InvalidInput) and exc.field:
+            body["error"]["field"] = exc.field
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        return JSONResponse(body, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        fields = [
+            {"field": _field_of(tuple(e.get("loc", ()))), "message": e.get("msg", "invalid")}
+            for e in errors
+        ]
+        first = fields[0] if fields else {"field": "body", "message": "invalid"}
+        if errors and errors[0].get("type") == "json_invalid":
+            first = {"field": "body", "message": "the body is not valid JSON"}
+        return JSONResponse(
+            error_body(
+                "invalid_input",
+                f"{first['field']}: {first['message']}",
+                field=first["field"],
+                fields=fields,
+            ),
+            status_code=422,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(
+            error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+        )

@@ -1,0 +1,101 @@
+"""Signals, mailboxes, push and evidence: thin front doors over the use cases."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from app import evidence, signals
+from app.api.deps import AppSettings, Namespace
+from app.errors import UnknownProvider
+from app.inputs import MailboxCreate, SignalCreate
+from app.providers.runtime import provider_configs
+
+router = APIRouter(prefix="/v1")
+
+PENDING = ("waiting", "provider_error")
+# Safety net only: a missed notification costs at most this much latency.
+RECHECK_SECONDS = 5.0
+Limit = Annotated[int, Query(ge=1, le=500)]
+
+
+@router.post("/signals", status_code=201)
+def create_signal(
+    body: SignalCreate,
+    namespace: Namespace,
+    settings: AppSettings,
+    idempotency_key: Annotated[str | None, Header(max_length=512)] = None,
+) -> JSONResponse:
+    created = signals.signal_create(settings, namespace, body, idempotency_key)
+    return JSONResponse(created.view, status_code=created.status_code)
+
+
+@router.get("/signals/{signal_id}")
+async def get_signal(
+    signal_id: str,
+    request: Request,
+    namespace: Namespace,
+    wait: Annotated[int, Query(ge=0, le=60)] = 0,
+) -> dict[str, Any]:
+    """Long poll: answers once the result leaves waiting/provider_error, or after `wait` s."""
+    view = await run_in_threadpool(signals.signal_read, namespace, signal_id)
+    if wait == 0 or view["result"] not in PENDING:
+        return view
+    notifier = request.app.state.notifier
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    async with notifier.subscribe(signal_id) as changed:
+        # Re-read after subscribing: a change between the first read and the
+        # subscription would otherwise be missed.
+        view = await run_in_threadpool(signals.signal_read, namespace, signal_id)
+        while view["result"] in PENDING:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or await request.is_disconnected():
+                break
+            try:
+                await asyncio.wait_for(changed.wait(), timeout=min(remaining, RECHECK_SECONDS))
+            except TimeoutError:
+                pass
+            changed.clear()
+            view = await run_in_threadpool(signals.signal_read, namespace, signal_id)
+    return view
+
+
+@router.get("/signals")
+def list_signals(
+    namespace: Namespace,
+    run_id: Annotated[str, Query(min_length=1, max_length=128)],
+    limit: Limit = 50,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    items, next_cursor = signals.signal_list(namespace, run_id, limit=limit, cursor=cursor)
+    return {"items": items, "next_cursor": next_cursor}
+
+
+@router.post("/mailboxes", status_code=201)
+def create_mailbox(body: MailboxCreate, namespace: Namespace, settings: AppSettings) -> dict[str, Any]:
+    return signals.mailbox_create(settings, namespace, body)
+
+
+@router.delete("/mailboxes/{mailbox_id}", status_code=204)
+def delete_mailbox(mailbox_id: str, namespace: Namespace) -> Response:
+    signals.mailbox_delete(namespace, mailbox_id)
+    return Response(status_code=204)
+
+
+@router.post("/inbound/{provider}", status_code=202)
+def inbound(provider: str, namespace: Namespace, settings: AppSettings) -> dict[str, Any]:
+    """A provider's webhook: this namespace's signals waiting on it are checked now."""
+    if provider not in provider_configs(settings):
+        raise UnknownProvider(f"provider {provider!r} is not configured", field="provider")
+    ids = signals.push(provider, namespace=namespace)
+    return {"provider": provider, "signals_checked": len(ids)}
+
+
+@router.get("/runs/{run_id}/evidence")
+def run_evidence(run_id: str, namespace: Namespace) -> dict[str, Any]:
+    return evidence.run_evidence(namespace, run_id)

@@ -1,0 +1,311 @@
+"""Use cases of claims: claim, consume, release, extend, and lapsing leases.
+
+A claim is one guarded transition (found → claimed) that bumps the signal's
+claim fence. Consume, release and extend hold only if the claim is active,
+its lease is live, and its fence is still the signal's: a holder whose lease
+lapsed can never act, even a millisecond after another consumer claimed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app import views
+from app.db import claims as claims_repo
+from app.db import dead_letters as dlq_repo
+from app.db import repository as repo
+from app.db.engine import transaction
+from app.domain.backoff import retry_after_seconds
+from app.domain.extract import extract
+from app.domain.ids import new_id, recipient_hash
+from app.domain.mail import parse_mail
+from app.domain.states import ExpiryReason, Status
+from app.errors import Conflict, LeaseExpired, NotFound
+from app.expiry import expire_signal, publish
+from app.inputs import ClaimCreate, ClaimExtend
+from app.observability import metrics
+
+log = logging.getLogger("signalbox.claims")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An HTTP-shaped answer: the contract gives claims bodies on 2xx and 4xx."""
+
+    status_code: int
+    body: dict[str, Any]
+
+
+def _lapse(session: Session, claim: Mapping[str, Any], signal: Mapping[str, Any]) -> str | None:
+    """End a lapsed claim: the signal goes back to `found` while claims are
+    left, else expires with `claims_exhausted`. Returns a new dead letter id."""
+    if not claims_repo.claim_end(session, claim["id"], claim["fence"], to_state="lapsed"):
+        return None
+    metrics.lease_lapsed(signal["namespace"])
+    log.info(
+        "claim lease lapsed",
+        extra={
+            "event": "lease_lapsed",
+            "run_id": signal["run_id"],
+            "signal_id": signal["id"],
+            "claim_id": claim["id"],
+            "recipient_hash": recipient_hash(signal["recipient"]),
+        },
+    )
+    if signal["claims_used"] >= signal["max_claims"]:
+        return expire_signal(
+            session, signal["id"], expected=Status.CLAIMED, reason=ExpiryReason.CLAIMS_EXHAUSTED
+        )
+    claims_repo.signal_release_claim(session, signal["id"], claim["fence"])
+    return None
+
+
+def lapse_leases(limit: int = 500) -> int:
+    """Lapse every expired lease (run by the sweep, so no API call is needed)."""
+    dead: list[str] = []
+    lapsed = 0
+    with transaction() as session:
+        for claim_id in claims_repo.claim_lapsed_ids(session, limit):
+            claim = claims_repo.claim_get(session, claim_id)
+            signal = repo.signal_get(session, claim["signal_id"]) if claim else None
+            if claim is None or signal is None:
+                continue
+            lapsed += 1
+            dlq = _lapse(session, claim, signal)
+            if dlq:
+                dead.append(dlq)
+    publish(dead)
+    return lapsed
+
+
+def claim(namespace: str, signal_id: str, req: ClaimCreate) -> Answer:
+    dead: list[str] = []
+    with transaction() as session:
+        signal = repo.signal_get(session, signal_id, namespace)
+        if signal is None:
+            raise NotFound(f"no signal {signal_id}")
+        if signal["run_id"] != req.run_id:
+            raise Conflict("run_id is not this signal's run", code="run_mismatch")
+        if signal["status"] == Status.CLAIMED:
+            active = claims_repo.claim_active_for_signal(session, signal_id)
+            now = repo.db_now(session)
+            if active is not None and active["lease_until"] <= now:
+                # The sweep has not lapsed it yet: do it now, then answer anew.
+                dlq = _lapse(session, active, signal)
+                if dlq:
+                    dead.append(dlq)
+                signal = repo.signal_get(session, signal_id, namespace)
+                assert signal is not None
+        taken = None
+        if signal["status"] == Status.FOUND:
+            taken = claims_repo.signal_take_for_claim(
+                session, signal_id, lease_seconds=float(req.lease_seconds)
+            )
+            if taken is None:  # another consumer moved first
+                signal = repo.signal_get(session, signal_id, namespace)
+                assert signal is not None
+        answer = (
+            _claimed(session, taken, req) if taken is not None else _refusal(session, signal)
+        )
+    publish(dead)
+    return answer
+
+
+def _claimed(session: Session, signal: Mapping[str, Any], req: ClaimCreate) -> Answer:
+    claim_row = claims_repo.claim_insert(
+        session,
+        {
+            "id": new_id("clm"),
+            "signal_id": signal["id"],
+            "fence": signal["claim_fence"],
+            "run_id": req.run_id,
+            "message_id": signal["message_id"],
+            "claimed_at": signal["now"],
+            "lease_until": signal["lease_until"],
+        },
+    )
+    message = repo.message_get_many(session, [signal["message_id"]])[signal["message_id"]]
+    raw = repo.message_raw(session, signal["message_id"])
+    content = extract(parse_mail(raw)) if raw is not None else None
+    log.info(
+        "signal claimed",
+        extra={
+            "event": "signal_claimed",
+            "run_id": signal["run_id"],
+            "signal_id": signal["id"],
+            "claim_id": claim_row["id"],
+            "recipient_hash": recipient_hash(signal["recipient"]),
+        },
+    )
+    return Answer(
+        200,
+        {
+            "status": "claimed",
+            "claim_id": claim_row["id"],
+            "signal_id": signal["id"],
+            "message_id": message["id"],
+            "lease_until": views.iso(claim_row["lease_until"]),
+            "claims_left": max(0, signal["max_claims"] - signal["claims_used"]),
+            "subject": message["subject"],
+            "received_at": views.iso(message["received_at"]),
+            "body_excerpt": content.body_excerpt if content else "",
+            "links": list(content.links) if content else [],
+            "codes": list(content.codes) if content else [],
+            "content_purged": raw is None,
+        },
+    )
+
+
+def _refusal(session: Session, signal: Mapping[str, Any]) -> Answer:
+    status = Status(signal["status"])
+    if status is Status.WAITING:
+        now = repo.db_now(session)
+        return Answer(
+            202,
+            {
+                "status": "waiting",
+                "signal_id": signal["id"],
+                "retry_after_seconds": retry_after_seconds(now, signal["next_check_at"]),
+            },
+        )
+    if status is Status.EXPIRED:
+        dl = dlq_repo.dead_letter_latest_many(session, [signal["id"]]).get(signal["id"])
+        return Answer(
+            410,
+            {
+                "status": "expired",
+                "signal_id": signal["id"],
+                "reason": signal["expiry_reason"],
+                "dead_letter": views.dead_letter_view(dl) if dl else None,
+            },
+        )
+    if status is Status.CONSUMED:
+        receipt = claims_repo.receipt_by_signal_many(session, [signal["id"]]).get(signal["id"])
+        return Answer(
+            409,
+            {
+                "status": "already_consumed",
+                "signal_id": signal["id"],
+                "receipt": views.receipt_view(receipt) if receipt else None,
+            },
+        )
+    active = claims_repo.claim_active_for_signal(session, signal["id"])
+    return Answer(
+        409,
+        {
+            "status": "already_claimed",
+            "signal_id": signal["id"],
+            "claim_id": active["id"] if active else None,
+            "message_id": signal["message_id"],
+            "lease_until": views.iso(active["lease_until"]) if active else None,
+        },
+    )
+
+
+def _live_claim(session: Session, namespace: str, claim_id: str) -> Mapping[str, Any]:
+    claim_row = claims_repo.claim_lock_live(session, claim_id)
+    if claim_row is None or claim_row["namespace"] != namespace:
+        raise NotFound(f"no claim {claim_id}")
+    return claim_row
+
+
+def _require_live(claim_row: Mapping[str, Any]) -> None:
+    if (
+        claim_row["state"] != "active"
+        or not claim_row["live"]
+        or claim_row["fence"] != claim_row["claim_fence"]
+    ):
+        raise LeaseExpired(
+            "this claim's lease lapsed or it was ended; claim the signal again",
+            claim_id=claim_row["id"],
+        )
+
+
+def consume(namespace: str, claim_id: str) -> dict[str, Any]:
+    """Consume the claimed message; consuming again returns the same receipt."""
+    with transaction() as session:
+        claim_row = _live_claim(session, namespace, claim_id)
+        if claim_row["state"] == "consumed":
+            receipt = claims_repo.receipt_by_claim(session, claim_id)
+            assert receipt is not None
+            return views.receipt_view(receipt)
+        _require_live(claim_row)
+        signal = repo.signal_get(session, claim_row["signal_id"])
+        assert signal is not None
+        if not claims_repo.signal_mark_consumed(session, signal["id"], claim_row["fence"]):
+            raise LeaseExpired(claim_id=claim_id)
+        claims_repo.claim_end(session, claim_id, claim_row["fence"], to_state="consumed")
+        message = repo.message_get_many(session, [claim_row["message_id"]])[claim_row["message_id"]]
+        receipt = claims_repo.receipt_insert(
+            session,
+            {
+                "id": new_id("rcp"),
+                "signal_id": signal["id"],
+                "claim_id": claim_id,
+                "namespace": namespace,
+                "run_id": signal["run_id"],
+                "message_id": message["id"],
+                "claimed_at": claim_row["claimed_at"],
+                "evidence": _evidence(signal, message, claim_id),
+            },
+        )
+        log.info(
+            "signal consumed",
+            extra={
+                "event": "signal_consumed",
+                "run_id": signal["run_id"],
+                "signal_id": signal["id"],
+                "claim_id": claim_id,
+                "recipient_hash": recipient_hash(signal["recipient"]),
+            },
+        )
+        return views.receipt_view(receipt)
+
+
+def _evidence(
+    signal: Mapping[str, Any], message: Mapping[str, Any], claim_id: str
+) -> dict[str, Any]:
+    """Why the message belongs to the run: every rule the matcher checked."""
+    return {
+        "claim_id": claim_id,
+        "recipient": "matched",
+        "recipient_hash": recipient_hash(signal["recipient"]),
+        "subject": "matched" if signal["subject_contains"] else "not_filtered",
+        "body": "matched" if signal["body_contains"] else "not_filtered",
+        "run_marker": "matched" if message["run_marker"] else "absent",
+        "received_at": views.iso(message["received_at"]),
+        "received_after": views.iso(signal["received_after"]),
+        "provider": signal["provider"],
+    }
+
+
+def release(namespace: str, claim_id: str) -> dict[str, Any]:
+    with transaction() as session:
+        claim_row = _live_claim(session, namespace, claim_id)
+        _require_live(claim_row)
+        claims_repo.claim_end(session, claim_id, claim_row["fence"], to_state="released")
+        claims_repo.signal_release_claim(session, claim_row["signal_id"], claim_row["fence"])
+        signal = repo.signal_get(session, claim_row["signal_id"])
+        assert signal is not None
+        return views.signal_views(session, [signal])[0]
+
+
+def extend(namespace: str, claim_id: str, req: ClaimExtend) -> dict[str, Any]:
+    with transaction() as session:
+        claim_row = _live_claim(session, namespace, claim_id)
+        _require_live(claim_row)
+        row = claims_repo.claim_extend(session, claim_id, claim_row["fence"], float(req.lease_seconds))
+        if row is None:
+            raise LeaseExpired(claim_id=claim_id)
+        return {
+            "status": "claimed",
+            "claim_id": claim_id,
+            "signal_id": row["signal_id"],
+            "message_id": row["message_id"],
+            "lease_until": views.iso(row["lease_until"]),
+        }

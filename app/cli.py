@@ -1,0 +1,317 @@
+"""`signalbox-server`: the operator's command.
+
+`up` runs everything in one process group (API, SMTP sink, worker, beat,
+Flower) on embedded PostgreSQL and Redis when none are configured; the other
+commands run one part each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from app.errors import ConfigurationError
+from app.settings import Settings, get_settings, load_settings
+
+DEV_TOKEN_FILE = "dev-token"
+DEV_NAMESPACE = "default"
+CHILDREN = ("api", "smtp", "worker", "beat", "flower")
+
+
+def _env_help(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "Settings come from SIGNALBOX_* environment variables or config/signalbox.toml: "
+        "SIGNALBOX_DATABASE_URL, SIGNALBOX_BROKER_URL, SIGNALBOX_REDIS_URL, "
+        "SIGNALBOX_API_HOST/_PORT, SIGNALBOX_SMTP_HOST/_PORT, SIGNALBOX_SMTP_DOMAINS, "
+        "SIGNALBOX_API_TOKENS, SIGNALBOX_FLOWER_PORT, SIGNALBOX_FLOWER_BASIC_AUTH, "
+        "SIGNALBOX_DATA_DIR, SIGNALBOX_PROVIDERS_FILE."
+    )
+
+
+def _redis_answers(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5).ping())
+    except Exception:
+        return False
+
+
+def resolve_services(settings: Settings) -> tuple[Settings, object | None]:
+    """Start embedded PostgreSQL/Redis for what is not configured, export the
+    URLs to the environment (children inherit them), return fresh settings."""
+    from app.embedded import ensure_services
+
+    broker = settings.broker_url
+    embedded_redis = f"redis://127.0.0.1:{settings.embedded_redis_port}/0"
+    if not broker and _redis_answers(embedded_redis):
+        broker = embedded_redis  # `up` already runs it: share it
+    handles = None
+    if not settings.database_url or not broker:
+        handles = ensure_services(
+            database_url=settings.database_url,
+            broker_url=broker,
+            data_dir=settings.data_dir,
+            redis_port=settings.embedded_redis_port,
+        )
+        os.environ["SIGNALBOX_DATABASE_URL"] = handles.database_url or ""
+        broker = handles.redis_url
+    os.environ["SIGNALBOX_BROKER_URL"] = broker or ""
+    if not settings.redis_url and broker and broker.startswith("redis"):
+        os.environ["SIGNALBOX_REDIS_URL"] = broker
+    get_settings.cache_clear()
+    return get_settings(), handles
+
+
+def _ensure_dev_token(settings: Settings) -> str | None:
+    """A development token for `up` when SIGNALBOX_API_TOKENS is unset; kept
+    under the data dir so it survives restarts."""
+    if settings.api_tokens:
+        return None
+    from app.db import repository as repo
+    from app.db.engine import transaction
+    from app.domain.ids import token_hash
+
+    path = settings.data_dir / DEV_TOKEN_FILE
+    token = path.read_text().strip() if path.exists() else ""
+    with transaction() as session:
+        if token and repo.token_namespace(session, token_hash(token)) is not None:
+            return token
+        token = "sbx_dev_" + secrets.token_urlsafe(24)
+        repo.token_create(session, DEV_NAMESPACE, token_hash(token))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return token
+
+
+def _wait_port(host: str, port: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from app.db.migrate import upgrade
+
+    settings, handles = resolve_services(get_settings())
+    upgrade(settings.database_url or "")
+    token = _ensure_dev_token(settings)
+    wanted = [c for c in CHILDREN if not (c == "flower" and args.no_flower)]
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    stopping = threading.Event()
+
+    def stop_all(*_: object) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGINT, stop_all)
+    signal.signal(signal.SIGTERM, stop_all)
+    for name in wanted:
+        cmd = [sys.executable, "-m", "app.cli", name]
+        if name == "worker" and args.concurrency:
+            cmd += ["--concurrency", str(args.concurrency)]
+        procs[name] = subprocess.Popen(cmd, env=os.environ.copy())
+    ready = _wait_port(settings.api_host, settings.api_port, 30) and _wait_port(
+        settings.smtp_host, settings.smtp_port, 30
+    )
+    lines = [
+        "Signalbox is up." if ready else "Signalbox started, but the API or SMTP did not answer yet.",
+        f"  API        http://{settings.api_host}:{settings.api_port}  (docs at /docs)",
+        f"  SMTP sink  {settings.smtp_host}:{settings.smtp_port}",
+    ]
+    if "flower" in procs:
+        lines.append(f"  Flower     http://127.0.0.1:{settings.flower_port}")
+    if token:
+        lines.append(f"  Dev token  {token}   (namespace '{DEV_NAMESPACE}')")
+        lines.append(f"  export SIGNALBOX_URL=http://{settings.api_host}:{settings.api_port} SIGNALBOX_TOKEN={token}")
+    lines.append("Ctrl-C stops everything.")
+    print("\n".join(lines), flush=True)
+    exit_code = 0
+    while not stopping.is_set():
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                print(f"signalbox-server: {name} exited with {proc.returncode}; stopping", file=sys.stderr)
+                exit_code = 1
+                stopping.set()
+                break
+        stopping.wait(0.5)
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + 15
+    for proc in procs.values():
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    if handles is not None:
+        handles.stop()  # type: ignore[attr-defined]
+    return exit_code
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.api.app import create_app
+    from app.observability.logs import configure_logging
+
+    settings, _handles = resolve_services(get_settings())
+    configure_logging("api", settings.log_level)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.api_host,
+        port=settings.api_port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    return 0
+
+
+def cmd_smtp(args: argparse.Namespace) -> int:
+    from app.observability.logs import configure_logging
+    from app.smtp.server import make_controller
+
+    settings, _handles = resolve_services(get_settings())
+    configure_logging("smtp", settings.log_level)
+    controller = make_controller(settings)
+    controller.start()
+    done = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    done.wait()
+    controller.stop()
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    resolve_services(get_settings())
+    from workers.celery_app import get_celery
+
+    argv = [
+        "worker",
+        "--loglevel",
+        "INFO",
+        "-Q",
+        args.queues,
+        "-n",
+        args.name or f"signalbox-{os.getpid()}@%h",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    if args.concurrency:
+        argv += ["--concurrency", str(args.concurrency)]
+    get_celery().worker_main(argv)
+    return 0
+
+
+def cmd_beat(args: argparse.Namespace) -> int:
+    settings, _ = resolve_services(get_settings())
+    from workers.celery_app import get_celery
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    get_celery().start(
+        ["beat", "--loglevel", "WARNING", "-s", str(settings.data_dir / "celerybeat-schedule")]
+    )
+    return 0
+
+
+def cmd_flower(args: argparse.Namespace) -> int:
+    settings, _ = resolve_services(get_settings())
+    from workers.celery_app import get_celery
+
+    argv = ["flower", f"--port={settings.flower_port}", "--address=127.0.0.1"]
+    if settings.flower_basic_auth:
+        argv.append(f"--basic-auth={settings.flower_basic_auth}")
+    get_celery().start(argv)
+    return 0
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from app.db.migrate import upgrade
+
+    settings, _ = resolve_services(get_settings())
+    upgrade(settings.database_url or "", args.revision)
+    print(f"database at {args.revision}")
+    return 0
+
+
+def cmd_token_create(args: argparse.Namespace) -> int:
+    from app.db import repository as repo
+    from app.db.engine import transaction
+    from app.domain.ids import token_hash
+
+    resolve_services(get_settings())
+    token = "sbx_" + secrets.token_urlsafe(32)
+    with transaction() as session:
+        repo.token_create(session, args.namespace, token_hash(token))
+    print(token)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from app.demo import run_demo
+
+    return run_demo(get_settings())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="signalbox-server", description=__doc__)
+    _env_help(parser)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="everything in one process group (embedded services by default)")
+    up.add_argument("--no-flower", action="store_true", help="do not start Flower")
+    up.add_argument("--concurrency", type=int, default=0, help="worker processes (default: cores)")
+    up.set_defaults(func=cmd_up)
+    sub.add_parser("api", help="the HTTP API").set_defaults(func=cmd_api)
+    sub.add_parser("smtp", help="the SMTP sink").set_defaults(func=cmd_smtp)
+    worker = sub.add_parser("worker", help="a Celery worker")
+    worker.add_argument("--concurrency", type=int, default=0)
+    worker.add_argument("--queues", default="signals,dead_letter")
+    worker.add_argument("--name", default=None)
+    worker.set_defaults(func=cmd_worker)
+    sub.add_parser("beat", help="Celery beat: the sweep and retention").set_defaults(func=cmd_beat)
+    sub.add_parser("flower", help="Flower, with SIGNALBOX_FLOWER_BASIC_AUTH").set_defaults(func=cmd_flower)
+    db = sub.add_parser("db", help="database commands")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_sub.add_parser("upgrade", help="apply migrations")
+    upgrade.add_argument("revision", nargs="?", default="head")
+    upgrade.set_defaults(func=cmd_db_upgrade)
+    token = sub.add_parser("token", help="API tokens")
+    token_sub = token.add_subparsers(dest="token_command", required=True)
+    create = token_sub.add_parser("create", help="create a token for a namespace; prints it once")
+    create.add_argument("--namespace", required=True)
+    create.set_defaults(func=cmd_token_create)
+    sub.add_parser("demo", help="one signal end to end against the running stack").set_defaults(
+        func=cmd_demo
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        load_settings()
+    except ConfigurationError as exc:
+        print(f"signalbox-server: {exc.message}", file=sys.stderr)
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

@@ -1,0 +1,461 @@
+"""Turn the raw bytes of an email into the few decoded fields Signalbox matches on.
+
+Pure: bytes in, values out. ``parse_mail`` never raises, whatever it is given
+(CONTRACT §9: malformed MIME is "matched on what could be decoded, never a
+crash"). What could not be decoded cleanly is named in ``ParsedMail.defects``.
+
+Every string this module returns is valid Unicode (no lone surrogates) and
+holds no NUL character, so callers can log it, JSON-encode it and store it in
+PostgreSQL ``text`` columns without further cleaning.
+"""
+
+from __future__ import annotations
+
+import codecs
+import email
+import email.header
+import email.policy
+import email.utils
+import html as html_lib
+import re
+import unicodedata
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from email.message import Message
+from email.policy import Compat32
+from html.parser import HTMLParser
+from typing import TypeVar
+
+__all__ = ["ParsedMail", "normalize_whitespace", "parse_mail", "strip_html"]
+
+_T = TypeVar("_T")
+
+# Headers that carry the run marker, in order of preference (CONTRACT §3).
+RUN_MARKER_HEADERS = ("X-Signalbox-Run", "X-Run-Id")
+
+# Nested multiparts deeper than this are not a real email; stop walking rather
+# than spend unbounded time on a hostile message.
+_MAX_PART_DEPTH = 32
+_MAX_PARTS = 500
+
+
+@dataclass(frozen=True)
+class ParsedMail:
+    """The decoded view of one email.
+
+    ``to`` and ``cc`` hold lower-cased bare addresses (``a@example.com``, no
+    display name). ``text`` and ``html`` are the first text/plain and text/html
+    parts that are not attachments, decoded with their charset and with line
+    endings normalised to ``\\n``; each is ``''`` when the message has none.
+    ``defects`` names what was malformed (e.g. ``InvalidBase64CharactersDefect``,
+    ``UnknownCharsetDefect``); it is empty for a clean message.
+    """
+
+    subject: str
+    to: tuple[str, ...]
+    cc: tuple[str, ...]
+    from_addr: str | None
+    message_id_header: str | None
+    run_marker: str | None
+    text: str
+    html: str
+    defects: tuple[str, ...] = ()
+
+    def matchable_text(self) -> str:
+        """The text ``body_contains`` and extraction look at.
+
+        The text/plain part as decoded when it has any non-blank content,
+        else the HTML part through :func:`strip_html` (tags removed, entities
+        decoded, script/style dropped, whitespace collapsed).
+        """
+        if self.text.strip():
+            return self.text
+        return strip_html(self.html)
+
+    @property
+    def recipients(self) -> tuple[str, ...]:
+        """To then Cc addresses, without repeats."""
+        return tuple(dict.fromkeys(self.to + self.cc))
+
+
+def parse_mail(raw: bytes) -> ParsedMail:
+    """Parse raw RFC 5322 bytes into a :class:`ParsedMail`; never raises.
+
+    Headers are read with the modern ``email.policy.default`` parser and,
+    where it raises on a malformed header, again from the raw header text.
+    Body parts are decoded from their transfer encoding (quoted-printable,
+    base64, 8bit) and then from their declared charset, falling back to
+    UTF-8 and Windows-1252 when the charset is missing, unknown or wrong.
+    """
+    try:
+        return _Parser(bytes(raw)).parse()
+    except Exception as exc:  # last resort: the promise is "never a crash"
+        text = _clean(_decode_bytes(bytes(raw), None, []))
+        return ParsedMail(
+            subject="",
+            to=(),
+            cc=(),
+            from_addr=None,
+            message_id_header=None,
+            run_marker=None,
+            text=text,
+            html="",
+            defects=(f"UnparseableMessageDefect:{type(exc).__name__}",),
+        )
+
+
+def normalize_whitespace(text: str) -> str:
+    """Collapse every run of whitespace (including NBSP and line breaks) to one space."""
+    return " ".join(text.split())
+
+
+def strip_html(html: str) -> str:
+    """Return the visible text of an HTML document as one whitespace-normalised line.
+
+    Tags are removed, character references decoded (``&amp;`` -> ``&``), and
+    the content of ``script``, ``style``, ``head``/``title`` and ``template``
+    dropped. Block elements and ``<br>`` separate words so ``<td>A</td><td>B</td>``
+    reads ``A B``. Never raises; on HTML the parser cannot follow, falls back to
+    a regex strip.
+    """
+    if not html:
+        return ""
+    parser = _TextExtractor()
+    try:
+        parser.feed(html)
+        parser.close()
+        text = parser.text()
+    except Exception:
+        text = _regex_strip_html(html)
+    return normalize_whitespace(text)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class _RawHeaderPolicy(Compat32):
+    """Compat32 that hands back header values exactly as they were on the wire.
+
+    Used only when the modern parser raises on a header: the raw value is then
+    decoded by hand (``_decode_raw_header``).
+    """
+
+    def header_fetch_parse(self, name: str, value: str) -> str:  # type: ignore[override]
+        return value
+
+
+class _Parser:
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self.defects: dict[str, None] = {}  # ordered set
+        self.msg: Message = email.message_from_bytes(raw, policy=email.policy.default)
+        self._raw_msg: Message | None = None
+
+    def parse(self) -> ParsedMail:
+        subject = self._subject()
+        to = self._addresses("To")
+        cc = self._addresses("Cc")
+        senders = self._addresses("From")
+        message_id = self._single("Message-ID")
+        run_marker = None
+        for name in RUN_MARKER_HEADERS:
+            run_marker = self._single(name)
+            if run_marker:
+                break
+        text, html = self._bodies()
+        return ParsedMail(
+            subject=subject,
+            to=to,
+            cc=cc,
+            from_addr=senders[0] if senders else None,
+            message_id_header=message_id,
+            run_marker=run_marker,
+            text=text,
+            html=html,
+            defects=tuple(self.defects),
+        )
+
+    # headers --------------------------------------------------------------
+
+    def _note(self, defect: object) -> None:
+        name = defect if isinstance(defect, str) else type(defect).__name__
+        self.defects.setdefault(name, None)
+
+    def _raw_values(self, name: str) -> list[str]:
+        if self._raw_msg is None:
+            self._raw_msg = email.message_from_bytes(self.raw, policy=_RawHeaderPolicy())
+        return [str(v) for v in (self._raw_msg.get_all(name) or [])]
+
+    def _header_values(self, name: str) -> list[object] | None:
+        """The parsed header objects, or None when the modern parser raised."""
+        try:
+            values: list[object] = list(self.msg.get_all(name) or [])
+            for value in values:
+                for defect in getattr(value, "defects", ()):
+                    self._note(defect)
+            return values
+        except Exception:
+            self._note(f"HeaderParseDefect:{name}")
+            return None
+
+    def _subject(self) -> str:
+        values = self._header_values("Subject")
+        if values is None:
+            decoded = [_decode_raw_header(v) for v in self._raw_values("Subject")[:1]]
+        else:
+            decoded = [str(v) for v in values[:1]]
+        subject = _clean(decoded[0]) if decoded else ""
+        return unicodedata.normalize("NFC", normalize_whitespace(subject))
+
+    def _single(self, name: str) -> str | None:
+        values = self._header_values(name)
+        if values is None:
+            strings = [_decode_raw_header(v) for v in self._raw_values(name)[:1]]
+        else:
+            strings = [str(v) for v in values[:1]]
+        value = normalize_whitespace(_clean(strings[0])) if strings else ""
+        return value or None
+
+    def _addresses(self, name: str) -> tuple[str, ...]:
+        found: list[str] = []
+        values = self._header_values(name)
+        parsed_ok = values is not None
+        if values is not None:
+            try:
+                for value in values:
+                    for address in getattr(value, "addresses", ()):
+                        found.append(str(address.addr_spec))
+            except Exception:
+                self._note(f"HeaderParseDefect:{name}")
+                parsed_ok = False
+                found = []
+        if not parsed_ok:
+            raw_values = [_clean(v) for v in self._raw_values(name)]
+            found = [addr for _, addr in email.utils.getaddresses(raw_values)]
+        return tuple(dict.fromkeys(a for a in map(_bare_address, found) if a))
+
+    # bodies ---------------------------------------------------------------
+
+    def _bodies(self) -> tuple[str, str]:
+        text: str | None = None
+        html: str | None = None
+        for part in _leaf_parts(self.msg, self._note):
+            for defect in getattr(part, "defects", ()):
+                self._note(defect)
+            ctype = _safe(part.get_content_type, "text/plain")
+            if ctype not in ("text/plain", "text/html"):
+                continue
+            if _safe(part.get_content_disposition, None) == "attachment":
+                continue
+            if ctype == "text/plain" and text is None:
+                text = self._decode_part(part)
+            elif ctype == "text/html" and html is None:
+                html = self._decode_part(part)
+            if text is not None and html is not None:
+                break
+        for defect in getattr(self.msg, "defects", ()):
+            self._note(defect)
+        maintype = _safe(self.msg.get_content_maintype, "")
+        broken_multipart = maintype == "multipart" and not _safe(self.msg.is_multipart, True)
+        if text is None and html is None and broken_multipart:
+            # A multipart without a usable boundary parses as one opaque blob;
+            # matching on its raw text is better than matching on nothing.
+            text = self._decode_part(self.msg)
+        return text or "", html or ""
+
+    def _decode_part(self, part: Message) -> str:
+        try:
+            data = part.get_payload(decode=True)
+        except Exception:
+            self._note("UndecodablePayloadDefect")
+            payload = _safe(lambda: part.get_payload(), None)
+            data = payload.encode("utf-8", "surrogateescape") if isinstance(payload, str) else b""
+        if not isinstance(data, bytes):
+            data = b""
+        notes: list[str] = []
+        charset: str | None = _safe(lambda: part.get_content_charset(), None)
+        text = _decode_bytes(data, charset, notes)
+        for note in notes:
+            self._note(note)
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        return _clean(text)
+
+
+def _leaf_parts(root: Message, note: Callable[[str], None]) -> Iterator[Message]:
+    """Non-multipart parts in document order, not descending into attached messages.
+
+    A ``message/rfc822`` part is a forwarded or bounced email: its text is not
+    this message's text, so it is not searched.
+    """
+    stack: list[tuple[Message, int]] = [(root, 0)]
+    seen = 0
+    while stack:
+        part, depth = stack.pop()
+        seen += 1
+        if seen > _MAX_PARTS:
+            note("TooManyPartsDefect")
+            return
+        payload = _safe(part.get_payload, None)
+        if _safe(part.is_multipart, False) and isinstance(payload, list):
+            if _safe(part.get_content_maintype, "") == "message":
+                continue
+            if depth >= _MAX_PART_DEPTH:
+                note("PartsTooDeepDefect")
+                continue
+            children = [p for p in payload if isinstance(p, Message)]
+            stack.extend((child, depth + 1) for child in reversed(children))
+        else:
+            yield part
+
+
+def _safe(fn: Callable[[], _T], default: _T) -> _T:
+    """Call a parsed-message accessor; malformed headers can make any of them raise."""
+    try:
+        return fn()
+    except Exception:
+        return default
+
+
+# --------------------------------------------------------------------------- decoding
+
+_SURROGATE_RUN = re.compile("[\udc80-\udcff]+")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _clean(text: str) -> str:
+    """Make a string safe to store: recover raw 8-bit bytes, drop NULs and lone surrogates.
+
+    The email package smuggles undecodable header/body bytes through as
+    surrogate escapes; those are decoded here as UTF-8, else Windows-1252.
+    """
+    if any("\ud800" <= ch <= "\udfff" for ch in text):
+        text = _SURROGATE_RUN.sub(_decode_escaped_run, text)
+        text = _LONE_SURROGATE.sub("\ufffd", text)
+    return text.replace("\x00", "")
+
+
+def _decode_escaped_run(match: re.Match[str]) -> str:
+    data = match.group().encode("utf-8", "surrogateescape")
+    return _decode_bytes(data, None, [])
+
+
+def _decode_bytes(data: bytes, charset: str | None, notes: list[str]) -> str:
+    """Decode body bytes, honouring ``charset`` when it is a real text encoding.
+
+    ``us-ascii`` labels are read as UTF-8 (a superset, and mislabelled UTF-8 is
+    common); ``iso-8859-1`` as Windows-1252 first, as browsers do, because
+    senders routinely put curly quotes (0x80-0x9f) in "latin-1" text.
+    """
+    codec: str | None = None
+    if charset:
+        try:
+            codec = codecs.lookup(charset.strip().strip("\"'")).name
+        except (LookupError, ValueError):
+            notes.append("UnknownCharsetDefect")
+    if codec == "ascii":
+        codec = "utf-8"
+    attempts: list[str] = []
+    if codec == "latin-1" or codec == "iso8859-1":
+        attempts = ["cp1252", "latin-1"]
+    elif codec:
+        attempts = [codec]
+    for attempt in attempts:
+        try:
+            return data.decode(attempt)
+        except Exception:
+            continue
+    if codec:
+        try:
+            decoded = data.decode(codec, "replace")
+            notes.append("CharsetMismatchDefect")
+            return decoded
+        except Exception:  # not a text codec ("base64", "rot13", ...)
+            notes.append("UnknownCharsetDefect")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    try:
+        return data.decode("cp1252")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def _decode_raw_header(value: str) -> str:
+    """Decode a raw header value by hand: 8-bit bytes, then RFC 2047 encoded words."""
+    value = _clean(value)
+    try:
+        parts = email.header.decode_header(value)
+    except Exception:
+        return value
+    out: list[str] = []
+    for chunk, charset in parts:
+        if isinstance(chunk, str):
+            out.append(chunk)
+        else:
+            out.append(_decode_bytes(chunk, charset, []))
+    return "".join(out)
+
+
+def _bare_address(value: str) -> str:
+    address = _clean(value).strip().strip("<>").strip().lower()
+    # The modern parser reports an empty angle-addr as "<>"; that is nobody.
+    return address if "@" in address else ""
+
+
+# --------------------------------------------------------------------------- HTML
+
+# Elements whose content is never visible text.
+_HIDDEN_TAGS = frozenset({"script", "style", "head", "title", "template"})
+# Elements that start a new line when rendered; they must separate words.
+_BLOCK_TAGS = frozenset(
+    {
+        "address", "article", "aside", "blockquote", "br", "dd", "div", "dl", "dt",
+        "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4",
+        "h5", "h6", "header", "hr", "li", "main", "nav", "ol", "p", "pre", "section",
+        "table", "tbody", "td", "tfoot", "th", "thead", "tr", "ul",
+    }
+)  # fmt: skip
+
+
+class _TextExtractor(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self._chunks: list[str] = []
+        self._hidden_depth = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _HIDDEN_TAGS:
+            self._hidden_depth += 1
+        elif tag in _BLOCK_TAGS:
+            self._chunks.append(" ")
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        # A self-closing <script/> hides nothing.
+        if tag in _BLOCK_TAGS:
+            self._chunks.append(" ")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _HIDDEN_TAGS:
+            self._hidden_depth = max(0, self._hidden_depth - 1)
+        elif tag in _BLOCK_TAGS:
+            self._chunks.append(" ")
+
+    def handle_data(self, data: str) -> None:
+        if not self._hidden_depth:
+            self._chunks.append(data)
+
+    def text(self) -> str:
+        return "".join(self._chunks)
+
+
+_HIDDEN_BLOCK_RE = re.compile(
+    r"<(script|style|head|title|template)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL
+)
+_TAG_RE = re.compile(r"<[^>]*>")
+
+
+def _regex_strip_html(html: str) -> str:
+    text = _HIDDEN_BLOCK_RE.sub(" ", html)
+    text = _TAG_RE.sub(" ", text)
+    return html_lib.unescape(text)

@@ -1,0 +1,200 @@
+"""Decide whether a message satisfies a signal, and which message wins (CONTRACT §3).
+
+Pure: criteria and candidates in, a verdict out. The caller loads candidates
+(messages seen at the provider for the signal's recipient) and persists the
+outcome; nothing here reads a clock or a database.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from app.domain.mail import ParsedMail, normalize_whitespace
+
+__all__ = [
+    "Candidate",
+    "Criteria",
+    "Pick",
+    "Verdict",
+    "Why",
+    "evaluate",
+    "normalize_address",
+    "pick",
+]
+
+
+class Why(StrEnum):
+    """Why a message addressed to the recipient did not match.
+
+    The declaration order is the order failures are reported in.
+    """
+
+    RECEIVED_BEFORE_WINDOW = "received_before_window"
+    RUN_MARKER_MISMATCH = "run_marker_mismatch"
+    RUN_MARKER_MISSING = "run_marker_missing"
+    SUBJECT_MISMATCH = "subject_mismatch"
+    BODY_MISMATCH = "body_mismatch"
+    TAKEN_BY_OTHER_SIGNAL = "taken_by_other_signal"
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """What a signal expects. Naive datetimes are read as UTC."""
+
+    recipient: str
+    run_id: str
+    received_after: datetime
+    subject_contains: str | None = None
+    body_contains: str | None = None
+    require_run_marker: bool = False
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A message seen at the provider, as matching needs it.
+
+    ``message_id`` is Signalbox's id (``msg_…``). ``envelope_recipients`` are the
+    SMTP ``RCPT TO`` addresses when the provider knows them. ``taken_by_other``
+    is true when the message is already the message of another signal.
+    """
+
+    message_id: str
+    received_at: datetime
+    mail: ParsedMail
+    envelope_recipients: tuple[str, ...] = ()
+    taken_by_other: bool = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of checking one candidate against one signal.
+
+    ``addressed`` says whether the recipient rule holds; ``failures`` lists every
+    other rule that failed, in :class:`Why` declaration order (they are computed
+    even when the message is not addressed to the recipient).
+    """
+
+    addressed: bool
+    failures: tuple[Why, ...]
+
+    @property
+    def matched(self) -> bool:
+        """The message satisfies the signal."""
+        return self.addressed and not self.failures
+
+    @property
+    def near_miss(self) -> bool:
+        """Addressed to the recipient and failed exactly one other rule (CONTRACT §3)."""
+        return self.addressed and len(self.failures) == 1
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The result of matching a batch of candidates.
+
+    ``winner`` is the earliest-received matching candidate (ties broken by
+    ``message_id``), or None. ``near_misses`` pairs each candidate addressed to
+    the recipient that failed exactly one rule with that rule, ordered by
+    ``received_at`` then ``message_id``.
+    """
+
+    winner: Candidate | None
+    near_misses: tuple[tuple[Candidate, Why], ...]
+
+
+def normalize_address(address: str) -> str:
+    """The comparable form of an email address: trimmed, angle brackets removed, lower-cased.
+
+    The whole address is kept, plus-tag included: ``qa+run1@x`` and ``qa@x``
+    are different recipients.
+    """
+    return address.strip().strip("<>").strip().lower()
+
+
+def evaluate(criteria: Criteria, candidate: Candidate) -> Verdict:
+    """Apply every rule of CONTRACT §3 to one candidate.
+
+    - recipient: equal, case-insensitively, to an envelope recipient, a To or a Cc address;
+    - ``received_at >= received_after``;
+    - run marker: when the message has one it must equal ``run_id`` exactly; with
+      ``require_run_marker`` a message without one fails;
+    - ``subject_contains``: case-insensitive substring of the decoded subject (both
+      sides NFC-normalised and case-folded);
+    - ``body_contains``: case-sensitive substring of ``mail.matchable_text()``, both
+      sides NFC-normalised and with whitespace runs collapsed, so a needle still
+      matches text that the sender hard-wrapped or wrote with CRLF line ends;
+    - not already the message of another signal.
+    """
+    mail = candidate.mail
+    wanted = normalize_address(criteria.recipient)
+    addresses = (*candidate.envelope_recipients, *mail.to, *mail.cc)
+    addressed = bool(wanted) and any(normalize_address(a) == wanted for a in addresses)
+
+    failures: list[Why] = []
+    if _as_utc(candidate.received_at) < _as_utc(criteria.received_after):
+        failures.append(Why.RECEIVED_BEFORE_WINDOW)
+    marker = mail.run_marker.strip() if mail.run_marker else ""
+    if marker and marker != criteria.run_id:
+        failures.append(Why.RUN_MARKER_MISMATCH)
+    if not marker and criteria.require_run_marker:
+        failures.append(Why.RUN_MARKER_MISSING)
+    if criteria.subject_contains is not None and not _contains_folded(
+        mail.subject, criteria.subject_contains
+    ):
+        failures.append(Why.SUBJECT_MISMATCH)
+    if criteria.body_contains is not None and not _contains_exact(
+        mail.matchable_text(), criteria.body_contains
+    ):
+        failures.append(Why.BODY_MISMATCH)
+    if candidate.taken_by_other:
+        failures.append(Why.TAKEN_BY_OTHER_SIGNAL)
+    return Verdict(addressed=addressed, failures=tuple(failures))
+
+
+def pick(criteria: Criteria, candidates: Iterable[Candidate]) -> Pick:
+    """Choose the winning message for a signal and collect its near misses.
+
+    The earliest ``received_at`` among matching candidates wins; equal instants
+    are broken by ``message_id`` so every worker picks the same message.
+    """
+    winner: Candidate | None = None
+    near: list[tuple[Candidate, Why]] = []
+    for candidate in candidates:
+        verdict = evaluate(criteria, candidate)
+        if verdict.matched:
+            if winner is None or _order_key(candidate) < _order_key(winner):
+                winner = candidate
+        elif verdict.near_miss:
+            near.append((candidate, verdict.failures[0]))
+    near.sort(key=lambda pair: _order_key(pair[0]))
+    return Pick(winner=winner, near_misses=tuple(near))
+
+
+def _order_key(candidate: Candidate) -> tuple[datetime, str]:
+    return _as_utc(candidate.received_at), candidate.message_id
+
+
+def _as_utc(moment: datetime) -> datetime:
+    # Comparing naive with aware datetimes raises; the server stores UTC, so a
+    # naive value can only mean UTC.
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def _fold(text: str) -> str:
+    # casefold() can produce denormalised sequences, so normalise on both sides of it.
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", text).casefold())
+
+
+def _contains_folded(haystack: str, needle: str) -> bool:
+    return _fold(needle) in _fold(haystack)
+
+
+def _contains_exact(haystack: str, needle: str) -> bool:
+    def prepare(text: str) -> str:
+        return normalize_whitespace(unicodedata.normalize("NFC", text))
+
+    return prepare(needle) in prepare(haystack)

@@ -1,0 +1,103 @@
+"""The run's evidence artifact for CI: what happened, provably, and nothing secret.
+
+It holds no body, no link, no code and no token; recipients appear only as
+their 12-hex hash.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app import views
+from app.db import claims as claims_repo
+from app.db import dead_letters as dlq_repo
+from app.db import repository as repo
+from app.db.engine import transaction
+from app.domain.ids import recipient_hash
+from app.domain.states import CheckOutcome, Status, result_of
+from app.errors import NotFound
+
+
+def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
+    with transaction() as session:
+        ids = repo.signal_ids_by_run(session, namespace, run_id)
+        if not ids:
+            raise NotFound(f"no signals for run {run_id}")
+        rows = repo.signal_rows_many(session, ids)
+        counts = repo.check_counts_by_outcome(session, ids)
+        messages = repo.message_get_many(session, [r["message_id"] for r in rows if r["message_id"]])
+        receipts = claims_repo.receipt_by_signal_many(session, ids)
+        first_claims = claims_repo.claim_latest_many(session, ids)
+        dead = dlq_repo.dead_letter_latest_many(session, ids)
+        generated_at = repo.db_now(session)
+    signals = []
+    by_status: dict[str, int] = {}
+    for r in rows:
+        status = Status(r["status"])
+        by_status[status.value] = by_status.get(status.value, 0) + 1
+        sig_counts = counts.get(r["id"], {})
+        message = messages.get(r["message_id"]) if r["message_id"] else None
+        receipt = receipts.get(r["id"])
+        dl = dead.get(r["id"])
+        claimed_at = receipt["claimed_at"] if receipt else (first_claims.get(r["id"]) or {}).get("claimed_at")
+        signals.append(
+            {
+                "signal_id": r["id"],
+                "test_case": r["test_case"],
+                "status": status.value,
+                "result": result_of(status, r["last_outcome"]).value,
+                "expiry_reason": r["expiry_reason"],
+                "provider": r["provider"],
+                "recipient_hash": recipient_hash(r["recipient"]),
+                "filters": {
+                    "subject_contains": r["subject_contains"] is not None,
+                    "body_contains": r["body_contains"] is not None,
+                    "require_run_marker": r["require_run_marker"],
+                },
+                "metadata": r["metadata"],
+                "timings": {
+                    "created_at": views.iso(r["created_at"]),
+                    "received_after": views.iso(r["received_after"]),
+                    "found_at": views.iso(r["found_at"]),
+                    "claimed_at": views.iso(claimed_at),
+                    "consumed_at": views.iso(receipt["consumed_at"]) if receipt else None,
+                    "expired_at": views.iso(r["expired_at"]),
+                    "expires_at": views.iso(r["expires_at"]),
+                    "seconds_to_found": (
+                        round((r["found_at"] - r["created_at"]).total_seconds(), 3)
+                        if r["found_at"]
+                        else None
+                    ),
+                },
+                "checks": {
+                    "total": sum(sig_counts.values()),
+                    "by_outcome": {o.value: sig_counts.get(o.value, 0) for o in CheckOutcome},
+                    "max_checks": r["max_checks"],
+                },
+                "message": (
+                    {
+                        "message_id": message["id"],
+                        "received_at": views.iso(message["received_at"]),
+                        "subject": message["subject"],
+                        "run_marker": message["run_marker"],
+                    }
+                    if message
+                    else None
+                ),
+                "receipt": views.receipt_view(receipt) if receipt else None,
+                "dead_letter": _dead_letter_summary(dl) if dl else None,
+            }
+        )
+    return {
+        "run_id": run_id,
+        "generated_at": views.iso(generated_at),
+        "summary": {"signals": len(signals), "by_status": by_status},
+        "signals": signals,
+    }
+
+
+def _dead_letter_summary(row: Any) -> dict[str, Any]:
+    view = views.dead_letter_view(row)
+    view.pop("note", None)
+    return view
+

@@ -1,0 +1,210 @@
+"""Use cases of expiry and the dead-letter queue.
+
+Expiry and its dead-letter record are written in one transaction, so none is
+lost between them; publishing to the `dead_letter` Celery queue happens after
+commit and is repaired by the sweep (an outbox).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app import dispatch, views
+from app.db import dead_letters as dlq_repo
+from app.db import repository as repo
+from app.db.engine import transaction
+from app.domain.diagnosis import Diagnosis, NearMiss, recommend
+from app.domain.ids import new_id, recipient_hash
+from app.domain.states import CheckOutcome, DeadLetterState, Status
+from app.errors import Conflict, NotFound
+from app.inputs import Discard, Redrive
+
+log = logging.getLogger("signalbox.expiry")
+
+
+def expire_signal(
+    session: Session,
+    signal_id: str,
+    *,
+    expected: Status,
+    reason: str,
+    fence: int | None = None,
+) -> str | None:
+    """`expected` → expired with `reason` and its dead letter, in the caller's
+    transaction. Returns the new dead letter's id, or None if the signal had
+    already moved (someone else expired or found it first)."""
+    row = repo.signal_expire(
+        session, signal_id, expected=expected.value, reason=reason, fence=fence
+    )
+    if row is None:
+        return None
+    return _record_dead_letter(session, row, reason)
+
+
+def _record_dead_letter(session: Session, row: Mapping[str, Any], reason: str) -> str | None:
+    signal_id = row["id"]
+    counts = repo.check_counts_by_outcome(session, [signal_id]).get(signal_id, {})
+    by_outcome = {o.value: counts.get(o.value, 0) for o in CheckOutcome}
+    near = [
+        NearMiss(
+            message_id=n["message_id"],
+            received_at=n["received_at"],
+            subject=n["subject"],
+            why=n["why"],
+            run_marker=n["run_marker"],
+        )
+        for n in repo.near_miss_list(session, signal_id)
+    ]
+    sentence = recommend(
+        Diagnosis(
+            reason=reason,
+            provider=row["provider"],
+            received_after=row["received_after"],
+            checks_by_outcome=by_outcome,
+            last_error_code=row["last_error_code"],
+            near_misses=near,
+            subject_contains=row["subject_contains"],
+        )
+    )
+    dead_letter_id = dlq_repo.dead_letter_insert(
+        session,
+        {
+            "id": new_id("dlq"),
+            "signal_id": signal_id,
+            "generation": row["generation"],
+            "namespace": row["namespace"],
+            "run_id": row["run_id"],
+            "provider": row["provider"],
+            "reason": reason,
+            "checks_total": sum(by_outcome.values()),
+            "checks_by_outcome": by_outcome,
+            "last_error_code": row["last_error_code"],
+            "near_misses": [
+                {
+                    "message_id": n.message_id,
+                    "received_at": views.iso(n.received_at),
+                    "subject": n.subject,
+                    "why": n.why,
+                }
+                for n in near
+            ],
+            "recommendation": sentence,
+        },
+    )
+    log.info(
+        "signal expired",
+        extra={
+            "event": "signal_expired",
+            "run_id": row["run_id"],
+            "signal_id": signal_id,
+            "recipient_hash": recipient_hash(row["recipient"]),
+            "reason": reason,
+            "dead_letter_id": dead_letter_id,
+        },
+    )
+    return dead_letter_id
+
+
+def publish(dead_letter_ids: list[str]) -> None:
+    """Send new dead letters to the `dead_letter` queue, then mark them sent."""
+    sent = [d for d in dead_letter_ids if d and dispatch.publish_dead_letter(d)]
+    if sent:
+        with transaction() as session:
+            dlq_repo.dead_letter_mark_published(session, sent)
+
+
+def expire_overdue(limit: int = 500) -> int:
+    """Expire waiting signals past their deadline (reason `deadline`)."""
+    created: list[str] = []
+    with transaction() as session:
+        for signal_id in repo.signal_ids_past_deadline(session, limit):
+            dlq = expire_signal(session, signal_id, expected=Status.WAITING, reason="deadline")
+            if dlq:
+                created.append(dlq)
+    publish(created)
+    return len(created)
+
+
+def republish_unsent(older_than_seconds: float = 5.0, limit: int = 200) -> int:
+    """The outbox sweep: dead letters committed but never published."""
+    with transaction() as session:
+        ids = dlq_repo.dead_letter_unpublished(session, older_than_seconds, limit)
+    publish(ids)
+    return len(ids)
+
+
+def dead_letter_read(namespace: str, dead_letter_id: str) -> dict[str, Any]:
+    with transaction() as session:
+        row = dlq_repo.dead_letter_get(session, dead_letter_id, namespace)
+        if row is None:
+            raise NotFound(f"no dead letter {dead_letter_id}")
+        return views.dead_letter_view(row)
+
+
+def dead_letter_list(
+    namespace: str,
+    *,
+    state: str | None,
+    reason: str | None,
+    provider: str | None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    after = views.decode_cursor(cursor) if cursor else None
+    with transaction() as session:
+        rows = dlq_repo.dead_letter_list(
+            session,
+            namespace,
+            state=state,
+            reason=reason,
+            provider=provider,
+            after=after,
+            limit=limit + 1,
+        )
+    page, more = rows[:limit], len(rows) > limit
+    next_cursor = views.encode_cursor(page[-1]["created_at"], page[-1]["id"]) if more else None
+    return [views.dead_letter_view(r) for r in page], next_cursor
+
+
+def dead_letter_redrive(namespace: str, dead_letter_id: str, req: Redrive) -> dict[str, Any]:
+    """open dead letter → redriven, its signal → waiting with a new deadline
+    and budget; history (checks, near misses, old dead letters) stays.
+    Redriving twice answers 409: it never creates a second signal."""
+    with transaction() as session:
+        dl = dlq_repo.dead_letter_get(session, dead_letter_id, namespace)
+        if dl is None:
+            raise NotFound(f"no dead letter {dead_letter_id}")
+        if dlq_repo.dead_letter_resolve(
+            session, dead_letter_id, to_state=DeadLetterState.REDRIVEN, note=None
+        ) is None:
+            raise Conflict(
+                f"dead letter is {dl['state']}, not open", code="dead_letter_not_open"
+            )
+        row = repo.signal_redrive(
+            session,
+            dl["signal_id"],
+            expires_in=float(req.expires_in_seconds),
+            max_checks=req.max_checks,
+        )
+        if row is None:
+            raise Conflict("the signal is not expired any more", code="signal_not_expired")
+        view = views.signal_views(session, [row])[0]
+    dispatch.enqueue_check(row["id"])
+    return view
+
+
+def dead_letter_discard(namespace: str, dead_letter_id: str, req: Discard) -> dict[str, Any]:
+    with transaction() as session:
+        dl = dlq_repo.dead_letter_get(session, dead_letter_id, namespace)
+        if dl is None:
+            raise NotFound(f"no dead letter {dead_letter_id}")
+        row = dlq_repo.dead_letter_resolve(
+            session, dead_letter_id, to_state=DeadLetterState.DISCARDED, note=req.note
+        )
+        if row is None:
+            raise Conflict(f"dead letter is {dl['state']}, not open", code="dead_letter_not_open")
+        return views.dead_letter_view(row)

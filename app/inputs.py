@@ -1,0 +1,83 @@
+"""Validated input of the use cases, shared by every front door (API, CLI, MCP)."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+RUN_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN, min_length=1, max_length=128)]
+_EMAIL = re.compile(r"^[^@\s<>()\[\],;:\"]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$")
+METADATA_MAX_BYTES = 4096
+
+
+def normalise_address(value: str) -> str:
+    """Lower-cased whole address (plus-tags kept); raise ValueError if not one."""
+    address = value.strip()
+    if len(address) > 320 or not _EMAIL.match(address):
+        raise ValueError("must be an email address like name@example.com")
+    return address.lower()
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+
+class SignalCreate(_Input):
+    run_id: RunId
+    test_case: str = Field(min_length=1, max_length=200)
+    recipient: str
+    subject_contains: str | None = Field(default=None, max_length=1000)
+    body_contains: str | None = Field(default=None, max_length=1000)
+    received_after: datetime | None = None
+    expires_in_seconds: int = Field(default=120, ge=1, le=86400)
+    max_checks: int = Field(default=30, ge=1, le=10000)
+    provider: str = Field(default="sink", min_length=1, max_length=128)
+    require_run_marker: bool = False
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("recipient")
+    @classmethod
+    def _recipient(cls, value: str) -> str:
+        return normalise_address(value)
+
+    @field_validator("received_after")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("must carry a timezone, e.g. 2026-01-01T00:00:00Z")
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _small(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if len(json.dumps(value, separators=(",", ":")).encode()) > METADATA_MAX_BYTES:
+            raise ValueError("must be at most 4 KiB as JSON")
+        return value
+
+
+class MailboxCreate(_Input):
+    run_id: RunId
+    provider: str = Field(default="sink", min_length=1, max_length=128)
+
+
+class ClaimCreate(_Input):
+    run_id: RunId
+    lease_seconds: int = Field(default=90, ge=5, le=900)
+
+
+class ClaimExtend(_Input):
+    lease_seconds: int = Field(default=90, ge=5, le=900)
+
+
+class Redrive(_Input):
+    expires_in_seconds: int = Field(default=120, ge=1, le=86400)
+    max_checks: int = Field(default=30, ge=1, le=10000)
+
+
+class Discard(_Input):
+    note: str = Field(min_length=1, max_length=2000)

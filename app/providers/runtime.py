@@ -1,0 +1,41 @@
+"""The configured providers of this process, loaded once and built lazily."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING
+
+from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.providers.base import Provider
+    from app.providers.registry import ProviderConfig
+
+_lock = threading.Lock()
+_configs: dict[str, dict[str, ProviderConfig]] = {}
+_instances: dict[tuple[int, str], Provider] = {}
+
+
+def provider_configs(settings: Settings) -> dict[str, ProviderConfig]:
+    from app.providers.registry import load_providers
+
+    key = str(settings.providers_file)
+    with _lock:
+        if key not in _configs:
+            path = settings.providers_file if settings.providers_file.exists() else None
+            _configs[key] = load_providers(path, os.environ)
+        return _configs[key]
+
+
+def get_provider(settings: Settings, name: str) -> Provider:
+    """This process's instance of provider `name` (one per pid: never shared
+    across a fork)."""
+    from app.providers.registry import build_provider
+
+    config = provider_configs(settings)[name]
+    key = (os.getpid(), name)
+    with _lock:
+        if key not in _instances:
+            _instances[key] = build_provider(config, os.environ)
+        return _instances[key]

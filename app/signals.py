@@ -1,0 +1,178 @@
+"""Use cases of signals: create (idempotent), read, list, push, mailboxes.
+
+Each is one transaction and callable from any front door. Sending tasks
+happens after commit, through `app.dispatch`; a lost send is repaired by the
+sweep because the database says what is due.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from app import dispatch, views
+from app.db import repository as repo
+from app.db.engine import transaction
+from app.domain.ids import new_id, recipient_hash
+from app.domain.states import Status
+from app.errors import IdempotencyConflict, NotFound, UnknownProvider
+from app.inputs import MailboxCreate, SignalCreate
+from app.observability import metrics
+from app.providers.runtime import provider_configs
+from app.settings import Settings
+
+log = logging.getLogger("signalbox.signals")
+
+# Fields whose difference under the same key is a conflict (CONTRACT §4).
+CONFLICT_FIELDS = ("recipient", "test_case", "subject_contains", "body_contains", "provider")
+
+
+@dataclass(frozen=True)
+class Created:
+    view: dict[str, Any]
+    created: bool
+
+    @property
+    def status_code(self) -> int:
+        if self.created:
+            return 201
+        return 202 if self.view["status"] == Status.WAITING else 200
+
+
+def _check_provider(settings: Settings, provider: str) -> None:
+    if provider not in provider_configs(settings):
+        raise UnknownProvider(f"provider {provider!r} is not configured", field="provider")
+
+
+def signal_create(
+    settings: Settings, namespace: str, req: SignalCreate, idempotency_key: str | None
+) -> Created:
+    """Create a signal, or return the one its idempotency key already names."""
+    _check_provider(settings, req.provider)
+    key = idempotency_key or f"{req.run_id}:{req.test_case}"
+    signal_id = new_id("sig")
+    with transaction() as session:
+        nested = session.begin_nested()
+        repo.signal_insert(
+            session,
+            {
+                "id": signal_id,
+                "namespace": namespace,
+                "idempotency_key": key,
+                "run_id": req.run_id,
+                "test_case": req.test_case,
+                "recipient": req.recipient,
+                "subject_contains": req.subject_contains,
+                "body_contains": req.body_contains,
+                "received_after": req.received_after,
+                "now": repo.db_now(session),
+                "expires_in": float(req.expires_in_seconds),
+                "max_checks": req.max_checks,
+                "provider": req.provider,
+                "require_run_marker": req.require_run_marker,
+                "metadata": req.metadata,
+                "max_claims": settings.max_claims,
+            },
+        )
+        if repo.idempotency_key_claim(
+            session, namespace, key, signal_id, settings.idempotency_ttl_hours
+        ):
+            nested.commit()
+            created = True
+        else:
+            nested.rollback()
+            existing = repo.idempotency_key_signal(session, namespace, key)
+            if existing is None:  # the key lapsed between the two statements
+                raise IdempotencyConflict("idempotency key changed hands; retry the request")
+            signal_id = existing
+            created = False
+        row = repo.signal_get(session, signal_id)
+        assert row is not None
+        if not created:
+            _raise_if_conflicting(row, req)
+        view = views.signal_views(session, [row])[0]
+    if created:
+        metrics.signals_created(namespace)
+        log.info(
+            "signal created",
+            extra={
+                "event": "signal_created",
+                "run_id": req.run_id,
+                "signal_id": signal_id,
+                "recipient_hash": recipient_hash(req.recipient),
+                "provider": req.provider,
+            },
+        )
+        dispatch.enqueue_check(signal_id)
+    return Created(view=view, created=created)
+
+
+def _raise_if_conflicting(row: Any, req: SignalCreate) -> None:
+    differing = [f for f in CONFLICT_FIELDS if row[f] != getattr(req, f)]
+    if differing:
+        raise IdempotencyConflict(
+            "this idempotency key already names a signal with a different "
+            + ", ".join(differing),
+            fields=differing,
+        )
+
+
+def signal_read(namespace: str, signal_id: str) -> dict[str, Any]:
+    with transaction() as session:
+        row = repo.signal_get(session, signal_id, namespace)
+        if row is None:
+            raise NotFound(f"no signal {signal_id}")
+        return views.signal_views(session, [row])[0]
+
+
+def signal_list(
+    namespace: str, run_id: str, *, limit: int, cursor: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    after = views.decode_cursor(cursor) if cursor else None
+    with transaction() as session:
+        rows = repo.signal_list_by_run(session, namespace, run_id, after=after, limit=limit + 1)
+        page, more = rows[:limit], len(rows) > limit
+        items = views.signal_views(session, page)
+    next_cursor = views.encode_cursor(page[-1]["created_at"], page[-1]["id"]) if more else None
+    return items, next_cursor
+
+
+def push(
+    provider: str, recipients: Iterable[str] | None = None, namespace: str | None = None
+) -> list[str]:
+    """A provider said mail arrived: check its waiting signals now."""
+    with transaction() as session:
+        ids = repo.signal_push_due(session, provider, recipients, namespace)
+    for signal_id in ids:
+        dispatch.enqueue_check(signal_id)
+    return ids
+
+
+def mailbox_create(settings: Settings, namespace: str, req: MailboxCreate) -> dict[str, Any]:
+    """A fresh address no earlier message can match (random local part)."""
+    _check_provider(settings, req.provider)
+    mailbox_id = new_id("mbx")
+    local = f"sbx-{mailbox_id.removeprefix('mbx_')}"
+    with transaction() as session:
+        row = repo.mailbox_insert(
+            session,
+            {
+                "id": mailbox_id,
+                "namespace": namespace,
+                "run_id": req.run_id,
+                "provider": req.provider,
+                "address": f"{local}@{settings.mailbox_domain}",
+                "ttl": settings.mailbox_ttl_hours * 3600.0,
+            },
+        )
+    return views.mailbox_view(row)
+
+
+def mailbox_delete(namespace: str, mailbox_id: str) -> None:
+    with transaction() as session:
+        row = repo.mailbox_delete(session, mailbox_id, namespace)
+        if row is None:
+            raise NotFound(f"no mailbox {mailbox_id}")
+        repo.mailbox_purge_messages(session, row["address"])

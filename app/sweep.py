@@ -1,0 +1,46 @@
+"""The periodic sweep (Celery beat): the database is the truth, the broker a doorbell.
+
+Each tick expires overdue signals, lapses claim leases, sends a task for
+every due signal that has none (first sends, backoff steps, and tasks lost to
+a broker restart or a killed worker), and re-publishes dead letters whose
+publication was lost. Every step is its own short transaction and safe to
+run concurrently with another sweep (`SKIP LOCKED`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from app import claims, dispatch, expiry
+from app.db import repository as repo
+from app.db.engine import transaction
+from app.settings import Settings
+
+log = logging.getLogger("signalbox.sweep")
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    expired: int
+    lapsed: int
+    enqueued: int
+    republished: int
+
+
+def sweep(settings: Settings, limit: int = 500) -> SweepReport:
+    expired = expiry.expire_overdue(limit)
+    lapsed = claims.lapse_leases(limit)
+    with transaction() as session:
+        due = repo.signal_mark_due_enqueued(
+            session, requeue_after_seconds=settings.requeue_after_seconds, limit=limit
+        )
+    for signal_id, reason in due:
+        if reason == "sweep":
+            log.info(
+                "re-sending a lost check task",
+                extra={"event": "check_requeued", "signal_id": signal_id},
+            )
+        dispatch.enqueue_check(signal_id)
+    republished = expiry.republish_unsent()
+    return SweepReport(expired=expired, lapsed=lapsed, enqueued=len(due), republished=republished)

@@ -1,0 +1,165 @@
+"""The JSON views of the contract, built from repository rows.
+
+A view never carries a body, a link or a code: those come only with a claim.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.db import claims as claims_repo
+from app.db import dead_letters as dlq_repo
+from app.db import repository as repo
+from app.domain.backoff import retry_after_seconds
+from app.domain.states import Result, Status, result_of
+
+
+def iso(value: datetime | None) -> str | None:
+    """ISO-8601 UTC with `Z`, millisecond precision."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def encode_cursor(created_at: datetime, object_id: str) -> str:
+    raw = json.dumps([created_at.isoformat(), object_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    from app.errors import InvalidInput
+
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        ts, object_id = json.loads(base64.urlsafe_b64decode(padded))
+        return datetime.fromisoformat(ts), str(object_id)
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput("cursor is not one this API returned", field="cursor") from exc
+
+
+def mailbox_view(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "mailbox_id": row["id"],
+        "run_id": row["run_id"],
+        "address": row["address"],
+        "provider": row["provider"],
+        "created_at": iso(row["created_at"]),
+        "expires_at": iso(row["expires_at"]),
+    }
+
+
+def receipt_view(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "receipt_id": row["id"],
+        "signal_id": row["signal_id"],
+        "claim_id": row["claim_id"],
+        "run_id": row["run_id"],
+        "message_id": row["message_id"],
+        "claimed_at": iso(row["claimed_at"]),
+        "consumed_at": iso(row["consumed_at"]),
+        "evidence": row["evidence"],
+    }
+
+
+def dead_letter_view(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "dead_letter_id": row["id"],
+        "signal_id": row["signal_id"],
+        "run_id": row["run_id"],
+        "reason": row["reason"],
+        "state": row["state"],
+        "created_at": iso(row["created_at"]),
+        "resolved_at": iso(row["resolved_at"]),
+        "provider": row["provider"],
+        "checks": {"total": row["checks_total"], "by_outcome": row["checks_by_outcome"]},
+        "last_error_code": row["last_error_code"],
+        "near_misses": row["near_misses"],
+        "recommendation": row["recommendation"],
+        "note": row["note"],
+    }
+
+
+def claim_summary(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "claim_id": row["id"],
+        "message_id": row["message_id"],
+        "claimed_at": iso(row["claimed_at"]),
+        "lease_until": iso(row["lease_until"]),
+    }
+
+
+def signal_views(session: Session, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Views of several signals in a fixed number of queries."""
+    if not rows:
+        return []
+    ids = [r["id"] for r in rows]
+    now = repo.db_now(session)
+    messages = repo.message_get_many(session, [r["message_id"] for r in rows if r["message_id"]])
+    claims = claims_repo.claim_active_many(session, ids)
+    receipts = claims_repo.receipt_by_signal_many(session, ids)
+    dead = dlq_repo.dead_letter_latest_many(session, ids)
+    out = []
+    for r in rows:
+        status = Status(r["status"])
+        result = result_of(status, r["last_outcome"])
+        message = messages.get(r["message_id"]) if r["message_id"] else None
+        claim = claims.get(r["id"])
+        receipt = receipts.get(r["id"])
+        dead_letter = dead.get(r["id"]) if status is Status.EXPIRED else None
+        out.append(
+            {
+                "signal_id": r["id"],
+                "run_id": r["run_id"],
+                "test_case": r["test_case"],
+                "status": status.value,
+                "result": result.value,
+                "expiry_reason": r["expiry_reason"],
+                "recipient": r["recipient"],
+                "subject_contains": r["subject_contains"],
+                "body_contains": r["body_contains"],
+                "provider": r["provider"],
+                "require_run_marker": r["require_run_marker"],
+                "metadata": r["metadata"],
+                "created_at": iso(r["created_at"]),
+                "received_after": iso(r["received_after"]),
+                "expires_at": iso(r["expires_at"]),
+                "found_at": iso(r["found_at"]),
+                "checks": r["checks_count"],
+                "max_checks": r["max_checks"],
+                "retry_after_seconds": (
+                    retry_after_seconds(now, r["next_check_at"])
+                    if result in (Result.WAITING, Result.PROVIDER_ERROR)
+                    else None
+                ),
+                "last_check": (
+                    {
+                        "at": iso(r["last_check_at"]),
+                        "outcome": r["last_outcome"],
+                        "error_code": r["last_error_code"],
+                    }
+                    if r["last_check_at"]
+                    else None
+                ),
+                "message": (
+                    {
+                        "message_id": message["id"],
+                        "received_at": iso(message["received_at"]),
+                        "subject": message["subject"],
+                        "recipient": r["recipient"],
+                        "run_marker": message["run_marker"],
+                    }
+                    if message
+                    else None
+                ),
+                "claim": claim_summary(claim) if claim else None,
+                "receipt": receipt_view(receipt) if receipt else None,
+                "dead_letter": dead_letter_view(dead_letter) if dead_letter else None,
+            }
+        )
+    return out

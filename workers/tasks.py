@@ -1,0 +1,93 @@
+"""Thin tasks: load by id → use case → done. Each carries only an id."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import redis
+from celery import shared_task
+
+from app import checks, sweep
+from app.db import dead_letters as dlq_repo
+from app.db.engine import transaction
+from app.providers.runtime import get_provider
+from app.settings import get_settings
+
+log = logging.getLogger("signalbox.tasks")
+
+_redis_lock = threading.Lock()
+_redis: dict[int, redis.Redis] = {}
+
+
+def _redis_client() -> redis.Redis:
+    import os
+
+    settings = get_settings()
+    with _redis_lock:
+        client = _redis.get(os.getpid())
+        if client is None:
+            url = settings.redis_url or settings.broker_url or ""
+            client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+            _redis[os.getpid()] = client
+        return client
+
+
+def breaker_for(provider: str) -> Any:
+    from workers.breaker import CircuitBreaker
+
+    settings = get_settings()
+    return CircuitBreaker(
+        _redis_client(),
+        provider,
+        failure_threshold=settings.breaker_failure_threshold,
+        open_seconds=settings.breaker_open_seconds,
+    )
+
+
+def provider_for(name: str) -> Any:
+    return get_provider(get_settings(), name)
+
+
+@shared_task(name="signalbox.check", acks_late=True)
+def check(signal_id: str) -> dict[str, Any]:
+    report = checks.run_check(
+        get_settings(), signal_id, provider_for=provider_for, breaker_for=breaker_for
+    )
+    return {"signals": report.signals, "outcome": report.outcome, "found": len(report.found)}
+
+
+@shared_task(name="signalbox.sweep", acks_late=True)
+def sweep_task() -> dict[str, int]:
+    report = sweep.sweep(get_settings())
+    return report.__dict__
+
+
+@shared_task(name="signalbox.retention", acks_late=True)
+def retention() -> dict[str, int]:
+    from app import retention as retention_uc
+
+    return retention_uc.purge(get_settings())
+
+
+@shared_task(name="signalbox.dead_letter", acks_late=True)
+def dead_letter(dead_letter_id: str) -> dict[str, Any]:
+    """The dead-letter queue's consumer: raise the alert (a structured log
+    line an alerting pipeline picks up). Content never goes in it."""
+    with transaction() as session:
+        row = dlq_repo.dead_letter_get(session, dead_letter_id, None)
+    if row is None:
+        return {"dead_letter_id": dead_letter_id, "found": False}
+    log.warning(
+        "dead letter",
+        extra={
+            "event": "dead_letter_alert",
+            "dead_letter_id": dead_letter_id,
+            "signal_id": row["signal_id"],
+            "run_id": row["run_id"],
+            "reason": row["reason"],
+            "provider": row["provider"],
+        },
+    )
+    return {"dead_letter_id": dead_letter_id, "found": True, "reason": row["reason"]}
