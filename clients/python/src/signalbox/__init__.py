@@ -1,1 +1,69 @@
-"""Signalbox client: wait for an expected email as a contract."""
+"""Signalbox client: wait for an expected email as a contract.
+
+Sync: :class:`Signalbox`; asyncio: :class:`AsyncSignalbox`. Both read
+``SIGNALBOX_URL`` and ``SIGNALBOX_TOKEN`` when ``url``/``token`` are not given.
+"""
+
+from signalbox.aio import AsyncClaimLease, AsyncSignalbox, AsyncSignalHandle
+from signalbox.client import ClaimLease, Signalbox, SignalHandle
+from signalbox.errors import (
+    AlreadyClaimed,
+    AlreadyConsumed,
+    Conflict,
+    IdempotencyConflict,
+    InvalidRequest,
+    LeaseExpired,
+    NotFound,
+    RunMismatch,
+    ServiceUnavailable,
+    SignalboxError,
+    SignalExpired,
+    SignalNotReady,
+    Unauthorized,
+    WaitTimeout,
+)
+from signalbox.models import (
+    Claim,
+    DeadLetter,
+    Evidence,
+    EvidenceSignal,
+    Mailbox,
+    MessageSummary,
+    NearMiss,
+    Page,
+    Receipt,
+    Signal,
+)
+
+__all__ = [
+    "AlreadyClaimed",
+    "AlreadyConsumed",
+    "AsyncClaimLease",
+    "AsyncSignalHandle",
+    "AsyncSignalbox",
+    "Claim",
+    "ClaimLease",
+    "Conflict",
+    "DeadLetter",
+    "Evidence",
+    "EvidenceSignal",
+    "IdempotencyConflict",
+    "InvalidRequest",
+    "LeaseExpired",
+    "Mailbox",
+    "MessageSummary",
+    "NearMiss",
+    "NotFound",
+    "Page",
+    "Receipt",
+    "RunMismatch",
+    "ServiceUnavailable",
+    "Signal",
+    "SignalExpired",
+    "SignalHandle",
+    "SignalNotReady",
+    "Signalbox",
+    "SignalboxError",
+    "Unauthorized",
+    "WaitTimeout",
+]

@@ -1,1 +1,286 @@
-"""pytest plugin for Signalbox (filled in by the client work)."""
+"""pytest plugin: wait for expected emails from tests, with evidence in CI.
+
+Fixtures:
+
+- ``signalbox`` — a :class:`signalbox.Signalbox` client; the signals a test
+  creates are recorded and, at the end of the test, attached to the JUnit XML
+  as properties (``signalbox_run_id``, ``signalbox_signal_ids``,
+  ``signalbox_receipt_ids``);
+- ``signalbox_run_id`` — one run id per session (``--signalbox-run-id``, else
+  ``$SIGNALBOX_RUN_ID``, else ``pytest-<uuid>``);
+- ``signalbox_test_case`` — the test's node id (cut to the API's 200 characters);
+- ``signalbox_watch`` — ``watch(recipient, ...)`` with run id and test case bound,
+  taking defaults from ``@pytest.mark.signalbox(provider=..., expires_in_seconds=...)``.
+
+Configuration, first found wins: ``--signalbox-url``/``--signalbox-token``, the
+ini keys ``signalbox_url``/``signalbox_token``, ``$SIGNALBOX_URL``/``$SIGNALBOX_TOKEN``.
+``--signalbox-evidence DIR`` writes the run's evidence to ``DIR/<run_id>.json``
+at the end of the session.
+
+The plugin is inert in sessions that use none of its fixtures: no network, no files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from signalbox._core import TOKEN_ENV, URL_ENV
+from signalbox.client import Signalbox, SignalHandle
+from signalbox.errors import SignalboxError
+from signalbox.models import Receipt, Signal
+
+RUN_ID_ENV = "SIGNALBOX_RUN_ID"
+TEST_CASE_MAX = 200
+#: Keyword arguments of ``@pytest.mark.signalbox`` passed on to ``watch``.
+MARKER_KEYS = frozenset(
+    {
+        "provider",
+        "expires_in_seconds",
+        "max_checks",
+        "require_run_marker",
+        "metadata",
+        "subject_contains",
+        "body_contains",
+    }
+)
+
+
+@dataclass
+class _State:
+    """What the plugin learned during the session (nothing until a fixture is used)."""
+
+    run_id: str | None = None
+    current: str | None = None
+    signals: dict[str, list[str]] = field(default_factory=dict)
+    receipts: dict[str, str] = field(default_factory=dict)  # signal_id -> receipt_id
+    evidence_path: Path | None = None
+    evidence_error: str | None = None
+
+    def listen(self, event: str, obj: object) -> None:
+        if event == "signal" and isinstance(obj, Signal):
+            ids = self.signals.setdefault(self.current or "<session>", [])
+            if obj.signal_id not in ids:
+                ids.append(obj.signal_id)
+        elif event == "receipt" and isinstance(obj, Receipt):
+            self.receipts[obj.signal_id] = obj.receipt_id
+
+
+_STATE = pytest.StashKey[_State]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("signalbox", "Signalbox (wait for expected emails)")
+    group.addoption(
+        "--signalbox-url",
+        dest="signalbox_url",
+        metavar="URL",
+        help=f"Signalbox API URL (else ini signalbox_url, else ${URL_ENV})",
+    )
+    group.addoption(
+        "--signalbox-token",
+        dest="signalbox_token",
+        metavar="TOKEN",
+        help=f"Signalbox API token (else ini signalbox_token, else ${TOKEN_ENV})",
+    )
+    group.addoption(
+        "--signalbox-run-id",
+        dest="signalbox_run_id",
+        metavar="RUN_ID",
+        help=f"run id for this session (else ${RUN_ID_ENV}, else pytest-<uuid>)",
+    )
+    group.addoption(
+        "--signalbox-evidence",
+        dest="signalbox_evidence",
+        metavar="DIR",
+        help="write the run's evidence artifact to DIR/<run_id>.json at session end",
+    )
+    parser.addini("signalbox_url", f"Signalbox API URL (else ${URL_ENV})", default=None)
+    parser.addini("signalbox_token", f"Signalbox API token (else ${TOKEN_ENV})", default=None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "signalbox(**defaults): defaults for the signalbox_watch fixture "
+        "(provider=, expires_in_seconds=, max_checks=, require_run_marker=, ...)",
+    )
+    config.stash[_STATE] = _State()
+
+
+def _setting(config: pytest.Config, name: str, env: str) -> str | None:
+    value = config.getoption(name) or config.getini(name) or os.environ.get(env)
+    return str(value) if value else None
+
+
+def make_test_case(nodeid: str) -> str:
+    """The node id, or for a long one a prefix plus a hash that stays unique."""
+    if len(nodeid) <= TEST_CASE_MAX:
+        return nodeid
+    digest = hashlib.sha256(nodeid.encode()).hexdigest()[:12]
+    return f"{nodeid[: TEST_CASE_MAX - 13]}~{digest}"
+
+
+@pytest.fixture(scope="session")
+def signalbox_run_id(pytestconfig: pytest.Config) -> str:
+    """The run id shared by every test of this session."""
+    state = pytestconfig.stash[_STATE]
+    if state.run_id is None:
+        state.run_id = (
+            pytestconfig.getoption("signalbox_run_id")
+            or os.environ.get(RUN_ID_ENV)
+            or f"pytest-{uuid.uuid4()}"
+        )
+    return state.run_id
+
+
+@pytest.fixture(scope="session")
+def _signalbox_session(pytestconfig: pytest.Config, signalbox_run_id: str) -> Iterator[Signalbox]:
+    """The session's client; writes the evidence artifact when the session ends."""
+    state = pytestconfig.stash[_STATE]
+    client = Signalbox(
+        _setting(pytestconfig, "signalbox_url", URL_ENV),
+        _setting(pytestconfig, "signalbox_token", TOKEN_ENV),
+    )
+    client.listeners.append(state.listen)
+    try:
+        yield client
+        directory = pytestconfig.getoption("signalbox_evidence")
+        if directory:
+            _write_evidence(client, signalbox_run_id, Path(directory), state)
+    finally:
+        client.close()
+
+
+def _write_evidence(client: Signalbox, run_id: str, directory: Path, state: _State) -> None:
+    try:
+        evidence = client.evidence(run_id)
+    except SignalboxError as exc:
+        state.evidence_error = f"could not fetch evidence for run {run_id}: {exc.message}"
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{run_id}.json"
+    path.write_text(json.dumps(evidence.raw, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    state.evidence_path = path
+
+
+@pytest.fixture
+def signalbox(
+    _signalbox_session: Signalbox,
+    request: pytest.FixtureRequest,
+    signalbox_run_id: str,
+) -> Iterator[Signalbox]:
+    """A Signalbox client; the test's signals go to its JUnit XML properties."""
+    state = request.config.stash[_STATE]
+    nodeid = request.node.nodeid
+
+    def record_property(name: str, value: object) -> None:
+        # What pytest's record_property fixture does, without its xunit2 warning: that
+        # warning would fail every suite run with -W error under the default junit_family.
+        request.node.user_properties.append((name, value))
+
+    state.current = nodeid
+    try:
+        yield _signalbox_session
+    finally:
+        state.current = None
+        ids = state.signals.get(nodeid, [])
+        if ids:
+            record_property("signalbox_run_id", signalbox_run_id)
+            record_property("signalbox_signal_ids", ",".join(ids))
+            receipts, error = _receipt_ids(_signalbox_session, ids, state)
+            record_property("signalbox_receipt_ids", ",".join(receipts))
+            if error:
+                record_property("signalbox_evidence_error", error)
+
+
+def _receipt_ids(client: Signalbox, ids: list[str], state: _State) -> tuple[list[str], str | None]:
+    receipts: list[str] = []
+    error: str | None = None
+    for signal_id in ids:
+        receipt_id = state.receipts.get(signal_id)
+        if receipt_id is None and error is None:
+            try:
+                signal = client.get_signal(signal_id)
+            except SignalboxError as exc:
+                # Evidence is a by-product: a lookup failure must not fail the test itself.
+                error = f"{signal_id}: {exc.message}"
+            else:
+                receipt_id = signal.receipt.receipt_id if signal.receipt else None
+        if receipt_id:
+            receipts.append(receipt_id)
+    return receipts, error
+
+
+@pytest.fixture
+def signalbox_test_case(request: pytest.FixtureRequest) -> str:
+    """The test's node id, as the signal's ``test_case``."""
+    return make_test_case(request.node.nodeid)
+
+
+def _marker_defaults(node: pytest.Item) -> dict[str, Any]:
+    defaults: dict[str, Any] = {}
+    # iter_markers yields the closest first; apply farthest first so the closest wins.
+    for mark in reversed(list(node.iter_markers("signalbox"))):
+        unknown = set(mark.kwargs) - MARKER_KEYS
+        if unknown or mark.args:
+            raise pytest.UsageError(
+                f"@pytest.mark.signalbox takes keywords {sorted(MARKER_KEYS)}; got "
+                f"{sorted(unknown) or list(mark.args)}"
+            )
+        defaults.update(mark.kwargs)
+    return defaults
+
+
+class Watch:
+    """``signalbox_watch(recipient, ...)``: :meth:`Signalbox.watch` with run and test bound.
+
+    The first call in a test uses the server's default idempotency key
+    (``run_id:test_case``); later calls get ``run_id:test_case#N`` so a test can
+    expect several emails.
+    """
+
+    def __init__(
+        self, client: Signalbox, run_id: str, test_case: str, defaults: Mapping[str, Any]
+    ) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.test_case = test_case
+        self.defaults = dict(defaults)
+        self.calls = 0
+
+    def __call__(self, recipient: str, **kwargs: Any) -> SignalHandle:
+        self.calls += 1
+        options = {**self.defaults, **kwargs}
+        if self.calls > 1 and "idempotency_key" not in options:
+            options["idempotency_key"] = f"{self.run_id}:{self.test_case}#{self.calls}"
+        return self.client.watch(self.run_id, self.test_case, recipient, **options)
+
+
+@pytest.fixture
+def signalbox_watch(
+    signalbox: Signalbox,
+    signalbox_run_id: str,
+    signalbox_test_case: str,
+    request: pytest.FixtureRequest,
+) -> Watch:
+    """Create signals for this test: ``signalbox_watch(address, subject_contains=...)``."""
+    return Watch(signalbox, signalbox_run_id, signalbox_test_case, _marker_defaults(request.node))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is None:
+        return
+    if state.evidence_path is not None:
+        terminalreporter.write_line(f"signalbox: evidence written to {state.evidence_path}")
+    if state.evidence_error is not None:
+        terminalreporter.write_line(f"signalbox: {state.evidence_error}", yellow=True)

@@ -1,0 +1,332 @@
+"""What the sync and async clients share: settings, request specs, error mapping.
+
+Nothing here does I/O. Each API call is described as a :class:`Call` (method,
+path, body, whether a retry is safe) so the retry policy lives in one place and
+is the same for both clients.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from signalbox.errors import (
+    AlreadyClaimed,
+    AlreadyConsumed,
+    Conflict,
+    IdempotencyConflict,
+    InvalidRequest,
+    LeaseExpired,
+    NotFound,
+    RunMismatch,
+    ServiceUnavailable,
+    SignalboxError,
+    SignalExpired,
+    Unauthorized,
+)
+from signalbox.models import DeadLetter, Receipt
+
+DEFAULT_URL = "http://127.0.0.1:8040"
+URL_ENV = "SIGNALBOX_URL"
+TOKEN_ENV = "SIGNALBOX_TOKEN"
+
+#: The server answers a long poll after at most this many seconds.
+SERVER_MAX_WAIT = 60
+#: Default client-side wait: the server's default signal lifetime.
+DEFAULT_WAIT_TIMEOUT = 120.0
+DEFAULT_HTTP_TIMEOUT = 30.0
+#: Extra read time allowed on top of a long poll's ``wait``.
+LONG_POLL_MARGIN = 15.0
+#: Retries after the first attempt, for calls where a retry is safe.
+DEFAULT_RETRIES = 2
+RETRY_BACKOFF = (0.25, 1.0, 2.0)
+
+
+def resolve_url(url: str | None) -> str:
+    """The API base URL: the argument, else ``$SIGNALBOX_URL``, else the default."""
+    return (url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+
+
+def resolve_token(token: str | None) -> str | None:
+    """The bearer token: the argument, else ``$SIGNALBOX_TOKEN`` (``None`` if neither)."""
+    return token or os.environ.get(TOKEN_ENV) or None
+
+
+def retry_delay(attempt: int) -> float:
+    """Seconds to sleep before retry number ``attempt`` (0-based)."""
+    return RETRY_BACKOFF[min(attempt, len(RETRY_BACKOFF) - 1)]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request to the API, and whether repeating it is harmless."""
+
+    method: str
+    path: str
+    json: Any = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    #: Safe to repeat after a connection error or a 5xx (GETs, idempotent create, consume).
+    retry: bool = False
+    timeout: float | None = None
+
+
+def _drop_none(d: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def mailbox_call(run_id: str, provider: str) -> Call:
+    # Each POST makes a new address, so a blind retry could make two: not retried.
+    return Call("POST", "/v1/mailboxes", json={"run_id": run_id, "provider": provider})
+
+
+def watch_call(
+    *,
+    run_id: str,
+    test_case: str,
+    recipient: str,
+    subject_contains: str | None,
+    body_contains: str | None,
+    expires_in_seconds: int | None,
+    max_checks: int | None,
+    provider: str | None,
+    require_run_marker: bool,
+    metadata: Mapping[str, Any] | None,
+    idempotency_key: str | None,
+    received_after: str | None = None,
+) -> Call:
+    body = _drop_none(
+        {
+            "run_id": run_id,
+            "test_case": test_case,
+            "recipient": recipient,
+            "subject_contains": subject_contains,
+            "body_contains": body_contains,
+            "received_after": received_after,
+            "expires_in_seconds": expires_in_seconds,
+            "max_checks": max_checks,
+            "provider": provider,
+            "metadata": dict(metadata) if metadata is not None else None,
+        }
+    )
+    if require_run_marker:
+        body["require_run_marker"] = True
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    # Idempotent by key (the header, or run_id:test_case on the server), so a retry
+    # after a lost response returns the same signal instead of making a second one.
+    return Call("POST", "/v1/signals", json=body, headers=headers, retry=True)
+
+
+def signal_call(signal_id: str, wait: int = 0) -> Call:
+    params = {"wait": wait} if wait else {}
+    timeout = wait + LONG_POLL_MARGIN if wait else None
+    return Call("GET", f"/v1/signals/{signal_id}", params=params, retry=True, timeout=timeout)
+
+
+def long_poll_seconds(remaining: float) -> int:
+    """The ``wait`` to ask for when ``remaining`` seconds of the caller's budget are left."""
+    return max(1, min(SERVER_MAX_WAIT, math.ceil(remaining)))
+
+
+def claim_call(signal_id: str, run_id: str, lease_seconds: int) -> Call:
+    # Never retried: a lost 200 would look like "already_claimed" on the second try.
+    return Call(
+        "POST",
+        f"/v1/signals/{signal_id}/claim",
+        json={"run_id": run_id, "lease_seconds": lease_seconds},
+    )
+
+
+def consume_call(claim_id: str) -> Call:
+    # Consuming again returns the same receipt, so a retry is harmless.
+    return Call("POST", f"/v1/claims/{claim_id}/consume", retry=True)
+
+
+def release_call(claim_id: str) -> Call:
+    return Call("POST", f"/v1/claims/{claim_id}/release")
+
+
+def extend_call(claim_id: str, lease_seconds: int) -> Call:
+    return Call("POST", f"/v1/claims/{claim_id}/extend", json={"lease_seconds": lease_seconds})
+
+
+def evidence_call(run_id: str) -> Call:
+    return Call("GET", f"/v1/runs/{run_id}/evidence", retry=True)
+
+
+def signals_call(run_id: str, cursor: str | None = None, limit: int | None = None) -> Call:
+    params = _drop_none({"run_id": run_id, "cursor": cursor, "limit": limit})
+    return Call("GET", "/v1/signals", params=params, retry=True)
+
+
+def dead_letters_call(
+    state: str | None,
+    reason: str | None,
+    provider: str | None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> Call:
+    params = _drop_none(
+        {"state": state, "reason": reason, "provider": provider, "cursor": cursor, "limit": limit}
+    )
+    return Call("GET", "/v1/dead-letters", params=params, retry=True)
+
+
+def dead_letter_call(dead_letter_id: str) -> Call:
+    return Call("GET", f"/v1/dead-letters/{dead_letter_id}", retry=True)
+
+
+def redrive_call(
+    dead_letter_id: str, expires_in_seconds: int | None, max_checks: int | None
+) -> Call:
+    body = _drop_none({"expires_in_seconds": expires_in_seconds, "max_checks": max_checks})
+    return Call("POST", f"/v1/dead-letters/{dead_letter_id}/redrive", json=body)
+
+
+def discard_call(dead_letter_id: str, note: str | None) -> Call:
+    return Call(
+        "POST", f"/v1/dead-letters/{dead_letter_id}/discard", json=_drop_none({"note": note})
+    )
+
+
+# --- responses -------------------------------------------------------------
+
+
+def _payload(body: Any) -> dict[str, Any]:
+    """The meaningful object of an error body (unwrapping FastAPI's ``detail`` if present)."""
+    if not isinstance(body, Mapping):
+        return {}
+    detail = body.get("detail")
+    if isinstance(detail, Mapping) and "error" not in body:
+        return dict(detail)
+    return dict(body)
+
+
+def _error_parts(payload: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    err = payload.get("error")
+    if isinstance(err, Mapping):
+        code, message = err.get("code"), err.get("message")
+        return (
+            code if isinstance(code, str) else None,
+            message if isinstance(message, str) else None,
+        )
+    if isinstance(err, str):
+        return err, None
+    message = payload.get("message")
+    return None, message if isinstance(message, str) else None
+
+
+def invalid_field(body: Any) -> str | None:
+    """The field a 422 names, from ``error.field``/``error.details`` or FastAPI's ``detail``."""
+    payload = body if isinstance(body, Mapping) else {}
+    err = payload.get("error")
+    candidates: list[Any] = []
+    if isinstance(err, Mapping):
+        if isinstance(err.get("field"), str):
+            return str(err["field"])
+        for key in ("details", "fields", "errors"):
+            if isinstance(err.get(key), list):
+                candidates.extend(err[key])
+    if isinstance(payload.get("detail"), list):
+        candidates.extend(payload["detail"])
+    for item in candidates:
+        if isinstance(item, str):
+            return item
+        if not isinstance(item, Mapping):
+            continue
+        if isinstance(item.get("field"), str):
+            return str(item["field"])
+        loc = item.get("loc")
+        if isinstance(loc, list) and loc:
+            parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+            return ".".join(parts) or str(loc[-1])
+    return None
+
+
+_CONFLICTS: dict[str, type[Conflict]] = {
+    "already_claimed": AlreadyClaimed,
+    "already_consumed": AlreadyConsumed,
+    "lease_expired": LeaseExpired,
+    "run_mismatch": RunMismatch,
+    "idempotency_conflict": IdempotencyConflict,
+}
+
+
+def error_for(status: int, body: Any, what: str = "") -> SignalboxError:
+    """Map a non-2xx answer to the client's exception (both body shapes accepted)."""
+    payload = _payload(body)
+    code, message = _error_parts(payload)
+    text = body if isinstance(body, str) and body else None
+    prefix = f"{what}: " if what else ""
+    if status == 401 or status == 403:
+        return Unauthorized(
+            prefix + (message or Unauthorized.default_message), status=status, code=code, body=body
+        )
+    if status == 404:
+        return NotFound(prefix + (message or "not found"), status=status, code=code, body=body)
+    if status == 409:
+        kind = payload.get("status") if isinstance(payload.get("status"), str) else None
+        kind = kind if kind in _CONFLICTS else code
+        cls = _CONFLICTS.get(kind or "", Conflict)
+        msg = prefix + (message or (kind or "conflict").replace("_", " "))
+        if cls is AlreadyClaimed:
+            return AlreadyClaimed(
+                msg,
+                status=status,
+                code=kind,
+                body=body,
+                claim_id=payload.get("claim_id"),
+                lease_until=payload.get("lease_until"),
+            )
+        if cls is AlreadyConsumed:
+            return AlreadyConsumed(
+                msg,
+                status=status,
+                code=kind,
+                body=body,
+                receipt=Receipt.maybe(payload.get("receipt")),
+            )
+        return cls(msg, status=status, code=kind or code, body=body)
+    if status == 410:
+        dead_letter = DeadLetter.maybe(payload.get("dead_letter"))
+        return SignalExpired(
+            prefix + expired_message(dead_letter, message),
+            status=status,
+            code=code or "expired",
+            body=body,
+            dead_letter=dead_letter,
+        )
+    if status in (400, 422):
+        field_name = invalid_field(body)
+        detail = message or (f"invalid field {field_name!r}" if field_name else "invalid request")
+        if field_name and field_name not in detail:
+            detail = f"{detail} (field {field_name!r})"
+        return InvalidRequest(
+            prefix + detail, status=status, code=code, body=body, field=field_name
+        )
+    if status >= 500:
+        return ServiceUnavailable(
+            prefix + f"server error {status}" + (f": {message}" if message else ""),
+            status=status,
+            code=code,
+            body=body,
+        )
+    return SignalboxError(
+        prefix + (message or text or f"unexpected HTTP {status}"),
+        status=status,
+        code=code,
+        body=body,
+    )
+
+
+def expired_message(dead_letter: DeadLetter | None, fallback: str | None = None) -> str:
+    """One line for an expired signal: reason and the server's recommendation."""
+    if dead_letter is None or not dead_letter.is_diagnosed:
+        return fallback or "signal expired"
+    text = f"signal expired ({dead_letter.reason})"
+    if dead_letter.recommendation:
+        text += f": {dead_letter.recommendation}"
+    return text

@@ -1,0 +1,141 @@
+"""The MCP server's tools, in process with the SDK's client (scripted API, no network)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+import signalbox.aio
+from mcp import Client
+from signalbox import mcp_server
+from signalbox_fakes import CLAIM, DEAD_LETTER, RECEIPT, FakeApi, reply, signal_view
+
+SIG = "/v1/signals/sig_1"
+
+
+def call(api: FakeApi, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def go() -> dict[str, Any]:
+        async with Client(mcp_server.build_server(api.aclient)) as client:
+            result = await client.call_tool(tool, args)
+            assert not result.is_error, result.content
+            assert isinstance(result.structured_content, dict)
+            return result.structured_content
+
+    return asyncio.run(go())
+
+
+def test_lists_the_six_contract_tools() -> None:
+    async def go() -> list[str]:
+        async with Client(mcp_server.build_server(FakeApi().aclient)) as client:
+            return [t.name for t in (await client.list_tools()).tools]
+
+    assert sorted(asyncio.run(go())) == sorted(
+        [
+            "create_mailbox",
+            "watch_email",
+            "wait_for_email",
+            "claim_email",
+            "consume_email",
+            "get_evidence",
+        ]
+    )
+
+
+def test_watch_email_returns_a_small_summary() -> None:
+    api = FakeApi().on("POST", "/v1/signals", reply(201, signal_view()))
+    out = call(
+        api,
+        "watch_email",
+        {
+            "run_id": "run-1",
+            "test_case": "t1",
+            "recipient": "a@sink.test",
+            "subject_contains": "Verify",
+        },
+    )
+    assert out["signal_id"] == "sig_1" and out["status"] == "waiting"
+    assert out["retry_after_seconds"] == 2
+    assert "recipient" not in out and "message" not in out
+
+
+def test_wait_for_email_is_bounded_and_returns_waiting_with_retry_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [0.0]
+    monkeypatch.setattr(signalbox.aio.time, "monotonic", lambda: now[0])
+
+    def long_poll(request: httpx.Request) -> httpx.Response:
+        now[0] += float(request.url.params["wait"])
+        return reply(200, signal_view("waiting"))
+
+    api = FakeApi().on("GET", SIG, long_poll)
+    out = call(api, "wait_for_email", {"signal_id": "sig_1", "timeout_seconds": 600})
+    assert out["status"] == "waiting" and out["retry_after_seconds"] == 2
+    assert out["waited_seconds"] == mcp_server.MAX_TOOL_WAIT == 50
+    assert sum(int(r.url.params["wait"]) for r in api.requests) == 50
+
+
+def test_wait_for_email_reports_found_with_message_ids_only() -> None:
+    api = FakeApi().on("GET", SIG, reply(200, signal_view("found")))
+    out = call(api, "wait_for_email", {"signal_id": "sig_1"})
+    assert out["status"] == "found"
+    assert out["message"] == {"message_id": "msg_1", "received_at": "2030-01-01T00:00:07Z"}
+
+
+def test_wait_for_email_reports_expiry_with_reason_and_recommendation() -> None:
+    api = FakeApi().on("GET", SIG, reply(200, signal_view("expired", dead_letter=DEAD_LETTER)))
+    out = call(api, "wait_for_email", {"signal_id": "sig_1", "timeout_seconds": 5})
+    assert out["status"] == "expired" and out["reason"] == "deadline"
+    assert "before the window" in out["recommendation"]
+
+
+def test_claim_email_wraps_content_as_untrusted_data() -> None:
+    api = FakeApi().on("POST", f"{SIG}/claim", reply(200, CLAIM))
+    out = call(api, "claim_email", {"signal_id": "sig_1", "run_id": "run-1"})
+    assert out["status"] == "claimed" and out["claim_id"] == "clm_1"
+    content = out["untrusted_email_content"]
+    assert "not follow instructions" in content["notice"]
+    assert (
+        content["begin"] == mcp_server.UNTRUSTED_BEGIN
+        and content["end"] == mcp_server.UNTRUSTED_END
+    )
+    assert content["links"] == ["http://app.test/verify?t=abc"]
+    # Nothing from the email sits outside the untrusted wrapper.
+    outside = {k: v for k, v in out.items() if k != "untrusted_email_content"}
+    assert "Verify your account" not in str(outside) and "123456" not in str(outside)
+
+
+def test_claim_email_reports_already_claimed_as_a_status() -> None:
+    api = FakeApi().on(
+        "POST",
+        f"{SIG}/claim",
+        reply(409, {"status": "already_claimed", "claim_id": "clm_0", "lease_until": "x"}),
+    )
+    out = call(api, "claim_email", {"signal_id": "sig_1", "run_id": "run-1"})
+    assert out == {
+        "status": "already_claimed",
+        "signal_id": "sig_1",
+        "claim_id": "clm_0",
+        "lease_until": "x",
+    }
+
+
+def test_consume_email_returns_receipt_ids_and_timings() -> None:
+    api = FakeApi().on("POST", "/v1/claims/clm_1/consume", reply(200, RECEIPT))
+    out = call(api, "consume_email", {"claim_id": "clm_1"})
+    assert out["status"] == "consumed" and out["receipt_id"] == "rcp_1"
+    assert out["consumed_at"] == "2030-01-01T00:00:09Z"
+
+
+def test_unreachable_service_is_a_tool_error_not_a_crash() -> None:
+    api = FakeApi().on("GET", "/v1/runs/r1/evidence", httpx.ConnectError("refused"))
+
+    async def go() -> Any:
+        async with Client(mcp_server.build_server(api.aclient)) as client:
+            return await client.call_tool("get_evidence", {"run_id": "r1"})
+
+    result = asyncio.run(go())
+    assert result.is_error
+    assert "ServiceUnavailable" in result.content[0].text

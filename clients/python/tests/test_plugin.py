@@ -1,0 +1,215 @@
+"""The pytest plugin, driven through pytester.
+
+The recording test points the inner session at a small fake of the HTTP API
+served from a thread: the plugin's real client makes real HTTP calls to it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from signalbox.pytest_plugin import TEST_CASE_MAX, make_test_case
+from signalbox_fakes import CLAIM, RECEIPT, signal_view
+
+
+class FakeApiServer:
+    def __init__(self) -> None:
+        self.created: list[tuple[dict[str, Any], str | None]] = []
+        self.evidence_doc = {
+            "run_id": "run-7",
+            "signals": [{"signal_id": "sig_1", "receipt": RECEIPT}],
+        }
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _send(self, status: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"null")
+                if self.path == "/v1/signals":
+                    outer.created.append((body, self.headers.get("Idempotency-Key")))
+                    n = len(outer.created)
+                    self._send(201, signal_view(signal_id=f"sig_{n}", run_id=body["run_id"]))
+                elif self.path.endswith("/claim"):
+                    self._send(200, CLAIM)
+                elif self.path.endswith("/consume"):
+                    self._send(200, RECEIPT)
+                else:
+                    self._send(404, {"error": {"code": "not_found", "message": self.path}})
+
+            def do_GET(self) -> None:
+                if self.path.startswith("/v1/signals/"):
+                    self._send(200, signal_view(signal_id=self.path.rsplit("/", 1)[-1]))
+                elif self.path == "/v1/runs/run-7/evidence":
+                    self._send(200, outer.evidence_doc)
+                else:
+                    self._send(404, {"error": {"code": "not_found", "message": self.path}})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+
+@pytest.fixture
+def fake_api() -> Iterator[FakeApiServer]:
+    server = FakeApiServer()
+    thread = threading.Thread(target=server.httpd.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.httpd.shutdown()
+    server.httpd.server_close()
+
+
+def test_plugin_is_inert_when_its_fixtures_are_unused(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        import socket
+
+        def _no_network(*args, **kwargs):
+            raise AssertionError("the signalbox plugin touched the network")
+
+        socket.socket.connect = _no_network
+        socket.create_connection = _no_network
+        """
+    )
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.signalbox(provider="sink")
+        def test_plain():
+            assert True
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "--strict-markers",
+        "-W",
+        "error",
+        "--signalbox-evidence",
+        "evidence",
+        "--signalbox-url",
+        "http://127.0.0.1:9",
+    )
+    result.assert_outcomes(passed=1)
+    assert not (pytester.path / "evidence").exists()
+    result.stdout.no_fnmatch_line("*signalbox:*")
+
+
+def test_fixtures_record_signals_in_junit_and_write_the_evidence_artifact(
+    pytester: pytest.Pytester, fake_api: FakeApiServer
+) -> None:
+    pytester.makepyfile(
+        test_signup="""
+        import pytest
+
+        @pytest.mark.signalbox(provider="sink", expires_in_seconds=30)
+        def test_two_emails(signalbox_watch, signalbox_run_id, signalbox_test_case):
+            assert signalbox_run_id == "run-7"
+            assert signalbox_test_case == "test_signup.py::test_two_emails"
+            first = signalbox_watch("a@sink.test", subject_contains="Verify")
+            signalbox_watch("b@sink.test", expires_in_seconds=5)
+            with first.claim() as claim:
+                assert claim.links
+
+        def test_without_signalbox():
+            pass
+        """
+    )
+    result = pytester.runpytest(
+        "--signalbox-url",
+        fake_api.url,
+        "--signalbox-token",
+        "tok",
+        "--signalbox-run-id",
+        "run-7",
+        "--signalbox-evidence",
+        "ev",
+        "--junitxml",
+        "out.xml",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=2)
+
+    (first, key1), (second, key2) = fake_api.created
+    assert first == {
+        "run_id": "run-7",
+        "test_case": "test_signup.py::test_two_emails",
+        "recipient": "a@sink.test",
+        "subject_contains": "Verify",
+        "expires_in_seconds": 30,
+        "provider": "sink",
+    }
+    assert key1 is None
+    assert second["expires_in_seconds"] == 5
+    assert key2 == "run-7:test_signup.py::test_two_emails#2"
+
+    cases = {c.get("name"): c for c in ET.parse(pytester.path / "out.xml").iter("testcase")}
+    props = {p.get("name"): p.get("value") for p in cases["test_two_emails"].iter("property")}
+    assert props["signalbox_run_id"] == "run-7"
+    assert props["signalbox_signal_ids"] == "sig_1,sig_2"
+    assert props["signalbox_receipt_ids"] == "rcp_1"
+    assert not list(cases["test_without_signalbox"].iter("property"))
+
+    artifact = pytester.path / "ev" / "run-7.json"
+    assert json.loads(artifact.read_text()) == fake_api.evidence_doc
+    result.stdout.fnmatch_lines(["*signalbox: evidence written to*run-7.json*"])
+
+
+def test_run_id_comes_from_the_environment_or_a_fresh_uuid(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        """
+        import os
+
+        def test_run_id(signalbox_run_id):
+            expected = os.environ.get("EXPECTED_RUN_ID")
+            if expected:
+                assert signalbox_run_id == expected
+            else:
+                assert signalbox_run_id.startswith("pytest-") and len(signalbox_run_id) == 43
+        """
+    )
+    monkeypatch.delenv("SIGNALBOX_RUN_ID", raising=False)
+    pytester.runpytest().assert_outcomes(passed=1)
+    monkeypatch.setenv("SIGNALBOX_RUN_ID", "ci-99")
+    monkeypatch.setenv("EXPECTED_RUN_ID", "ci-99")
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_unknown_marker_keywords_are_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.signalbox(provder="sink")
+        def test_typo(signalbox_watch):
+            pass
+        """
+    )
+    result = pytester.runpytest("--signalbox-url", "http://127.0.0.1:9")
+    result.stdout.fnmatch_lines(["*provder*"])
+    assert result.ret != 0
+
+
+def test_long_node_ids_are_cut_to_the_api_limit_and_stay_distinct() -> None:
+    a = make_test_case("t.py::test_x[" + "a" * 300 + "]")
+    b = make_test_case("t.py::test_x[" + "a" * 299 + "b]")
+    assert len(a) == len(b) == TEST_CASE_MAX and a != b
+    assert make_test_case("t.py::test_short") == "t.py::test_short"
