@@ -1,0 +1,3 @@
+"""Test configuration: the real-service fixtures live in tests/stack_fixtures.py."""
+
+pytest_plugins = ["tests.stack_fixtures"]
