@@ -1,0 +1,48 @@
+"""The signup example suite, run as a user would, leaves an evidence artifact with a receipt."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from live_helpers import REPO_ROOT, cli_env, new_run_id
+
+pytestmark = pytest.mark.acceptance
+
+
+def test_signup_example_passes_and_writes_evidence(live_stack: Any, tmp_path: Path) -> None:
+    run_id = new_run_id("example")
+    env = cli_env(
+        live_stack,
+        SIGNALBOX_SMTP_HOST=str(live_stack.smtp_host),
+        SIGNALBOX_SMTP_PORT=str(live_stack.smtp_port),
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "examples/signup",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--signalbox-run-id",
+            run_id,
+            "--signalbox-evidence",
+            str(tmp_path),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    artifact = json.loads((tmp_path / f"{run_id}.json").read_text())
+    assert artifact["run_id"] == run_id
+    signals = artifact["signals"]
+    assert len(signals) == 1 and signals[0]["receipt"]["receipt_id"]
