@@ -1,0 +1,38 @@
+# Signalbox — every target says what it does: `make help`.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+PYTHON ?= python3
+UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
+PYTEST_ARGS ?=
+
+.PHONY: help install test-deps run test test-unit lint typecheck bench clean
+
+help: ## Show the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+install: ## Install uv (if missing) and the locked Python dependencies into .venv
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
+	$(UV) sync --frozen
+
+test-deps: ## Install the real mail servers the provider tests use (Dovecot, MailDev)
+	bash scripts/install-test-deps.sh
+
+run: install ## Start the whole stack (API, SMTP sink, worker, beat, Flower) on embedded PostgreSQL and Redis
+	$(UV) run signalbox-server up
+
+test: install test-deps ## Run the whole test suite on real PostgreSQL, Redis, workers and mail servers
+	$(UV) run pytest $(PYTEST_ARGS)
+
+test-unit: install ## Run the unit tests only (no I/O)
+	$(UV) run pytest tests/unit clients/python/tests -m "not integration and not acceptance" $(PYTEST_ARGS)
+
+lint: install ## ruff and mypy
+	$(UV) run ruff check app workers tests clients/python bench
+	$(UV) run mypy
+
+bench: install ## Benchmarks: SMTP delivery → found latency, provider calls per found signal
+	$(UV) run python bench/time_to_found.py
+	$(UV) run python bench/coalesced_checks.py
+
+clean: ## Remove the embedded services' data (.signalbox/) and caches
+	rm -rf .signalbox .pytest_cache .mypy_cache .ruff_cache
