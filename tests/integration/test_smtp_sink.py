@@ -1,0 +1,92 @@
+"""The SMTP sink over a real socket: accepted domains, size limit, malformed MIME."""
+
+from __future__ import annotations
+
+import smtplib
+import uuid
+from collections.abc import Callable
+
+import psycopg
+import pytest
+
+from tests.integration.test_signal_watch import mail, wait_result
+from tests.stack_fixtures import Stack
+
+pytestmark = pytest.mark.integration
+
+
+def sink_count(stack: Stack) -> int:
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
+        return int(conn.execute("SELECT count(*) FROM sink_messages").fetchone()[0])
+
+
+@pytest.fixture
+def strict_stack(stack_factory: Callable[..., Stack]) -> Stack:
+    stack = stack_factory(
+        {"SIGNALBOX_SMTP_DOMAINS": "example.test,qa.example.test", "SIGNALBOX_SMTP_MAX_BYTES": "20000"}
+    )
+    stack.start_api()
+    stack.start_smtp()
+    return stack
+
+
+def test_recipient_outside_accepted_domains_gets_550(strict_stack: Stack) -> None:
+    with smtplib.SMTP(strict_stack.smtp_host, strict_stack.smtp_port, timeout=10) as smtp:
+        smtp.ehlo()
+        smtp.mail("app@example.test")
+        code, _ = smtp.rcpt("someone@elsewhere.test")
+        ok_code, _ = smtp.rcpt("someone@QA.example.test")
+    assert code == 550
+    assert ok_code == 250
+    assert sink_count(strict_stack) == 0
+
+
+def test_oversize_message_gets_552_and_nothing_is_stored(strict_stack: Stack) -> None:
+    big = mail("user@example.test", body="x" * 30000)
+    with pytest.raises(smtplib.SMTPResponseException) as err, smtplib.SMTP(
+        strict_stack.smtp_host, strict_stack.smtp_port, timeout=10
+    ) as smtp:
+        smtp.sendmail("app@example.test", ["user@example.test"], big)
+    assert err.value.smtp_code == 552
+    assert sink_count(strict_stack) == 0
+
+
+def test_malformed_mime_is_stored_raw_and_matched_on_what_decodes(stack: Stack) -> None:
+    recipient = f"broken-{uuid.uuid4().hex[:6]}@example.test"
+    with stack.client() as api:
+        signal = api.post(
+            "/v1/signals",
+            json={
+                "run_id": "run-broken",
+                "test_case": "malformed",
+                "recipient": recipient,
+                "subject_contains": "welcome",
+            },
+        ).json()
+    raw = (
+        f"To: {recipient}\r\n"
+        "Subject: =?utf-8?B?V2VsY29tZSDwn5GL?= \r\n"
+        "Content-Type: multipart/alternative; boundary=\"never-closed\"\r\n"
+        "Content-Transfer-Encoding: base64\r\n\r\n"
+        "--never-closed\r\nContent-Type: text/plain; charset=no-such-charset\r\n\r\n"
+        "\xff\xfe broken =?= bytes\r\n"
+    ).encode("latin-1")
+    stack.send(raw, [recipient])
+    view = wait_result(stack, signal["signal_id"])
+    assert view["status"] == "found"
+    assert view["message"]["subject"].startswith("Welcome")
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
+        stored = conn.execute("SELECT raw FROM sink_messages").fetchone()[0]
+    assert bytes(stored) == raw
+
+
+def test_mail_to_a_cc_recipient_matches_the_signal(stack: Stack) -> None:
+    recipient = f"cc-{uuid.uuid4().hex[:6]}@example.test"
+    with stack.client() as api:
+        signal = api.post(
+            "/v1/signals",
+            json={"run_id": "run-cc", "test_case": "cc", "recipient": recipient.upper()},
+        ).json()
+    raw = f"To: main@example.test\r\nCc: {recipient}\r\nSubject: hi\r\n\r\nhello\r\n"
+    stack.send(raw, ["main@example.test"])
+    assert wait_result(stack, signal["signal_id"])["status"] == "found"
