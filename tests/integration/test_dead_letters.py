@@ -1,0 +1,144 @@
+"""The dead-letter queue: records, the Celery queue, triage (list, show, redrive, discard)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Callable
+
+import psycopg
+import pytest
+import redis
+
+from tests.integration.test_signal_watch import mail, wait_result
+from tests.stack_fixtures import Stack, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def expired_signal(stack: Stack, **fields: object) -> dict:
+    payload = {
+        "run_id": f"run-{uuid.uuid4().hex[:8]}",
+        "test_case": f"t-{uuid.uuid4().hex[:4]}",
+        "recipient": f"user-{uuid.uuid4().hex[:6]}@example.test",
+        "expires_in_seconds": 2,
+        **fields,
+    }
+    with stack.client() as api:
+        signal = api.post("/v1/signals", json=payload).json()
+    view = wait_result(stack, signal["signal_id"], wait=15)
+    assert view["status"] == "expired", view
+    return view
+
+
+def test_each_expiry_is_published_once_to_the_dead_letter_queue(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory()
+    stack.start_api()
+    stack.start_smtp()
+    # This worker does not consume `dead_letter`: its messages stay countable.
+    stack.start_worker(queues="signals")
+    stack.start_beat()
+    views = [expired_signal(stack) for _ in range(3)]
+
+    broker = redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"])
+    wait_until(lambda: broker.llen("dead_letter") >= 3, 10, what="dead letters published")
+    published = [json.loads(m) for m in broker.lrange("dead_letter", 0, -1)]
+    assert {m["headers"]["task"] for m in published} == {"signalbox.dead_letter"}
+    # A Celery message body is base64 JSON: [args, kwargs, embed].
+    ids = sorted(json.loads(base64.b64decode(m["body"]))[0][0] for m in published)
+    assert ids == sorted(v["dead_letter"]["dead_letter_id"] for v in views)
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
+        rows = conn.execute(
+            "SELECT signal_id, count(*), bool_and(published_at IS NOT NULL) FROM dead_letters GROUP BY 1"
+        ).fetchall()
+    assert len(rows) == 3 and all(n == 1 and published for _, n, published in rows)
+
+
+def test_list_filters_and_show(stack: Stack) -> None:
+    a = expired_signal(stack)
+    b = expired_signal(stack, max_checks=1, expires_in_seconds=60)
+    with stack.client() as api:
+        all_open = api.get("/v1/dead-letters", params={"state": "open"}).json()
+        budget = api.get("/v1/dead-letters", params={"reason": "check_budget"}).json()
+        by_provider = api.get("/v1/dead-letters", params={"provider": "imap-nowhere"}).json()
+        shown = api.get(f"/v1/dead-letters/{a['dead_letter']['dead_letter_id']}").json()
+        bad = api.get("/v1/dead-letters", params={"state": "bogus"})
+    assert {d["signal_id"] for d in all_open["items"]} == {a["signal_id"], b["signal_id"]}
+    assert [d["signal_id"] for d in budget["items"]] == [b["signal_id"]]
+    assert by_provider["items"] == []
+    assert shown["reason"] == "deadline" and shown["state"] == "open"
+    assert shown["checks"]["total"] >= 1 and "no_match" in shown["checks"]["by_outcome"]
+    assert shown["recommendation"].endswith(".")
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "state"
+
+
+def test_redrive_brings_the_signal_back_and_keeps_its_history(stack: Stack) -> None:
+    view = expired_signal(stack)
+    dl_id = view["dead_letter"]["dead_letter_id"]
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
+        before = conn.execute(
+            "SELECT count(*) FROM checks WHERE signal_id = %s", (view["signal_id"],)
+        ).fetchone()[0]
+    with stack.client() as api:
+        redriven = api.post(
+            f"/v1/dead-letters/{dl_id}/redrive", json={"expires_in_seconds": 60, "max_checks": 20}
+        )
+        twice = api.post(f"/v1/dead-letters/{dl_id}/redrive", json={})
+    assert redriven.status_code == 200
+    assert redriven.json()["signal_id"] == view["signal_id"]
+    assert redriven.json()["status"] == "waiting"
+    assert twice.status_code == 409
+
+    stack.send(mail(view["recipient"]), [view["recipient"]])
+    found = wait_result(stack, view["signal_id"])
+    assert found["status"] == "found"
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
+        reasons = [
+            r[0]
+            for r in conn.execute(
+                "SELECT reason FROM checks WHERE signal_id = %s ORDER BY fence", (view["signal_id"],)
+            )
+        ]
+        signals = conn.execute("SELECT count(*) FROM signals").fetchone()[0]
+        state = conn.execute("SELECT state FROM dead_letters WHERE id = %s", (dl_id,)).fetchone()[0]
+    assert len(reasons) > before  # the old checks are still listed
+    assert "redrive" in reasons[before:] or "push" in reasons[before:]
+    assert signals == 1
+    assert state == "redriven"
+
+
+def test_discard_records_the_note_and_closes_the_dead_letter(stack: Stack) -> None:
+    view = expired_signal(stack)
+    dl_id = view["dead_letter"]["dead_letter_id"]
+    with stack.client() as api:
+        empty = api.post(f"/v1/dead-letters/{dl_id}/discard", json={})
+        done = api.post(f"/v1/dead-letters/{dl_id}/discard", json={"note": "flaky staging SMTP"})
+        again = api.post(f"/v1/dead-letters/{dl_id}/redrive", json={})
+    assert empty.status_code == 422 and empty.json()["error"]["field"] == "note"
+    assert done.status_code == 200
+    assert done.json()["state"] == "discarded" and done.json()["note"] == "flaky staging SMTP"
+    assert again.status_code == 409
+
+
+def test_push_webhook_checks_waiting_signals_at_once(stack: Stack) -> None:
+    with stack.client() as api:
+        signal = api.post(
+            "/v1/signals",
+            json={"run_id": "run-push", "test_case": "t", "recipient": "push@example.test"},
+        ).json()
+        unknown = api.post("/v1/inbound/nope")
+        pushed = api.post("/v1/inbound/sink")
+    assert unknown.status_code == 422
+    assert pushed.status_code == 202 and pushed.json()["signals_checked"] == 1
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
+        wait_until(
+            lambda: conn.execute(
+                "SELECT 1 FROM checks WHERE signal_id = %s AND reason = 'push'",
+                (signal["signal_id"],),
+            ).fetchone(),
+            10,
+            what="a push check",
+        )
