@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Install the real mail servers the provider integration tests run against:
+#   - Dovecot (IMAP), from Debian's dovecot-imapd package;
+#   - MailDev (SMTP catcher with a REST API), from npm, into .signalbox/node.
+# Idempotent: each step is skipped when its tool is already there.
+# Meant for a fresh Debian machine as root (CI), or a developer's machine.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+node_dir="${repo_root}/.signalbox/node"
+maildev_bin="${node_dir}/node_modules/.bin/maildev"
+# Pinned so the REST API the provider relies on (GET /email, /email/:id/source)
+# does not move under us; bump deliberately.
+maildev_version="${SIGNALBOX_MAILDEV_VERSION:-2.2.1}"
+
+say() { printf 'install-test-deps: %s\n' "$*"; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        say "need root (or sudo) to run: $*" >&2
+        exit 1
+    fi
+}
+
+# dovecot lives in /usr/sbin, which a non-login PATH may lack.
+if command -v dovecot >/dev/null 2>&1 || [ -x /usr/sbin/dovecot ]; then
+    say "dovecot already installed: $(command -v dovecot || echo /usr/sbin/dovecot)"
+else
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-cache show dovecot-imapd >/dev/null 2>&1; then
+        say "apt lists do not know dovecot-imapd yet: running apt-get update"
+        as_root apt-get update
+    fi
+    say "installing dovecot-imapd with apt-get"
+    as_root apt-get install -y --no-install-recommends dovecot-imapd
+    # The Debian package starts a system-wide dovecot on ports 143/993; the tests
+    # start their own on free ports and do not need it. Stop it when systemd runs.
+    if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet dovecot 2>/dev/null; then
+        say "stopping the system dovecot service (tests start their own)"
+        as_root systemctl stop dovecot || true
+    fi
+fi
+
+if [ -x "${maildev_bin}" ]; then
+    say "maildev already installed: ${maildev_bin}"
+else
+    if ! command -v npm >/dev/null 2>&1; then
+        say "npm is missing: installing nodejs and npm with apt-get"
+        export DEBIAN_FRONTEND=noninteractive
+        if ! apt-cache show npm >/dev/null 2>&1; then
+            as_root apt-get update
+        fi
+        as_root apt-get install -y --no-install-recommends nodejs npm
+    fi
+    say "installing maildev@${maildev_version} with npm into ${node_dir}"
+    mkdir -p "${node_dir}"
+    if [ ! -f "${node_dir}/package.json" ]; then
+        printf '{\n  "name": "signalbox-test-deps",\n  "private": true\n}\n' >"${node_dir}/package.json"
+    fi
+    npm install --prefix "${node_dir}" --no-audit --no-fund --loglevel=error \
+        "maildev@${maildev_version}"
+fi
+
+say "done"
