@@ -90,7 +90,11 @@ def run_check(
     report = CheckReport()
     with transaction() as session:
         taken = repo.signal_lock_for_check(
-            session, signal_id, lease_seconds=settings.check_lease_seconds, batch_limit=BATCH_LIMIT
+            session,
+            signal_id,
+            lease_seconds=settings.check_lease_seconds,
+            batch_limit=BATCH_LIMIT,
+            coalesce_seconds=settings.coalesce_window_seconds,
         )
         started_at = repo.db_now(session)
     if not taken:

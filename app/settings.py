@@ -58,6 +58,8 @@ class Settings(BaseSettings):
     check_lease_seconds: float = Field(30.0, gt=0)
     backoff_base_seconds: float = Field(1.0, gt=0)
     backoff_cap_seconds: float = Field(30.0, gt=0)
+    # Signals of one provider due within this window share one provider call.
+    coalesce_window_seconds: float = Field(2.0, ge=0)
     sweep_interval_seconds: float = Field(1.0, gt=0)
     # A task sent but not started within this time is presumed lost and re-sent.
     requeue_after_seconds: float = Field(20.0, gt=0)

@@ -149,13 +149,20 @@ def signal_ids_by_run(session: Session, namespace: str, run_id: str) -> list[str
 
 
 def signal_lock_for_check(
-    session: Session, signal_id: str, *, lease_seconds: float, batch_limit: int
+    session: Session,
+    signal_id: str,
+    *,
+    lease_seconds: float,
+    batch_limit: int,
+    coalesce_seconds: float = 0.0,
 ) -> list[Row]:
     """Take `signal_id` and the other due signals of its provider for one check.
 
-    Rows already locked or under another check's lease are skipped. Each taken
-    row gets a new fence and a lease; the caller commits at once and calls the
-    provider with no lock held.
+    Signals due within `coalesce_seconds` ride along: one provider call then
+    answers them all instead of one call each a moment apart. Rows already
+    locked or under another check's lease are skipped. Each taken row gets a
+    new fence and a lease; the caller commits at once and calls the provider
+    with no lock held.
     """
     return list(
         session.execute(
@@ -167,7 +174,7 @@ def signal_lock_for_check(
                     SELECT s.id FROM signals s, target t
                     WHERE s.status = 'waiting'
                       AND s.provider = t.provider
-                      AND s.next_check_at <= now()
+                      AND s.next_check_at <= now() + make_interval(secs => :window)
                       AND (s.check_lease_until IS NULL OR s.check_lease_until < now())
                     ORDER BY (s.id = :id) DESC, s.next_check_at
                     LIMIT :limit
@@ -181,7 +188,12 @@ def signal_lock_for_check(
                 RETURNING s.*
                 """
             ),
-            {"id": signal_id, "lease": lease_seconds, "limit": batch_limit},
+            {
+                "id": signal_id,
+                "lease": lease_seconds,
+                "limit": batch_limit,
+                "window": coalesce_seconds,
+            },
         )
         .mappings()
         .all()

@@ -1,0 +1,235 @@
+"""Signals watched on real external providers (Dovecot IMAP, MailDev) through the
+whole stack: coalesced checks, the Redis circuit breaker, provider errors and
+the dead-letter queue."""
+
+from __future__ import annotations
+
+import base64
+import json
+import smtplib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+
+from tests.integration.test_signal_watch import mail
+from tests.servers import CountingProxy, DovecotServer, MaildevServer, dovecot_server, maildev_server
+from tests.stack_fixtures import Stack, wait_until
+from workers.breaker import CircuitBreaker
+
+pytestmark = [pytest.mark.integration, pytest.mark.providers]
+
+
+@pytest.fixture
+def maildev(tmp_path: Path) -> Iterator[MaildevServer]:
+    with maildev_server(tmp_path / "maildev") as server:
+        yield server
+
+
+@pytest.fixture
+def proxy(maildev: MaildevServer) -> Iterator[CountingProxy]:
+    with CountingProxy(maildev.host, maildev.web_port) as p:
+        yield p
+
+
+@pytest.fixture
+def dovecot(tmp_path: Path) -> Iterator[DovecotServer]:
+    with dovecot_server(tmp_path / "dovecot") as server:
+        yield server
+
+
+def provider_stack(
+    stack_factory: Callable[..., Stack], providers_toml: str, **env: str
+) -> Stack:
+    stack = stack_factory(env)
+    (stack.logs.parent / "providers.toml").write_text(providers_toml)
+    return stack
+
+
+def create(stack: Stack, provider: str, **fields: object) -> dict:
+    payload = {
+        "run_id": f"run-{uuid.uuid4().hex[:8]}",
+        "test_case": f"case-{uuid.uuid4().hex[:6]}",
+        "recipient": f"user-{uuid.uuid4().hex[:6]}@example.test",
+        "provider": provider,
+        "expires_in_seconds": 120,
+        "max_checks": 1000,
+        **fields,
+    }
+    with stack.client() as api:
+        r = api.post("/v1/signals", json=payload)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def view(stack: Stack, signal_id: str, wait: int = 0) -> dict:
+    with stack.client() as api:
+        return api.get(f"/v1/signals/{signal_id}", params={"wait": wait}).json()
+
+
+def rows(stack: Stack, sql: str, *params: object) -> list[tuple]:
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def send_to_maildev(server: MaildevServer, to: str, run_id: str | None = None) -> None:
+    with smtplib.SMTP(server.host, server.smtp_port, timeout=10) as smtp:
+        smtp.sendmail("app@example.test", [to], mail(to, run=run_id))
+
+
+def test_imap_message_delivered_after_the_signal_is_found(
+    stack_factory: Callable[..., Stack], dovecot: DovecotServer
+) -> None:
+    stack = provider_stack(
+        stack_factory,
+        f"""
+[providers.corp-imap]
+type = "imap"
+host = "{dovecot.host}"
+port = {dovecot.port}
+tls = false
+username = "{dovecot.username}"
+password_env = "TEST_IMAP_PASSWORD"
+""",
+        TEST_IMAP_PASSWORD=dovecot.password,
+    ).start()
+    signal = create(stack, "corp-imap")
+    other = create(stack, "corp-imap")
+    time.sleep(1)
+    dovecot.append(mail(signal["recipient"]))
+
+    found = view(stack, signal["signal_id"], wait=30)
+    assert found["status"] == "found"
+    # The other signal keeps checking the same mailbox: the message stays recorded once.
+    wait_until(lambda: view(stack, other["signal_id"])["checks"] >= 3, 30, what="repeated checks")
+    assert rows(stack, "SELECT count(*) FROM messages WHERE provider = 'corp-imap'") == [(1,)]
+
+
+def test_maildev_message_is_found_and_recorded_once_across_checks(
+    stack_factory: Callable[..., Stack], maildev: MaildevServer
+) -> None:
+    stack = provider_stack(
+        stack_factory, f'[providers.catcher]\ntype = "maildev"\nurl = "{maildev.url}"\n'
+    ).start()
+    signal = create(stack, "catcher")
+    others = [create(stack, "catcher") for _ in range(5)]
+    send_to_maildev(maildev, signal["recipient"])
+    with stack.client() as api:
+        assert api.post("/v1/inbound/catcher").status_code == 202
+
+    assert view(stack, signal["signal_id"], wait=30)["status"] == "found"
+    wait_until(
+        lambda: all(view(stack, o["signal_id"])["checks"] >= 4 for o in others),
+        30,
+        what="repeated checks",
+    )
+    assert rows(stack, "SELECT count(*) FROM messages WHERE provider = 'catcher'") == [(1,)]
+    # Coalesced: provider calls (batches) are fewer than checks, and some
+    # single call answered several signals.
+    calls, checks, widest = rows(
+        stack,
+        "SELECT count(DISTINCT batch_id), count(*), max(n) FROM checks"
+        " JOIN (SELECT batch_id AS b, count(*) AS n FROM checks GROUP BY 1) w ON w.b = batch_id",
+    )[0]
+    assert calls < checks and widest >= 3
+
+
+def test_breaker_opens_while_maildev_is_down_and_closes_when_it_is_back(
+    stack_factory: Callable[..., Stack], maildev: MaildevServer, proxy: CountingProxy
+) -> None:
+    stack = provider_stack(
+        stack_factory,
+        f'[providers.catcher]\ntype = "maildev"\nurl = "{proxy.url}"\n',
+        SIGNALBOX_BREAKER_FAILURE_THRESHOLD="3",
+        SIGNALBOX_BREAKER_OPEN_SECONDS="6",
+        SIGNALBOX_MAX_CONSECUTIVE_PROVIDER_ERRORS="1000",
+    ).start()
+    signals = [create(stack, "catcher") for _ in range(20)]
+    wait_until(
+        lambda: all(view(stack, s["signal_id"])["checks"] >= 1 for s in signals),
+        30,
+        what="a first check of every signal",
+    )
+    breaker = CircuitBreaker(
+        redis.Redis.from_url(stack.env["SIGNALBOX_REDIS_URL"]), "catcher", failure_threshold=3
+    )
+    maildev.stop()
+
+    wait_until(
+        lambda: all(view(stack, s["signal_id"])["result"] == "provider_error" for s in signals),
+        30,
+        what="every result to turn provider_error",
+    )
+    wait_until(lambda: breaker.state() == "open", 30, what="the breaker to open")
+    seen = proxy.connections
+    skipped_before = rows(stack, "SELECT count(*) FROM checks WHERE outcome = 'circuit_open'")[0][0]
+    time.sleep(3)
+    assert breaker.state() == "open"
+    assert proxy.connections == seen  # nothing reached the provider while open
+    skipped_after = rows(stack, "SELECT count(*) FROM checks WHERE outcome = 'circuit_open'")[0][0]
+    assert skipped_after > skipped_before  # checks went on, recorded as circuit_open
+    a_view = view(stack, signals[0]["signal_id"])
+    assert a_view["last_check"]["error_code"] is not None
+    assert a_view["retry_after_seconds"] >= 1
+
+    maildev.start()
+    for s in signals:
+        send_to_maildev(maildev, s["recipient"])
+    wait_until(
+        lambda: all(view(stack, s["signal_id"])["status"] == "found" for s in signals),
+        60,
+        interval=0.5,
+        what="every signal found after MailDev came back",
+    )
+    assert breaker.state() == "closed"
+    # circuit_open checks spent no budget.
+    budget = rows(
+        stack,
+        "SELECT s.checks_count, count(c.*) FILTER (WHERE c.outcome <> 'circuit_open')"
+        " FROM signals s JOIN checks c ON c.signal_id = s.id GROUP BY s.id",
+    )
+    assert all(counted == real for counted, real in budget)
+
+
+def test_signals_expire_with_provider_errors_when_maildev_never_returns(
+    stack_factory: Callable[..., Stack], maildev: MaildevServer
+) -> None:
+    stack = provider_stack(
+        stack_factory,
+        f'[providers.catcher]\ntype = "maildev"\nurl = "{maildev.url}"\n',
+        SIGNALBOX_BREAKER_FAILURE_THRESHOLD="2",
+        SIGNALBOX_BREAKER_OPEN_SECONDS="1",
+        SIGNALBOX_MAX_CONSECUTIVE_PROVIDER_ERRORS="3",
+    )
+    stack.start_api()
+    stack.start_smtp()
+    stack.start_worker(queues="signals")  # leaves `dead_letter` messages countable
+    stack.start_beat()
+    maildev.stop()
+    signals = [create(stack, "catcher") for _ in range(5)]
+
+    wait_until(
+        lambda: all(view(stack, s["signal_id"])["status"] == "expired" for s in signals),
+        60,
+        interval=0.5,
+        what="every signal to expire",
+    )
+    for s in signals:
+        v = view(stack, s["signal_id"])
+        assert v["expiry_reason"] == "provider_errors"
+        assert v["dead_letter"]["reason"] == "provider_errors"
+        assert v["dead_letter"]["last_error_code"]
+        assert v["dead_letter"]["last_error_code"] in v["dead_letter"]["recommendation"]
+    per_signal = rows(stack, "SELECT signal_id, count(*) FROM dead_letters GROUP BY 1")
+    assert len(per_signal) == 5 and all(n == 1 for _, n in per_signal)
+    broker = redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"])
+    wait_until(lambda: broker.llen("dead_letter") >= 5, 10, what="5 dead-letter messages")
+    published = sorted(
+        json.loads(base64.b64decode(json.loads(m)["body"]))[0][0]
+        for m in broker.lrange("dead_letter", 0, -1)
+    )
+    assert published == sorted(r[0] for r in rows(stack, "SELECT id FROM dead_letters"))
