@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app import dispatch
 from app.db import repository as repo
 from app.db.engine import transaction
 from app.domain.backoff import BackoffPolicy, next_check_at
@@ -61,6 +62,8 @@ class CheckReport:
     outcome: str | None = None
     found: list[str] = field(default_factory=list)
     dead_letters: list[str] = field(default_factory=list)
+    # Pushed while their check ran: checked again at once.
+    pushed: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,8 @@ def run_check(
                 report=report,
             )
     publish(report.dead_letters)
+    for pushed_id in report.pushed:
+        dispatch.enqueue_check(pushed_id)
     return report
 
 
@@ -243,10 +248,17 @@ def _decide(
             log.info("signal found", extra={"event": "signal_found", **log_extra, "message_id": winner})
             return
 
-    counts = outcome is not CheckOutcome.CIRCUIT_OPEN  # skipped checks spend no budget
+    # A rate-limited answer (429 / Retry-After) and a check skipped by an open
+    # breaker only delay the next check: they spend neither the check budget
+    # nor the provider-error allowance. The deadline still runs.
+    rate_limited = outcome is CheckOutcome.PROVIDER_ERROR and look.retry_after is not None
+    counts = outcome is not CheckOutcome.CIRCUIT_OPEN and not rate_limited
     checks_done = row["checks_count"] + (1 if counts else 0)
-    errors = row["consecutive_errors"] + 1 if outcome is CheckOutcome.PROVIDER_ERROR else 0
-    if outcome is CheckOutcome.CIRCUIT_OPEN:
+    if outcome is CheckOutcome.PROVIDER_ERROR and not rate_limited:
+        errors = row["consecutive_errors"] + 1
+    elif outcome is CheckOutcome.NO_MATCH:
+        errors = 0
+    else:
         errors = row["consecutive_errors"]
     repo.check_insert(
         session,
@@ -282,7 +294,7 @@ def _decide(
         delay = max(delay, look.retry_after)
     next_at = next_check_at(now, delay, row["expires_at"])
 
-    repo.signal_record_check(
+    _, pushed = repo.signal_record_check(
         session,
         signal_id,
         fence,
@@ -292,7 +304,10 @@ def _decide(
         consecutive_errors=errors,
         next_check_at=next_at,
         next_check_reason=next_reason.value,
+        started_at=started_at,
     )
+    if pushed and expiry is None:
+        report.pushed.append(signal_id)
     if expiry is not None:
         dead_letter = expire_signal(
             session, signal_id, expected=Status.WAITING, reason=expiry, fence=fence

@@ -226,38 +226,46 @@ def signal_record_check(
     consecutive_errors: int,
     next_check_at: datetime | None,
     next_check_reason: str,
-) -> bool:
-    """Write a check's effect on the signal, guarded by the fence."""
-    return (
-        session.execute(
-            text(
-                """
-                UPDATE signals
-                   SET checks_count = checks_count + :inc,
-                       consecutive_errors = :errors,
-                       last_check_at = now(),
-                       last_outcome = :outcome,
-                       last_error_code = :error_code,
-                       next_check_at = :next_at,
-                       next_check_reason = :next_reason,
-                       check_lease_until = NULL,
-                       updated_at = now()
-                 WHERE id = :id AND check_fence = :fence AND status = 'waiting'
-                """
-            ),
-            {
-                "id": signal_id,
-                "fence": fence,
-                "inc": 1 if counts else 0,
-                "errors": consecutive_errors,
-                "outcome": outcome,
-                "error_code": error_code,
-                "next_at": next_check_at,
-                "next_reason": next_check_reason,
-            },
-        ).rowcount
-        == 1
-    )
+    started_at: datetime,
+) -> tuple[bool, bool]:
+    """Write a check's effect on the signal, guarded by the fence.
+
+    Returns (written, pushed): `pushed` says a push arrived while the check
+    ran (it stamped `enqueued_at` after `started_at`); the push is kept
+    (due now, reason `push`) instead of being overwritten by the backoff,
+    and the caller must send the task again.
+    """
+    row = session.execute(
+        text(
+            """
+            UPDATE signals
+               SET checks_count = checks_count + :inc,
+                   consecutive_errors = :errors,
+                   last_check_at = now(),
+                   last_outcome = :outcome,
+                   last_error_code = :error_code,
+                   next_check_at = CASE WHEN enqueued_at > :started THEN now() ELSE :next_at END,
+                   next_check_reason = CASE WHEN enqueued_at > :started THEN 'push'
+                                            ELSE :next_reason END,
+                   check_lease_until = NULL,
+                   updated_at = now()
+             WHERE id = :id AND check_fence = :fence AND status = 'waiting'
+            RETURNING coalesce(enqueued_at > :started, false)
+            """
+        ),
+        {
+            "id": signal_id,
+            "fence": fence,
+            "inc": 1 if counts else 0,
+            "errors": consecutive_errors,
+            "outcome": outcome,
+            "error_code": error_code,
+            "next_at": next_check_at,
+            "next_reason": next_check_reason,
+            "started": started_at,
+        },
+    ).first()
+    return (row is not None, bool(row[0]) if row is not None else False)
 
 
 def signal_mark_found(session: Session, signal_id: str, fence: int, message_id: str) -> bool:
@@ -380,7 +388,10 @@ def signal_push_due(
             text(
                 """
                 UPDATE signals
-                   SET next_check_at = now(), next_check_reason = 'push', enqueued_at = now()
+                   SET next_check_at = clock_timestamp(), next_check_reason = 'push',
+                       -- clock_timestamp(): stamped after any check's lock is
+                       -- released, so a check in flight sees the push as newer.
+                       enqueued_at = clock_timestamp()
                  WHERE status = 'waiting' AND provider = :provider"""
                 + where
                 + " RETURNING id"

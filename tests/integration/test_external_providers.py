@@ -233,3 +233,33 @@ def test_signals_expire_with_provider_errors_when_maildev_never_returns(
         for m in broker.lrange("dead_letter", 0, -1)
     )
     assert published == sorted(r[0] for r in rows(stack, "SELECT id FROM dead_letters"))
+
+
+def test_rate_limited_provider_delays_checks_without_spending_budget(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    from tests.servers import ScriptedHttpServer, ScriptedResponse
+
+    scripted = ScriptedHttpServer(
+        {"/email": ScriptedResponse(429, b'"slow down"', {"Retry-After": "3"})}
+    )
+    try:
+        stack = provider_stack(
+            stack_factory,
+            f'[providers.limited]\ntype = "maildev"\nurl = "{scripted.url}"\n',
+            SIGNALBOX_BREAKER_FAILURE_THRESHOLD="1000",
+            SIGNALBOX_MAX_CONSECUTIVE_PROVIDER_ERRORS="2",
+        ).start()
+        signal = create(stack, "limited", max_checks=2)
+        wait_until(
+            lambda: rows(stack, "SELECT count(*) FROM checks")[0][0] >= 3, 30, what="three checks"
+        )
+        v = view(stack, signal["signal_id"])
+        assert v["status"] == "waiting" and v["result"] == "provider_error"
+        assert v["last_check"]["error_code"] == "rate_limited"
+        assert v["checks"] == 0  # no budget spent, no provider_errors expiry
+        times = [t for (t,) in rows(stack, "SELECT started_at FROM checks ORDER BY fence")]
+        gaps = [(b - a).total_seconds() for a, b in zip(times, times[1:], strict=False)]
+        assert all(gap >= 2.5 for gap in gaps), gaps  # Retry-After: 3 was honoured
+    finally:
+        scripted.close()
