@@ -155,13 +155,19 @@ def _look(
         metrics.provider_call(provider_name, time.perf_counter() - began)
         if exc.transient:
             breaker.record_failure(exc.retry_after)
-        return _Look(CheckOutcome.PROVIDER_ERROR, error_code=exc.error_code, retry_after=exc.retry_after)
+        return _Look(
+            CheckOutcome.PROVIDER_ERROR, error_code=exc.error_code, retry_after=exc.retry_after
+        )
     except Exception as exc:  # a provider bug or garbage answer is an outcome, never a crash
         metrics.provider_call(provider_name, time.perf_counter() - began)
         breaker.record_failure(None)
         log.warning(
             "provider raised an unexpected error",
-            extra={"event": "provider_crash", "provider": provider_name, "error": type(exc).__name__},
+            extra={
+                "event": "provider_crash",
+                "provider": provider_name,
+                "error": type(exc).__name__,
+            },
         )
         return _Look(CheckOutcome.PROVIDER_ERROR, error_code="bad_response")
     metrics.provider_call(provider_name, time.perf_counter() - began)
@@ -185,9 +191,7 @@ def _record_messages(
                 "provider_message_id": m.provider_message_id,
                 "received_at": m.received_at,
                 "subject": p.subject,
-                "recipients": sorted(
-                    {a.lower() for a in (*m.envelope_recipients, *p.to, *p.cc)}
-                ),
+                "recipients": sorted({a.lower() for a in (*m.envelope_recipients, *p.to, *p.cc)}),
                 "run_marker": p.run_marker,
                 "size": len(m.raw),
                 "raw": m.raw,
@@ -195,14 +199,16 @@ def _record_messages(
             for m, p in parsed
         ],
     )
-    ids = repo.message_ids_by_provider_id(session, provider, [m.provider_message_id for m in messages])
+    ids = repo.message_ids_by_provider_id(
+        session, provider, [m.provider_message_id for m in messages]
+    )
     return [(ids[m.provider_message_id], m, p) for m, p in parsed if m.provider_message_id in ids]
 
 
 def _decide(
     session: Session,
     settings: Settings,
-    taken_row: Mapping[str, Any],
+    taken_row: Mapping[Any, Any],
     look: _Look,
     candidates: list[tuple[str, ProviderMessage, ParsedMail]],
     *,
@@ -245,7 +251,9 @@ def _decide(
             metrics.check_recorded(provider, CheckOutcome.MATCHED.value)
             metrics.time_to_found(provider, (now - row["created_at"]).total_seconds())
             report.found.append(signal_id)
-            log.info("signal found", extra={"event": "signal_found", **log_extra, "message_id": winner})
+            log.info(
+                "signal found", extra={"event": "signal_found", **log_extra, "message_id": winner}
+            )
             return
 
     # A rate-limited answer (429 / Retry-After) and a check skipped by an open
@@ -275,7 +283,10 @@ def _decide(
     metrics.check_recorded(provider, outcome.value)
 
     expiry: str | None = None
-    if outcome is CheckOutcome.PROVIDER_ERROR and errors >= settings.max_consecutive_provider_errors:
+    if (
+        outcome is CheckOutcome.PROVIDER_ERROR
+        and errors >= settings.max_consecutive_provider_errors
+    ):
         expiry = ExpiryReason.PROVIDER_ERRORS.value
     elif counts and checks_done >= row["max_checks"]:
         expiry = ExpiryReason.CHECK_BUDGET.value
@@ -318,7 +329,7 @@ def _decide(
 
 def _match(
     session: Session,
-    row: Mapping[str, Any],
+    row: Mapping[Any, Any],
     candidates: list[tuple[str, ProviderMessage, ParsedMail]],
     *,
     fence: int,

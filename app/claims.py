@@ -41,7 +41,7 @@ class Answer:
     body: dict[str, Any]
 
 
-def _lapse(session: Session, claim: Mapping[str, Any], signal: Mapping[str, Any]) -> str | None:
+def _lapse(session: Session, claim: Mapping[Any, Any], signal: Mapping[Any, Any]) -> str | None:
     """End a lapsed claim: the signal goes back to `found` while claims are
     left, else expires with `claims_exhausted`. Returns a new dead letter id."""
     if not claims_repo.claim_end(session, claim["id"], claim["fence"], to_state="lapsed"):
@@ -109,14 +109,12 @@ def claim(namespace: str, signal_id: str, req: ClaimCreate) -> Answer:
             if taken is None:  # another consumer moved first
                 signal = repo.signal_get(session, signal_id, namespace)
                 assert signal is not None
-        answer = (
-            _claimed(session, taken, req) if taken is not None else _refusal(session, signal)
-        )
+        answer = _claimed(session, taken, req) if taken is not None else _refusal(session, signal)
     publish(dead)
     return answer
 
 
-def _claimed(session: Session, signal: Mapping[str, Any], req: ClaimCreate) -> Answer:
+def _claimed(session: Session, signal: Mapping[Any, Any], req: ClaimCreate) -> Answer:
     claim_row = claims_repo.claim_insert(
         session,
         {
@@ -161,7 +159,7 @@ def _claimed(session: Session, signal: Mapping[str, Any], req: ClaimCreate) -> A
     )
 
 
-def _refusal(session: Session, signal: Mapping[str, Any]) -> Answer:
+def _refusal(session: Session, signal: Mapping[Any, Any]) -> Answer:
     status = Status(signal["status"])
     if status is Status.WAITING:
         now = repo.db_now(session)
@@ -207,14 +205,14 @@ def _refusal(session: Session, signal: Mapping[str, Any]) -> Answer:
     )
 
 
-def _live_claim(session: Session, namespace: str, claim_id: str) -> Mapping[str, Any]:
+def _live_claim(session: Session, namespace: str, claim_id: str) -> Mapping[Any, Any]:
     claim_row = claims_repo.claim_lock_live(session, claim_id)
     if claim_row is None or claim_row["namespace"] != namespace:
         raise NotFound(f"no claim {claim_id}")
     return claim_row
 
 
-def _require_live(claim_row: Mapping[str, Any]) -> None:
+def _require_live(claim_row: Mapping[Any, Any]) -> None:
     if (
         claim_row["state"] != "active"
         or not claim_row["live"]
@@ -268,7 +266,7 @@ def consume(namespace: str, claim_id: str) -> dict[str, Any]:
 
 
 def _evidence(
-    signal: Mapping[str, Any], message: Mapping[str, Any], claim_id: str
+    signal: Mapping[Any, Any], message: Mapping[Any, Any], claim_id: str
 ) -> dict[str, Any]:
     """Why the message belongs to the run: every rule the matcher checked."""
     return {
@@ -299,7 +297,9 @@ def extend(namespace: str, claim_id: str, req: ClaimExtend) -> dict[str, Any]:
     with transaction() as session:
         claim_row = _live_claim(session, namespace, claim_id)
         _require_live(claim_row)
-        row = claims_repo.claim_extend(session, claim_id, claim_row["fence"], float(req.lease_seconds))
+        row = claims_repo.claim_extend(
+            session, claim_id, claim_row["fence"], float(req.lease_seconds)
+        )
         if row is None:
             raise LeaseExpired(claim_id=claim_id)
         return {

@@ -25,12 +25,23 @@ def run_demo(settings: Settings) -> int:
     base = f"http://{settings.api_host}:{settings.api_port}"
     run_id = f"demo-{uuid.uuid4().hex[:8]}"
     recipient = f"demo+{run_id}@example.test"
-    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=70) as api:
-        signal = api.post(
-            "/v1/signals",
-            json={"run_id": run_id, "test_case": "demo", "recipient": recipient,
-                  "subject_contains": "verify", "expires_in_seconds": 60},
-        ).raise_for_status().json()
+    with httpx.Client(
+        base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=70
+    ) as api:
+        signal = (
+            api.post(
+                "/v1/signals",
+                json={
+                    "run_id": run_id,
+                    "test_case": "demo",
+                    "recipient": recipient,
+                    "subject_contains": "verify",
+                    "expires_in_seconds": 60,
+                },
+            )
+            .raise_for_status()
+            .json()
+        )
         print(f"signal {signal['signal_id']} created for run {run_id}: {signal['result']}")
         msg = EmailMessage()
         msg["From"], msg["To"], msg["Subject"] = "app@example.test", recipient, "Please verify"
@@ -44,7 +55,8 @@ def run_demo(settings: Settings) -> int:
         if view["result"] != "found":
             return 1
         claim = api.post(f"/v1/signals/{signal['signal_id']}/claim", json={"run_id": run_id}).json()
-        print(f"claimed {claim['claim_id']}: {len(claim['links'])} link(s), {len(claim['codes'])} code(s)")
+        links, codes = len(claim["links"]), len(claim["codes"])
+        print(f"claimed {claim['claim_id']}: {links} link(s), {codes} code(s)")
         receipt = api.post(f"/v1/claims/{claim['claim_id']}/consume").raise_for_status().json()
         print(f"consumed: receipt {receipt['receipt_id']}")
         evidence = api.get(f"/v1/runs/{run_id}/evidence").raise_for_status().json()

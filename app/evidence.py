@@ -25,7 +25,9 @@ def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
             raise NotFound(f"no signals for run {run_id}")
         rows = repo.signal_rows_many(session, ids)
         counts = repo.check_counts_by_outcome(session, ids)
-        messages = repo.message_get_many(session, [r["message_id"] for r in rows if r["message_id"]])
+        messages = repo.message_get_many(
+            session, [r["message_id"] for r in rows if r["message_id"]]
+        )
         receipts = claims_repo.receipt_by_signal_many(session, ids)
         first_claims = claims_repo.claim_latest_many(session, ids)
         dead = dlq_repo.dead_letter_latest_many(session, ids)
@@ -39,7 +41,14 @@ def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
         message = messages.get(r["message_id"]) if r["message_id"] else None
         receipt = receipts.get(r["id"])
         dl = dead.get(r["id"])
-        claimed_at = receipt["claimed_at"] if receipt else (first_claims.get(r["id"]) or {}).get("claimed_at")
+        latest_claim = first_claims.get(r["id"])
+        claimed_at = (
+            receipt["claimed_at"]
+            if receipt
+            else latest_claim["claimed_at"]
+            if latest_claim
+            else None
+        )
         signals.append(
             {
                 "signal_id": r["id"],
@@ -100,4 +109,3 @@ def _dead_letter_summary(row: Any) -> dict[str, Any]:
     view = views.dead_letter_view(row)
     view.pop("note", None)
     return view
-

@@ -45,7 +45,7 @@ def expire_signal(
     return _record_dead_letter(session, row, reason)
 
 
-def _record_dead_letter(session: Session, row: Mapping[str, Any], reason: str) -> str | None:
+def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -> str | None:
     signal_id = row["id"]
     counts = repo.check_counts_by_outcome(session, [signal_id]).get(signal_id, {})
     by_outcome = {o.value: counts.get(o.value, 0) for o in CheckOutcome}
@@ -178,12 +178,13 @@ def dead_letter_redrive(namespace: str, dead_letter_id: str, req: Redrive) -> di
         dl = dlq_repo.dead_letter_get(session, dead_letter_id, namespace)
         if dl is None:
             raise NotFound(f"no dead letter {dead_letter_id}")
-        if dlq_repo.dead_letter_resolve(
-            session, dead_letter_id, to_state=DeadLetterState.REDRIVEN, note=None
-        ) is None:
-            raise Conflict(
-                f"dead letter is {dl['state']}, not open", code="dead_letter_not_open"
+        if (
+            dlq_repo.dead_letter_resolve(
+                session, dead_letter_id, to_state=DeadLetterState.REDRIVEN, note=None
             )
+            is None
+        ):
+            raise Conflict(f"dead letter is {dl['state']}, not open", code="dead_letter_not_open")
         row = repo.signal_redrive(
             session,
             dl["signal_id"],

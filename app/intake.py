@@ -16,7 +16,9 @@ from app.settings import Settings
 log = logging.getLogger("signalbox.sink")
 
 
-def receive(settings: Settings, mail_from: str | None, envelope_rcpts: Sequence[str], raw: bytes) -> int:
+def receive(
+    settings: Settings, mail_from: str | None, envelope_rcpts: Sequence[str], raw: bytes
+) -> int:
     """Store one message as received (malformed MIME is stored raw: matching
     uses what could be decoded) and check the waiting signals of every
     sink-type provider for its recipients at once. Returns the sink id."""

@@ -117,7 +117,9 @@ class Settings(BaseSettings):
     def sqlalchemy_url(self) -> str:
         """The database URL with the psycopg 3 driver named."""
         if not self.database_url:
-            raise ConfigurationError("SIGNALBOX_DATABASE_URL is not set and nothing embedded started")
+            raise ConfigurationError(
+                "SIGNALBOX_DATABASE_URL is not set and nothing embedded started"
+            )
         return to_sqlalchemy_url(self.database_url)
 
 

@@ -113,8 +113,7 @@ def _raise_if_conflicting(row: Any, req: SignalCreate) -> None:
     differing = [f for f in CONFLICT_FIELDS if row[f] != getattr(req, f)]
     if differing:
         raise IdempotencyConflict(
-            "this idempotency key already names a signal with a different "
-            + ", ".join(differing),
+            "this idempotency key already names a signal with a different " + ", ".join(differing),
             fields=differing,
         )
 

@@ -43,7 +43,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise InvalidInput("cursor is not one this API returned", field="cursor") from exc
 
 
-def mailbox_view(row: Mapping[str, Any]) -> dict[str, Any]:
+def mailbox_view(row: Mapping[Any, Any]) -> dict[str, Any]:
     return {
         "mailbox_id": row["id"],
         "run_id": row["run_id"],
@@ -54,7 +54,7 @@ def mailbox_view(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def receipt_view(row: Mapping[str, Any]) -> dict[str, Any]:
+def receipt_view(row: Mapping[Any, Any]) -> dict[str, Any]:
     return {
         "receipt_id": row["id"],
         "signal_id": row["signal_id"],
@@ -67,7 +67,7 @@ def receipt_view(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def dead_letter_view(row: Mapping[str, Any]) -> dict[str, Any]:
+def dead_letter_view(row: Mapping[Any, Any]) -> dict[str, Any]:
     return {
         "dead_letter_id": row["id"],
         "signal_id": row["signal_id"],
@@ -85,7 +85,7 @@ def dead_letter_view(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def claim_summary(row: Mapping[str, Any]) -> dict[str, Any]:
+def claim_summary(row: Mapping[Any, Any]) -> dict[str, Any]:
     return {
         "claim_id": row["id"],
         "message_id": row["message_id"],
@@ -94,7 +94,7 @@ def claim_summary(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def signal_views(session: Session, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:
     """Views of several signals in a fixed number of queries."""
     if not rows:
         return []

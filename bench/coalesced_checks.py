@@ -41,7 +41,9 @@ from tests.servers import free_port, maildev_server  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--signals", type=int, default=200)
-    parser.add_argument("--spread", type=float, default=20.0, help="seconds over which mail arrives")
+    parser.add_argument(
+        "--spread", type=float, default=20.0, help="seconds over which mail arrives"
+    )
     parser.add_argument("--timeout", type=float, default=240.0)
     args = parser.parse_args()
 
@@ -94,7 +96,9 @@ def main() -> int:
 
 def run(args: argparse.Namespace, base: str, token: str, maildev: object, db_url: str) -> None:
     run_id = "bench-" + uuid.uuid4().hex[:8]
-    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as api:
+    with httpx.Client(
+        base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ) as api:
         ids: dict[str, str] = {}
         for i in range(args.signals):
             recipient = f"user{i}-{run_id}@example.test"
@@ -122,15 +126,18 @@ def run(args: argparse.Namespace, base: str, token: str, maildev: object, db_url
                 time.sleep(pace)
         with psycopg.connect(db_url) as conn:
             _wait(
-                lambda: conn.execute(
-                    "SELECT count(*) FROM signals WHERE status = 'found'"
-                ).fetchone()[0]
-                == args.signals,
+                lambda: (
+                    conn.execute("SELECT count(*) FROM signals WHERE status = 'found'").fetchone()[
+                        0
+                    ]
+                    == args.signals
+                ),
                 args.timeout,
             )
             elapsed = time.monotonic() - started
             calls, checks = conn.execute(
-                "SELECT count(DISTINCT batch_id), count(*) FROM checks WHERE outcome <> 'circuit_open'"
+                "SELECT count(DISTINCT batch_id), count(*) FROM checks"
+                " WHERE outcome <> 'circuit_open'"
             ).fetchone()
             waited = conn.execute(
                 "SELECT coalesce(sum(extract(epoch FROM found_at - created_at)), 0) FROM signals"
@@ -139,11 +146,15 @@ def run(args: argparse.Namespace, base: str, token: str, maildev: object, db_url
     fixed = float(waited)  # a 1 s poller calls once per second waited
     print("machine")
     print(render(describe(db_url)))
-    print(f"signals waiting on one MailDev mailbox : {found}")
-    print(f"mail spread over                        : {args.spread:.0f} s; all found in {elapsed:.1f} s")
-    print(f"provider calls (coalesced checks)       : {calls}  ({calls / found:.2f} per found signal)")
-    print(f"per-signal poller, same backoff         : {checks}  ({checks / found:.2f} per found signal)")
-    print(f"per-signal poller, every 1 s            : {fixed:.0f}  ({fixed / found:.2f} per found signal)")
+    rows = [
+        ("signals waiting on one MailDev mailbox", f"{found}"),
+        ("mail spread over", f"{args.spread:.0f} s; all found in {elapsed:.1f} s"),
+        ("provider calls (coalesced checks)", f"{calls}  ({calls / found:.2f} per found signal)"),
+        ("per-signal poller, same backoff", f"{checks}  ({checks / found:.2f} per found signal)"),
+        ("per-signal poller, every 1 s", f"{fixed:.0f}  ({fixed / found:.2f} per found signal)"),
+    ]
+    for label, value in rows:
+        print(f"{label:<40}: {value}")
 
 
 def _ok(url: str) -> bool:

@@ -43,7 +43,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = "") -> Any:
+def wait_until(
+    predicate: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = ""
+) -> Any:
     """Poll `predicate` until it returns something truthy; fail the test after `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
@@ -240,7 +242,9 @@ class Stack:
         env.update(extra or {})
         return env
 
-    def spawn(self, name: str, args: list[str], extra_env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, name: str, args: list[str], extra_env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
         self._log_files.append(log)
         proc = subprocess.Popen(
@@ -429,7 +433,9 @@ def shared_stack(
 @pytest.fixture
 def stack(shared_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
     """The shared stack with emptied tables; this process sees its database too."""
-    with psycopg.connect(_libpq(shared_stack.env["SIGNALBOX_DATABASE_URL"]), autocommit=True) as conn:
+    with psycopg.connect(
+        _libpq(shared_stack.env["SIGNALBOX_DATABASE_URL"]), autocommit=True
+    ) as conn:
         conn.execute(f"TRUNCATE {TABLES}")
     for key, value in shared_stack.env.items():
         if key.startswith("SIGNALBOX_"):

@@ -83,7 +83,9 @@ class SignalNotifier:
                             self._wake(note.payload)
             except psycopg.Error:
                 self.connected.clear()
-                log.warning("notification listener lost its connection; reconnecting",
-                            extra={"event": "notify_reconnect"})
+                log.warning(
+                    "notification listener lost its connection; reconnecting",
+                    extra={"event": "notify_reconnect"},
+                )
                 self._stop.wait(delay)
                 delay = min(delay * 2, 10.0)

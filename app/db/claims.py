@@ -9,6 +9,8 @@ from sqlalchemy import RowMapping, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
+from app.db.repository import affected
+
 
 def signal_take_for_claim(
     session: Session, signal_id: str, *, lease_seconds: float
@@ -33,12 +35,13 @@ def signal_take_for_claim(
     )
 
 
-def claim_insert(session: Session, values: Mapping[str, Any]) -> RowMapping:
+def claim_insert(session: Session, values: Mapping[Any, Any]) -> RowMapping:
     return (
         session.execute(
             text(
                 """
-                INSERT INTO claims (id, signal_id, fence, run_id, message_id, claimed_at, lease_until)
+                INSERT INTO claims
+                    (id, signal_id, fence, run_id, message_id, claimed_at, lease_until)
                 VALUES (:id, :signal_id, :fence, :run_id, :message_id, :claimed_at, :lease_until)
                 RETURNING *
                 """
@@ -104,18 +107,22 @@ def claim_lock_live(session: Session, claim_id: str) -> RowMapping | None:
 
 def claim_end(session: Session, claim_id: str, fence: int, *, to_state: str) -> bool:
     return (
-        session.execute(
-            text(
-                "UPDATE claims SET state = :to, ended_at = now()"
-                " WHERE id = :id AND fence = :fence AND state = 'active'"
-            ),
-            {"id": claim_id, "fence": fence, "to": to_state},
-        ).rowcount
+        affected(
+            session.execute(
+                text(
+                    "UPDATE claims SET state = :to, ended_at = now()"
+                    " WHERE id = :id AND fence = :fence AND state = 'active'"
+                ),
+                {"id": claim_id, "fence": fence, "to": to_state},
+            )
+        )
         == 1
     )
 
 
-def claim_extend(session: Session, claim_id: str, fence: int, lease_seconds: float) -> RowMapping | None:
+def claim_extend(
+    session: Session, claim_id: str, fence: int, lease_seconds: float
+) -> RowMapping | None:
     return (
         session.execute(
             text(
@@ -133,26 +140,30 @@ def claim_extend(session: Session, claim_id: str, fence: int, lease_seconds: flo
 def signal_release_claim(session: Session, signal_id: str, fence: int) -> bool:
     """claimed → found, if `fence` is still the signal's claim fence."""
     return (
-        session.execute(
-            text(
-                "UPDATE signals SET status = 'found', updated_at = now()"
-                " WHERE id = :id AND status = 'claimed' AND claim_fence = :fence"
-            ),
-            {"id": signal_id, "fence": fence},
-        ).rowcount
+        affected(
+            session.execute(
+                text(
+                    "UPDATE signals SET status = 'found', updated_at = now()"
+                    " WHERE id = :id AND status = 'claimed' AND claim_fence = :fence"
+                ),
+                {"id": signal_id, "fence": fence},
+            )
+        )
         == 1
     )
 
 
 def signal_mark_consumed(session: Session, signal_id: str, fence: int) -> bool:
     return (
-        session.execute(
-            text(
-                "UPDATE signals SET status = 'consumed', updated_at = now()"
-                " WHERE id = :id AND status = 'claimed' AND claim_fence = :fence"
-            ),
-            {"id": signal_id, "fence": fence},
-        ).rowcount
+        affected(
+            session.execute(
+                text(
+                    "UPDATE signals SET status = 'consumed', updated_at = now()"
+                    " WHERE id = :id AND status = 'claimed' AND claim_fence = :fence"
+                ),
+                {"id": signal_id, "fence": fence},
+            )
+        )
         == 1
     )
 
@@ -169,7 +180,7 @@ def claim_lapsed_ids(session: Session, limit: int) -> list[str]:
     )
 
 
-def receipt_insert(session: Session, values: Mapping[str, Any]) -> RowMapping:
+def receipt_insert(session: Session, values: Mapping[Any, Any]) -> RowMapping:
     return (
         session.execute(
             text(

@@ -10,7 +10,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 
-def dead_letter_insert(session: Session, values: Mapping[str, Any]) -> str | None:
+def dead_letter_insert(session: Session, values: Mapping[Any, Any]) -> str | None:
     """Record a dead letter once per (signal, generation); returns its id if new."""
     return session.execute(
         text(
@@ -31,7 +31,9 @@ def dead_letter_insert(session: Session, values: Mapping[str, Any]) -> str | Non
     ).scalar_one_or_none()
 
 
-def dead_letter_get(session: Session, dead_letter_id: str, namespace: str | None) -> RowMapping | None:
+def dead_letter_get(
+    session: Session, dead_letter_id: str, namespace: str | None
+) -> RowMapping | None:
     sql = "SELECT * FROM dead_letters WHERE id = :id"
     if namespace is not None:
         sql += " AND namespace = :ns"
@@ -66,7 +68,12 @@ def dead_letter_list(
 ) -> Sequence[RowMapping]:
     where = ["namespace = :ns"]
     params: dict[str, Any] = {"ns": namespace, "limit": limit}
-    for column, value in (("state", state), ("reason", reason), ("provider", provider), ("run_id", run_id)):
+    for column, value in (
+        ("state", state),
+        ("reason", reason),
+        ("provider", provider),
+        ("run_id", run_id),
+    ):
         if value is not None:
             where.append(f"{column} = :{column}")
             params[column] = value

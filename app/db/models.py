@@ -277,5 +277,9 @@ class DeadLetter(Base):
     __table_args__ = (
         UniqueConstraint("signal_id", "generation"),
         Index(None, "namespace", "state", "created_at"),
-        Index("ix_dead_letters_unpublished", "created_at", postgresql_where=text("published_at IS NULL")),
+        Index(
+            "ix_dead_letters_unpublished",
+            "created_at",
+            postgresql_where=text("published_at IS NULL"),
+        ),
     )

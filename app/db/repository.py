@@ -18,6 +18,11 @@ from sqlalchemy.orm import Session
 Row = RowMapping
 
 
+def affected(result: Any) -> int:
+    """Rows an UPDATE/INSERT/DELETE touched (0 when its guard did not hold)."""
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
 def db_now(session: Session) -> datetime:
     """The server's clock: the authority for every timestamp."""
     return session.execute(text("SELECT clock_timestamp()")).scalar_one()
@@ -58,7 +63,7 @@ _SIGNAL_INSERT = text(
 ).bindparams(bindparam("metadata", type_=JSONB))
 
 
-def signal_insert(session: Session, values: Mapping[str, Any]) -> None:
+def signal_insert(session: Session, values: Mapping[Any, Any]) -> None:
     session.execute(_SIGNAL_INSERT, dict(values))
 
 
@@ -272,9 +277,10 @@ def signal_mark_found(session: Session, signal_id: str, fence: int, message_id: 
     """waiting → found with `message_id`. The unique index on signals.message_id
     raises IntegrityError if another signal took the message first."""
     return (
-        session.execute(
-            text(
-                """
+        affected(
+            session.execute(
+                text(
+                    """
                 UPDATE signals
                    SET status = 'found', message_id = :mid, found_at = now(),
                        checks_count = checks_count + 1, consecutive_errors = 0,
@@ -283,9 +289,10 @@ def signal_mark_found(session: Session, signal_id: str, fence: int, message_id: 
                        check_lease_until = NULL, updated_at = now()
                  WHERE id = :id AND check_fence = :fence AND status = 'waiting'
                 """
-            ),
-            {"id": signal_id, "fence": fence, "mid": message_id},
-        ).rowcount
+                ),
+                {"id": signal_id, "fence": fence, "mid": message_id},
+            )
+        )
         == 1
     )
 
@@ -463,32 +470,36 @@ def check_insert(
 ) -> bool:
     """Record one check; a second write for the same fence is a no-op."""
     return (
-        session.execute(
-            text(
-                """
+        affected(
+            session.execute(
+                text(
+                    """
                 INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,
                                     error_code, batch_id, started_at)
                 VALUES (:sid, :gen, :fence, :provider, :reason, :outcome, :err, :batch, :started)
                 ON CONFLICT (signal_id, fence) DO NOTHING
                 """
-            ),
-            {
-                "sid": signal_id,
-                "gen": generation,
-                "fence": fence,
-                "provider": provider,
-                "reason": reason,
-                "outcome": outcome,
-                "err": error_code,
-                "batch": batch_id,
-                "started": started_at,
-            },
-        ).rowcount
+                ),
+                {
+                    "sid": signal_id,
+                    "gen": generation,
+                    "fence": fence,
+                    "provider": provider,
+                    "reason": reason,
+                    "outcome": outcome,
+                    "err": error_code,
+                    "batch": batch_id,
+                    "started": started_at,
+                },
+            )
+        )
         == 1
     )
 
 
-def check_counts_by_outcome(session: Session, signal_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+def check_counts_by_outcome(
+    session: Session, signal_ids: Sequence[str]
+) -> dict[str, dict[str, int]]:
     rows = session.execute(
         text(
             "SELECT signal_id, outcome, count(*) FROM checks WHERE signal_id = ANY(:ids)"
@@ -519,7 +530,7 @@ def check_list(session: Session, signal_id: str) -> Sequence[Row]:
 # ---------------------------------------------------------------- messages
 
 
-def message_record_many(session: Session, rows: Sequence[Mapping[str, Any]]) -> int:
+def message_record_many(session: Session, rows: Sequence[Mapping[Any, Any]]) -> int:
     """Record observed messages once each (unique on provider and the
     provider's id); returns how many were new."""
     if not rows:
@@ -536,7 +547,7 @@ def message_record_many(session: Session, rows: Sequence[Mapping[str, Any]]) -> 
         ),
         [dict(r) for r in rows],
     )
-    return int(result.rowcount or 0)
+    return affected(result)
 
 
 def message_ids_by_provider_id(
@@ -585,13 +596,15 @@ def message_raw(session: Session, message_id: str) -> bytes | None:
 
 def near_miss_record(session: Session, signal_id: str, message_id: str, why: str) -> bool:
     return (
-        session.execute(
-            text(
-                "INSERT INTO near_misses (signal_id, message_id, why) VALUES (:s, :m, :w)"
-                " ON CONFLICT DO NOTHING"
-            ),
-            {"s": signal_id, "m": message_id, "w": why},
-        ).rowcount
+        affected(
+            session.execute(
+                text(
+                    "INSERT INTO near_misses (signal_id, message_id, why) VALUES (:s, :m, :w)"
+                    " ON CONFLICT DO NOTHING"
+                ),
+                {"s": signal_id, "m": message_id, "w": why},
+            )
+        )
         == 1
     )
 
@@ -668,7 +681,7 @@ def sink_message_search(
 # ---------------------------------------------------------------- mailboxes
 
 
-def mailbox_insert(session: Session, values: Mapping[str, Any]) -> Row:
+def mailbox_insert(session: Session, values: Mapping[Any, Any]) -> Row:
     return (
         session.execute(
             text(
@@ -690,8 +703,7 @@ def mailbox_get(session: Session, mailbox_id: str, namespace: str) -> Row | None
     return (
         session.execute(
             text(
-                "SELECT * FROM mailboxes WHERE id = :id AND namespace = :ns"
-                " AND deleted_at IS NULL"
+                "SELECT * FROM mailboxes WHERE id = :id AND namespace = :ns AND deleted_at IS NULL"
             ),
             {"id": mailbox_id, "ns": namespace},
         )
@@ -718,11 +730,13 @@ def mailbox_purge_messages(session: Session, address: str) -> int:
     """Delete the sink's copies and the observed bodies for `address`; the
     message summaries, receipts and evidence stay."""
     addr = [address.lower()]
-    deleted = session.execute(
-        text("DELETE FROM sink_messages WHERE all_recipients && CAST(:a AS text[])"), {"a": addr}
-    ).rowcount
+    deleted = affected(
+        session.execute(
+            text("DELETE FROM sink_messages WHERE all_recipients && CAST(:a AS text[])"),
+            {"a": addr},
+        )
+    )
     session.execute(
         text("UPDATE messages SET raw = NULL WHERE recipients && CAST(:a AS text[])"), {"a": addr}
     )
-    return int(deleted or 0)
-
+    return deleted

@@ -32,7 +32,9 @@ class SinkProvider:
                     session, since=query.since, recipients=sorted(query.recipients) or None
                 )
         except SQLAlchemyError as exc:
-            raise ProviderUnavailable("sink storage unavailable", error_code="sink_unavailable") from exc
+            raise ProviderUnavailable(
+                "sink storage unavailable", error_code="sink_unavailable"
+            ) from exc
         return [
             ProviderMessage(
                 provider_message_id=str(r["id"]),

@@ -24,7 +24,12 @@ class SinkHandler:
         self.domains = settings.accepted_domains
 
     async def handle_RCPT(
-        self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options: list[str]
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
+        rcpt_options: list[str],
     ) -> str:
         domain = address.rpartition("@")[2].lower().rstrip(">")
         if not domain:

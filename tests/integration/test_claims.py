@@ -127,8 +127,12 @@ def test_claim_of_an_expired_signal_answers_410_with_the_dead_letter(stack: Stac
     with stack.client() as api:
         signal = api.post(
             "/v1/signals",
-            json={"run_id": "run-x", "test_case": "t", "recipient": "late@example.test",
-                  "expires_in_seconds": 1},
+            json={
+                "run_id": "run-x",
+                "test_case": "t",
+                "recipient": "late@example.test",
+                "expires_in_seconds": 1,
+            },
         ).json()
         wait_result(stack, signal["signal_id"], wait=10)
         r = api.post(f"/v1/signals/{signal['signal_id']}/claim", json={"run_id": "run-x"})
@@ -144,7 +148,9 @@ def test_consume_returns_the_receipt_and_again_the_same_receipt(stack: Stack) ->
         first = api.post(f"/v1/claims/{claim_id}/consume")
         second = api.post(f"/v1/claims/{claim_id}/consume")
         view = api.get(f"/v1/signals/{signal['signal_id']}").json()
-        again = api.post(f"/v1/signals/{signal['signal_id']}/claim", json={"run_id": signal["run_id"]})
+        again = api.post(
+            f"/v1/signals/{signal['signal_id']}/claim", json={"run_id": signal["run_id"]}
+        )
     assert first.status_code == 200 and second.status_code == 200
     assert first.json() == second.json()
     receipt = first.json()
@@ -197,9 +203,12 @@ def test_unconsumed_claims_lapse_until_claims_exhausted_without_api_calls(
     assert claim(stack, signal, lease=5).status_code == 200
     with psycopg.connect(db) as conn:
         wait_until(
-            lambda: conn.execute(
-                "SELECT status FROM signals WHERE id = %s", (signal["signal_id"],)
-            ).fetchone()[0] == "found",
+            lambda: (
+                conn.execute(
+                    "SELECT status FROM signals WHERE id = %s", (signal["signal_id"],)
+                ).fetchone()[0]
+                == "found"
+            ),
             20,
             what="first lease lapsed",
         )
@@ -262,5 +271,7 @@ def test_deleting_a_mailbox_purges_its_messages_but_keeps_receipts(stack: Stack)
     assert deleted.status_code == 204 and again.status_code == 404
     with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
         assert conn.execute("SELECT count(*) FROM sink_messages").fetchone()[0] == 0
-        assert conn.execute("SELECT count(*) FROM messages WHERE raw IS NOT NULL").fetchone()[0] == 0
+        assert (
+            conn.execute("SELECT count(*) FROM messages WHERE raw IS NOT NULL").fetchone()[0] == 0
+        )
     assert evidence["signals"][0]["receipt"]["receipt_id"] == receipt["receipt_id"]

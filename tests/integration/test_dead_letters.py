@@ -52,7 +52,8 @@ def test_each_expiry_is_published_once_to_the_dead_letter_queue(
     assert ids == sorted(v["dead_letter"]["dead_letter_id"] for v in views)
     with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
         rows = conn.execute(
-            "SELECT signal_id, count(*), bool_and(published_at IS NOT NULL) FROM dead_letters GROUP BY 1"
+            "SELECT signal_id, count(*), bool_and(published_at IS NOT NULL)"
+            " FROM dead_letters GROUP BY 1"
         ).fetchall()
     assert len(rows) == 3 and all(n == 1 and published for _, n, published in rows)
 
@@ -99,7 +100,8 @@ def test_redrive_brings_the_signal_back_and_keeps_its_history(stack: Stack) -> N
         reasons = [
             r[0]
             for r in conn.execute(
-                "SELECT reason FROM checks WHERE signal_id = %s ORDER BY fence", (view["signal_id"],)
+                "SELECT reason FROM checks WHERE signal_id = %s ORDER BY fence",
+                (view["signal_id"],),
             )
         ]
         signals = conn.execute("SELECT count(*) FROM signals").fetchone()[0]

@@ -5,6 +5,7 @@ the dead-letter queue."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import smtplib
 import time
@@ -17,7 +18,13 @@ import pytest
 import redis
 
 from tests.integration.test_signal_watch import mail
-from tests.servers import CountingProxy, DovecotServer, MaildevServer, dovecot_server, maildev_server
+from tests.servers import (
+    CountingProxy,
+    DovecotServer,
+    MaildevServer,
+    dovecot_server,
+    maildev_server,
+)
 from tests.stack_fixtures import Stack, wait_until
 from workers.breaker import CircuitBreaker
 
@@ -42,9 +49,7 @@ def dovecot(tmp_path: Path) -> Iterator[DovecotServer]:
         yield server
 
 
-def provider_stack(
-    stack_factory: Callable[..., Stack], providers_toml: str, **env: str
-) -> Stack:
+def provider_stack(stack_factory: Callable[..., Stack], providers_toml: str, **env: str) -> Stack:
     stack = stack_factory(env)
     (stack.logs.parent / "providers.toml").write_text(providers_toml)
     return stack
@@ -259,7 +264,7 @@ def test_rate_limited_provider_delays_checks_without_spending_budget(
         assert v["last_check"]["error_code"] == "rate_limited"
         assert v["checks"] == 0  # no budget spent, no provider_errors expiry
         times = [t for (t,) in rows(stack, "SELECT started_at FROM checks ORDER BY fence")]
-        gaps = [(b - a).total_seconds() for a, b in zip(times, times[1:], strict=False)]
+        gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
         assert all(gap >= 2.5 for gap in gaps), gaps  # Retry-After: 3 was honoured
     finally:
         scripted.close()

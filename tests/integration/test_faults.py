@@ -54,7 +54,8 @@ def test_worker_killed_mid_check_loses_nothing_and_counts_nothing_twice(
     wait_until(
         lambda: rows(
             stack,
-            "SELECT 1 FROM signals WHERE id = %s AND check_fence >= 1 AND check_lease_until > now()",
+            "SELECT 1 FROM signals WHERE id = %s"
+            " AND check_fence >= 1 AND check_lease_until > now()",
             sid,
         ),
         10,
@@ -68,7 +69,9 @@ def test_worker_killed_mid_check_loses_nothing_and_counts_nothing_twice(
     view = wait_result(stack, sid, wait=40)
 
     assert view["status"] == "found"
-    checks = rows(stack, "SELECT fence, outcome FROM checks WHERE signal_id = %s ORDER BY fence", sid)
+    checks = rows(
+        stack, "SELECT fence, outcome FROM checks WHERE signal_id = %s ORDER BY fence", sid
+    )
     fences = [f for f, _ in checks]
     assert len(fences) == len(set(fences))
     # The killed check (fence 1) never wrote a row: nothing is counted twice.
@@ -94,7 +97,12 @@ def test_signal_whose_task_was_dropped_from_the_broker_is_found_by_the_sweep(
     view = wait_result(stack, signal["signal_id"], wait=40)
 
     assert view["status"] == "found"
-    reasons = [r for (r,) in rows(stack, "SELECT reason FROM checks WHERE signal_id = %s", signal["signal_id"])]
+    reasons = [
+        r
+        for (r,) in rows(
+            stack, "SELECT reason FROM checks WHERE signal_id = %s", signal["signal_id"]
+        )
+    ]
     assert reasons == ["sweep"]
 
 

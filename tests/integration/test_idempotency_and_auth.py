@@ -161,7 +161,9 @@ def test_invalid_fields_get_422_naming_the_field_and_store_nothing(
 
 def test_invalid_json_gets_422(stack: Stack) -> None:
     with stack.client() as api:
-        r = api.post("/v1/signals", content=b"{not json", headers={"Content-Type": "application/json"})
+        r = api.post(
+            "/v1/signals", content=b"{not json", headers={"Content-Type": "application/json"}
+        )
     assert r.status_code == 422
     assert r.json()["error"]["code"] == "invalid_input"
 

@@ -9,12 +9,17 @@ from email.message import EmailMessage
 import psycopg
 import pytest
 
-from tests.stack_fixtures import Stack, wait_until
+from tests.stack_fixtures import Stack
 
 pytestmark = pytest.mark.integration
 
 
-def mail(to: str, subject: str = "Verify your account", run: str | None = None, body: str = "Your code is 493817") -> bytes:
+def mail(
+    to: str,
+    subject: str = "Verify your account",
+    run: str | None = None,
+    body: str = "Your code is 493817",
+) -> bytes:
     msg = EmailMessage()
     msg["From"] = "app@example.test"
     msg["To"] = to
@@ -104,7 +109,9 @@ def test_signal_whose_message_never_comes_expires_at_its_deadline(stack: Stack) 
     assert view["expiry_reason"] == "deadline"
     assert view["dead_letter"]["reason"] == "deadline"
     assert view["dead_letter"]["checks"]["total"] >= 1
-    dead = db_rows(stack, "SELECT count(*) FROM dead_letters WHERE signal_id = %s", signal["signal_id"])
+    dead = db_rows(
+        stack, "SELECT count(*) FROM dead_letters WHERE signal_id = %s", signal["signal_id"]
+    )
     assert dead == [(1,)]
 
 

@@ -23,7 +23,10 @@ def sink_count(stack: Stack) -> int:
 @pytest.fixture
 def strict_stack(stack_factory: Callable[..., Stack]) -> Stack:
     stack = stack_factory(
-        {"SIGNALBOX_SMTP_DOMAINS": "example.test,qa.example.test", "SIGNALBOX_SMTP_MAX_BYTES": "20000"}
+        {
+            "SIGNALBOX_SMTP_DOMAINS": "example.test,qa.example.test",
+            "SIGNALBOX_SMTP_MAX_BYTES": "20000",
+        }
     )
     stack.start_api()
     stack.start_smtp()
@@ -43,9 +46,10 @@ def test_recipient_outside_accepted_domains_gets_550(strict_stack: Stack) -> Non
 
 def test_oversize_message_gets_552_and_nothing_is_stored(strict_stack: Stack) -> None:
     big = mail("user@example.test", body="x" * 30000)
-    with pytest.raises(smtplib.SMTPResponseException) as err, smtplib.SMTP(
-        strict_stack.smtp_host, strict_stack.smtp_port, timeout=10
-    ) as smtp:
+    with (
+        pytest.raises(smtplib.SMTPResponseException) as err,
+        smtplib.SMTP(strict_stack.smtp_host, strict_stack.smtp_port, timeout=10) as smtp,
+    ):
         smtp.sendmail("app@example.test", ["user@example.test"], big)
     assert err.value.smtp_code == 552
     assert sink_count(strict_stack) == 0
@@ -66,7 +70,7 @@ def test_malformed_mime_is_stored_raw_and_matched_on_what_decodes(stack: Stack) 
     raw = (
         f"To: {recipient}\r\n"
         "Subject: =?utf-8?B?V2VsY29tZSDwn5GL?= \r\n"
-        "Content-Type: multipart/alternative; boundary=\"never-closed\"\r\n"
+        'Content-Type: multipart/alternative; boundary="never-closed"\r\n'
         "Content-Transfer-Encoding: base64\r\n\r\n"
         "--never-closed\r\nContent-Type: text/plain; charset=no-such-charset\r\n\r\n"
         "\xff\xfe broken =?= bytes\r\n"

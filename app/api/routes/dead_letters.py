@@ -37,7 +37,9 @@ def get_dead_letter(dead_letter_id: str, namespace: Namespace) -> dict[str, Any]
 
 
 @router.post("/{dead_letter_id}/redrive")
-def redrive(dead_letter_id: str, namespace: Namespace, body: Redrive | None = None) -> dict[str, Any]:
+def redrive(
+    dead_letter_id: str, namespace: Namespace, body: Redrive | None = None
+) -> dict[str, Any]:
     return expiry.dead_letter_redrive(namespace, dead_letter_id, body or Redrive())
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -56,10 +57,8 @@ async def get_signal(
             remaining = deadline - loop.time()
             if remaining <= 0 or await request.is_disconnected():
                 break
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), timeout=min(remaining, RECHECK_SECONDS))
-            except TimeoutError:
-                pass
             changed.clear()
             view = await run_in_threadpool(signals.signal_read, namespace, signal_id)
     return view
@@ -77,7 +76,9 @@ def list_signals(
 
 
 @router.post("/mailboxes", status_code=201)
-def create_mailbox(body: MailboxCreate, namespace: Namespace, settings: AppSettings) -> dict[str, Any]:
+def create_mailbox(
+    body: MailboxCreate, namespace: Namespace, settings: AppSettings
+) -> dict[str, Any]:
     return signals.mailbox_create(settings, namespace, body)
 
 

@@ -1,0 +1,175 @@
+"""Retention: the SQL that deletes old data in small batches.
+
+Every function deletes (or purges) at most `limit` rows and returns how many
+it touched; the caller loops, one short transaction per batch, so retention
+never holds locks for long nor builds one huge transaction. Rows another
+transaction holds are skipped (`SKIP LOCKED`) and taken at the next run.
+
+What is never touched here: anything of a signal that is still in play
+(`waiting`, `found`, `claimed`): its checks, its message, the near misses it
+may report, the sink messages to its recipient.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, text
+from sqlalchemy.orm import Session
+
+# The statuses whose data retention leaves alone.
+_IN_PLAY = "('waiting', 'found', 'claimed')"
+
+
+def _count(session: Session, sql: str, **params: object) -> int:
+    result = cast(CursorResult[Any], session.execute(text(sql), params))
+    return int(result.rowcount or 0)
+
+
+def sink_message_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+    """Delete sink messages received before the cutoff, except those addressed
+    to a waiting signal's recipient or recorded as an in-play signal's message."""
+    return _count(
+        session,
+        f"""
+        DELETE FROM sink_messages WHERE id IN (
+            SELECT sm.id FROM sink_messages sm
+             WHERE sm.received_at < now() - make_interval(secs => :secs)
+               AND NOT EXISTS (
+                    SELECT 1 FROM signals s
+                     WHERE s.status = 'waiting' AND lower(s.recipient) = ANY(sm.all_recipients))
+               AND NOT EXISTS (
+                    SELECT 1 FROM messages m JOIN signals s ON s.message_id = m.id
+                     WHERE m.provider_message_id = sm.id::text AND s.status IN {_IN_PLAY})
+             ORDER BY sm.received_at
+             LIMIT :limit
+             FOR UPDATE SKIP LOCKED)
+        """,
+        secs=older_than_hours * 3600,
+        limit=limit,
+    )
+
+
+def message_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+    """Delete observed messages older than the cutoff that no signal points
+    at, that are no waiting signal's near miss, and that are not addressed to
+    a waiting signal's recipient (it could still match them)."""
+    return _count(
+        session,
+        """
+        DELETE FROM messages WHERE id IN (
+            SELECT m.id FROM messages m
+             WHERE m.observed_at < now() - make_interval(secs => :secs)
+               AND NOT EXISTS (SELECT 1 FROM signals s WHERE s.message_id = m.id)
+               AND NOT EXISTS (
+                    SELECT 1 FROM near_misses n JOIN signals s ON s.id = n.signal_id
+                     WHERE n.message_id = m.id AND s.status = 'waiting')
+               AND NOT EXISTS (
+                    SELECT 1 FROM signals s
+                     WHERE s.status = 'waiting' AND lower(s.recipient) = ANY(m.recipients))
+             ORDER BY m.observed_at
+             LIMIT :limit
+             FOR UPDATE SKIP LOCKED)
+        """,
+        secs=older_than_hours * 3600,
+        limit=limit,
+    )
+
+
+def message_purge_consumed_raw(session: Session, *, older_than_hours: float, limit: int) -> int:
+    """Drop the body of messages whose signal was consumed before the cutoff.
+
+    The row (subject, received_at, run marker) stays as the evidence the
+    receipt and the signal view point at, until the signal itself ages out.
+    """
+    return _count(
+        session,
+        """
+        UPDATE messages SET raw = NULL WHERE id IN (
+            SELECT m.id FROM messages m JOIN signals s ON s.message_id = m.id
+             WHERE m.raw IS NOT NULL AND s.status = 'consumed'
+               AND s.updated_at < now() - make_interval(secs => :secs)
+             LIMIT :limit
+             FOR UPDATE OF m SKIP LOCKED)
+        """,
+        secs=older_than_hours * 3600,
+        limit=limit,
+    )
+
+
+def check_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+    """Delete checks finished before the cutoff whose signal is no longer in play.
+
+    The dead letter keeps its own copy of the check counts, and the signal
+    its `checks_count`, so the diagnosis survives.
+    """
+    return _count(
+        session,
+        f"""
+        DELETE FROM checks WHERE id IN (
+            SELECT c.id FROM checks c JOIN signals s ON s.id = c.signal_id
+             WHERE c.finished_at < now() - make_interval(secs => :secs)
+               AND s.status NOT IN {_IN_PLAY}
+             ORDER BY c.finished_at
+             LIMIT :limit
+             FOR UPDATE OF c SKIP LOCKED)
+        """,
+        secs=older_than_hours * 3600,
+        limit=limit,
+    )
+
+
+def receipt_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+    return _count(
+        session,
+        """
+        DELETE FROM receipts WHERE id IN (
+            SELECT id FROM receipts
+             WHERE consumed_at < now() - make_interval(secs => :secs)
+             ORDER BY consumed_at
+             LIMIT :limit
+             FOR UPDATE SKIP LOCKED)
+        """,
+        secs=older_than_hours * 3600,
+        limit=limit,
+    )
+
+
+def dead_letter_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+    """Delete resolved (redriven or discarded) dead letters older than the
+    cutoff; open ones stay until an operator resolves them."""
+    return _count(
+        session,
+        """
+        DELETE FROM dead_letters WHERE id IN (
+            SELECT id FROM dead_letters
+             WHERE state <> 'open' AND created_at < now() - make_interval(secs => :secs)
+             ORDER BY created_at
+             LIMIT :limit
+             FOR UPDATE SKIP LOCKED)
+        """,
+        secs=older_than_hours * 3600,
+        limit=limit,
+    )
+
+
+def signal_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+    """Delete terminal signals (consumed, or expired with no open dead letter)
+    last changed before the cutoff; their checks, near misses, claims and
+    idempotency keys go with them (foreign keys cascade)."""
+    return _count(
+        session,
+        """
+        DELETE FROM signals WHERE id IN (
+            SELECT s.id FROM signals s
+             WHERE s.status IN ('consumed', 'expired')
+               AND s.updated_at < now() - make_interval(secs => :secs)
+               AND NOT EXISTS (
+                    SELECT 1 FROM dead_letters d WHERE d.signal_id = s.id AND d.state = 'open')
+             ORDER BY s.updated_at
+             LIMIT :limit
+             FOR UPDATE SKIP LOCKED)
+        """,
+        secs=older_than_hours * 3600,
+        limit=limit,
+    )
