@@ -191,7 +191,9 @@ _SUBJECT_MAX = 80
 
 
 def _quote_subject(subject: str) -> str:
-    text = _CONTROL_RE.sub(" ", subject)
+    # Only the first _SUBJECT_MAX characters are shown; cutting first also keeps the
+    # masking regexes linear on a hostile megabyte-long subject.
+    text = _CONTROL_RE.sub(" ", subject[: _SUBJECT_MAX * 4])
     text = _LINK_RE.sub("<link>", text)
     text = _ADDRESS_RE.sub("<address>", text)
     text = _CODE_RE.sub(lambda m: "<code>" if len(m.group()) >= 4 else m.group(), text)

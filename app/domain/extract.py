@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from html.parser import HTMLParser
 
-from app.domain.mail import ParsedMail, normalize_whitespace, strip_html
+from app.domain.mail import ParsedMail, html_events, normalize_whitespace
 
 __all__ = ["EXCERPT_MAX_CHARS", "Extracted", "extract", "find_codes", "find_links"]
 
@@ -68,11 +67,15 @@ def find_links(text: str) -> tuple[str, ...]:
 
 
 def _trim_url(url: str) -> str:
-    while url and url[-1] in _TRAILING_PUNCT:
-        if url[-1] == ")" and url.count("(") >= url.count(")"):
-            break
-        url = url[:-1]
-    return url
+    opens, closes = url.count("("), url.count(")")
+    end = len(url)
+    while end and url[end - 1] in _TRAILING_PUNCT:
+        if url[end - 1] == ")":
+            if opens >= closes:
+                break
+            closes -= 1
+        end -= 1
+    return url[:end]
 
 
 def _has_host(url: str) -> bool:
@@ -80,50 +83,16 @@ def _has_host(url: str) -> bool:
     return bool(rest) and rest[0] not in "/?#"
 
 
-class _LinkCollector(HTMLParser):
-    """Collects ``href`` targets and bare URLs in visible text, in document order."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.links: list[str] = []
-        self._hidden_depth = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in ("script", "style", "head", "title", "template"):
-            self._hidden_depth += 1
-            return
-        for name, value in attrs:
-            # HTMLParser has already decoded entities in attribute values (&amp; -> &).
-            if name == "href" and value:
-                url = value.strip()
-                if _URL_RE.match(url) and _has_host(url):
-                    self.links.append(url)
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag not in ("script", "style", "head", "title", "template"):
-            self.handle_starttag(tag, attrs)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("script", "style", "head", "title", "template"):
-            self._hidden_depth = max(0, self._hidden_depth - 1)
-
-    def handle_data(self, data: str) -> None:
-        if not self._hidden_depth:
-            self.links.extend(find_links(data))
-
-
 def _html_links(html: str) -> list[str]:
-    if not html:
-        return []
-    collector = _LinkCollector()
-    try:
-        collector.feed(html)
-        collector.close()
-    except Exception:
-        # The parser gave up part-way: keep what it found, and look for bare
-        # URLs in the visible text as a fallback.
-        return collector.links + list(find_links(strip_html(html)))
-    return collector.links
+    """``href`` targets and bare URLs in the visible text, in document order."""
+    links: list[str] = []
+    for kind, value in html_events(html):
+        if kind == "href":
+            if _URL_RE.match(value) and _has_host(value):
+                links.append(value)
+        elif kind == "text":
+            links.extend(find_links(value))
+    return links
 
 
 # --------------------------------------------------------------------------- codes
@@ -131,7 +100,9 @@ def _html_links(html: str) -> list[str]:
 # A token of 4-10 upper-case letters/digits standing alone (no letter or digit,
 # of either case, glued to it).
 _TOKEN_RE = re.compile(r"(?<![A-Za-z0-9])[A-Z0-9]{4,10}(?![A-Za-z0-9])")
-_EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+# The look-behind anchors a match at the start of a word: without it a long run of
+# word characters is rescanned from every position (quadratic on a 10 MiB body).
+_EMAIL_RE = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _HEX_COLOUR_RE = re.compile(r"(?:[0-9A-Fa-f]{3}|[0-9A-Fa-f]{4}|[0-9A-Fa-f]{6}|[0-9A-Fa-f]{8})")
 # Separators that join digit groups into dates, times, phone numbers, amounts and
 # versions (2026-05-01, 12:30:00, 555-0123, 1.2345, 1,000,000).

@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import email
 import email.header
+import email.parser
 import email.policy
 import email.utils
 import html as html_lib
@@ -22,11 +23,17 @@ import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from email.message import Message
-from email.policy import Compat32
-from html.parser import HTMLParser
-from typing import TypeVar
+from email.policy import Compat32, EmailPolicy
+from typing import Any, Literal, TypeVar
 
-__all__ = ["ParsedMail", "normalize_whitespace", "parse_mail", "strip_html"]
+__all__ = [
+    "HtmlEvent",
+    "ParsedMail",
+    "html_events",
+    "normalize_whitespace",
+    "parse_mail",
+    "strip_html",
+]
 
 _T = TypeVar("_T")
 
@@ -37,14 +44,19 @@ RUN_MARKER_HEADERS = ("X-Signalbox-Run", "X-Run-Id")
 # than spend unbounded time on a hostile message.
 _MAX_PART_DEPTH = 32
 _MAX_PARTS = 500
+# Longest structured header handed to the modern (quadratic) header parser.
+_MAX_PARSED_HEADER = 4096
 
 
 @dataclass(frozen=True)
 class ParsedMail:
     """The decoded view of one email.
 
-    ``to`` and ``cc`` hold lower-cased bare addresses (``a@example.com``, no
-    display name). ``text`` and ``html`` are the first text/plain and text/html
+    ``subject`` has RFC 2047 encoded words decoded, whitespace collapsed and is
+    NFC-normalised (``''`` when absent). ``to``, ``cc`` and ``from_addr`` hold
+    lower-cased bare addresses (``a@example.com``, no display name).
+    ``run_marker`` is ``X-Signalbox-Run``, else ``X-Run-Id``, stripped, or None.
+    ``text`` and ``html`` are the first text/plain and text/html
     parts that are not attachments, decoded with their charset and with line
     endings normalised to ``\\n``; each is ``''`` when the message has none.
     ``defects`` names what was malformed (e.g. ``InvalidBase64CharactersDefect``,
@@ -113,20 +125,13 @@ def strip_html(html: str) -> str:
     """Return the visible text of an HTML document as one whitespace-normalised line.
 
     Tags are removed, character references decoded (``&amp;`` -> ``&``), and
-    the content of ``script``, ``style``, ``head``/``title`` and ``template``
+    the content of ``script``, ``style``, ``title`` and ``template`` and comments
     dropped. Block elements and ``<br>`` separate words so ``<td>A</td><td>B</td>``
-    reads ``A B``. Never raises; on HTML the parser cannot follow, falls back to
-    a regex strip.
+    reads ``A B``. Never raises, and runs in linear time whatever the markup.
     """
     if not html:
         return ""
-    parser = _TextExtractor()
-    try:
-        parser.feed(html)
-        parser.close()
-        text = parser.text()
-    except Exception:
-        text = _regex_strip_html(html)
+    text = "".join(value for kind, value in html_events(html) if kind != "href")
     return normalize_whitespace(text)
 
 
@@ -144,12 +149,38 @@ class _RawHeaderPolicy(Compat32):
         return value
 
 
+class _BoundedPolicy(EmailPolicy):
+    """``email.policy.default``, but structured headers are cut before parsing.
+
+    The modern header parser is quadratic on hostile input (100 KB of ``"`` in a
+    To header takes over a minute). Address headers longer than the bound are
+    read by the linear ``email.utils.getaddresses`` instead (see
+    ``_Parser._addresses``); other structured headers (Content-Type, Message-ID,
+    ...) have no legitimate reason to be that long. The Subject is parsed in
+    linear time and is never cut.
+    """
+
+    def header_fetch_parse(self, name: str, value: str) -> Any:
+        if len(value) > _MAX_PARSED_HEADER and name.lower() != "subject":
+            value = value[:_MAX_PARSED_HEADER]
+        return super().header_fetch_parse(name, value)
+
+
 class _Parser:
     def __init__(self, raw: bytes) -> None:
         self.raw = raw
         self.defects: dict[str, None] = {}  # ordered set
-        self.msg: Message = email.message_from_bytes(raw, policy=email.policy.default)
         self._raw_msg: Message | None = None
+        self.modern = True
+        try:
+            self.msg: Message = email.message_from_bytes(raw, policy=_BoundedPolicy())
+        except Exception as exc:
+            # The MIME parser reads Content-Type while it parses; a header such as
+            # "((((..." makes the modern header parser recurse too deep. compat32
+            # parses the same structure with plain string operations.
+            self._note(f"ModernParserDefect:{type(exc).__name__}")
+            self.modern = False
+            self.msg = email.message_from_bytes(raw, policy=email.policy.compat32)
 
     def parse(self) -> ParsedMail:
         subject = self._subject()
@@ -183,11 +214,14 @@ class _Parser:
 
     def _raw_values(self, name: str) -> list[str]:
         if self._raw_msg is None:
-            self._raw_msg = email.message_from_bytes(self.raw, policy=_RawHeaderPolicy())
+            parser = email.parser.BytesParser(policy=_RawHeaderPolicy())
+            self._raw_msg = parser.parsebytes(self.raw, headersonly=True)
         return [str(v) for v in (self._raw_msg.get_all(name) or [])]
 
     def _header_values(self, name: str) -> list[object] | None:
         """The parsed header objects, or None when the modern parser raised."""
+        if not self.modern:
+            return None
         try:
             values: list[object] = list(self.msg.get_all(name) or [])
             for value in values:
@@ -217,22 +251,29 @@ class _Parser:
         return value or None
 
     def _addresses(self, name: str) -> tuple[str, ...]:
-        found: list[str] = []
-        values = self._header_values(name)
-        parsed_ok = values is not None
-        if values is not None:
-            try:
-                for value in values:
-                    for address in getattr(value, "addresses", ()):
-                        found.append(str(address.addr_spec))
-            except Exception:
-                self._note(f"HeaderParseDefect:{name}")
-                parsed_ok = False
-                found = []
-        if not parsed_ok:
-            raw_values = [_clean(v) for v in self._raw_values(name)]
-            found = [addr for _, addr in email.utils.getaddresses(raw_values)]
+        raw_values = self._raw_values(name)
+        found: list[str] | None = None
+        if all(len(v) <= _MAX_PARSED_HEADER for v in raw_values):
+            found = self._modern_addresses(name)
+        else:
+            self._note(f"LongHeaderDefect:{name}")
+        if found is None:
+            found = _fallback_addresses([_clean(v) for v in raw_values])
         return tuple(dict.fromkeys(a for a in map(_bare_address, found) if a))
+
+    def _modern_addresses(self, name: str) -> list[str] | None:
+        values = self._header_values(name)
+        if values is None:
+            return None
+        try:
+            return [
+                str(address.addr_spec)
+                for value in values
+                for address in getattr(value, "addresses", ())
+            ]
+        except Exception:
+            self._note(f"HeaderParseDefect:{name}")
+            return None
 
     # bodies ---------------------------------------------------------------
 
@@ -397,6 +438,17 @@ def _decode_raw_header(value: str) -> str:
     return "".join(out)
 
 
+_ADDRESS_RE = re.compile(r"[^\s<>,;:\"()\[\]]+@[^\s<>,;:\"()\[\]]+")
+
+
+def _fallback_addresses(values: list[str]) -> list[str]:
+    """Addresses from raw header values, for when the modern parser cannot be used."""
+    try:
+        return [address for _, address in email.utils.getaddresses(values)]
+    except Exception:  # deeply nested comments overflow getaddresses' recursion
+        return [m.group() for value in values for m in _ADDRESS_RE.finditer(value)]
+
+
 def _bare_address(value: str) -> str:
     address = _clean(value).strip().strip("<>").strip().lower()
     # The modern parser reports an empty angle-addr as "<>"; that is nobody.
@@ -404,9 +456,25 @@ def _bare_address(value: str) -> str:
 
 
 # --------------------------------------------------------------------------- HTML
+#
+# A small scanner instead of html.parser: the stdlib parser takes minutes on a few
+# hundred KiB of unclosed tags ("<a <a <a ..."), and an email body is attacker
+# controlled. Every pattern below either matches in one forward pass or does not
+# start at all (unclosed constructs run to the end of the input, as in browsers,
+# and the loops are possessive), so scanning is linear in the size of the HTML.
 
-# Elements whose content is never visible text.
-_HIDDEN_TAGS = frozenset({"script", "style", "head", "title", "template"})
+_ATTRS = r"""(?:[^>"']++|"[^"]*+(?:"|\Z)|'[^']*+(?:'|\Z))*+"""
+_HTML_TOKEN_RE = re.compile(
+    r"<!--.*?(?:-->|\Z)"  # comment
+    r"|<[!?][^>]*+(?:>|\Z)"  # doctype, CDATA, processing instruction, bogus comment
+    # Elements whose content is never visible text: skipped whole.
+    rf"|<(?P<hidden>script|style|title|template)\b{_ATTRS}(?:>|\Z).*?(?:</(?P=hidden)\s*>|\Z)"
+    rf"|<(?P<end>/)?(?P<name>[a-zA-Z][^\s/>]*+)(?P<attrs>{_ATTRS})(?:>|\Z)",
+    re.DOTALL | re.IGNORECASE,
+)
+_HREF_RE = re.compile(
+    r"""(?:^|[\s"'/])href\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))""", re.IGNORECASE
+)
 # Elements that start a new line when rendered; they must separate words.
 _BLOCK_TAGS = frozenset(
     {
@@ -417,45 +485,33 @@ _BLOCK_TAGS = frozenset(
     }
 )  # fmt: skip
 
-
-class _TextExtractor(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self._chunks: list[str] = []
-        self._hidden_depth = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _HIDDEN_TAGS:
-            self._hidden_depth += 1
-        elif tag in _BLOCK_TAGS:
-            self._chunks.append(" ")
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        # A self-closing <script/> hides nothing.
-        if tag in _BLOCK_TAGS:
-            self._chunks.append(" ")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in _HIDDEN_TAGS:
-            self._hidden_depth = max(0, self._hidden_depth - 1)
-        elif tag in _BLOCK_TAGS:
-            self._chunks.append(" ")
-
-    def handle_data(self, data: str) -> None:
-        if not self._hidden_depth:
-            self._chunks.append(data)
-
-    def text(self) -> str:
-        return "".join(self._chunks)
+HtmlEvent = tuple[Literal["text", "break", "href"], str]
 
 
-_HIDDEN_BLOCK_RE = re.compile(
-    r"<(script|style|head|title|template)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL
-)
-_TAG_RE = re.compile(r"<[^>]*>")
+def html_events(html: str) -> Iterator[HtmlEvent]:
+    """Scan HTML into what a reader of the rendered email would meet, in document order.
 
-
-def _regex_strip_html(html: str) -> str:
-    text = _HIDDEN_BLOCK_RE.sub(" ", html)
-    text = _TAG_RE.sub(" ", text)
-    return html_lib.unescape(text)
+    Yields ``("text", visible_text)`` with character references decoded,
+    ``("break", " ")`` where a block element separates words, and
+    ``("href", url)`` for each ``<a>``/``<area>`` target (entities decoded,
+    surrounding whitespace removed). Comments, declarations and the content of
+    ``script``, ``style``, ``title`` and ``template`` yield nothing. Never raises;
+    runs in time linear in ``len(html)``.
+    """
+    pos = 0
+    for match in _HTML_TOKEN_RE.finditer(html):
+        if match.start() > pos:
+            yield "text", html_lib.unescape(html[pos : match.start()])
+        pos = match.end()
+        name = (match.group("name") or "").lower()
+        if not name:
+            continue
+        if name in _BLOCK_TAGS:
+            yield "break", " "
+        if name in ("a", "area") and not match.group("end"):
+            href = _HREF_RE.search(match.group("attrs") or "")
+            if href:
+                value = next(g for g in href.groups() if g is not None)
+                yield "href", html_lib.unescape(value).strip()
+    if pos < len(html):
+        yield "text", html_lib.unescape(html[pos:])
