@@ -109,6 +109,10 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     settings, handles = resolve_services(get_settings())
     upgrade(settings.database_url or "")
+    from app.observability.metrics import compact_dead_processes
+
+    # Before the children start: fold the metric files a previous run left.
+    compact_dead_processes()
     token = _ensure_dev_token(settings)
     wanted = [c for c in CHILDREN if not (c == "flower" and args.no_flower)]
     procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -224,18 +228,44 @@ def cmd_beat(args: argparse.Namespace) -> int:
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     get_celery().start(
-        ["beat", "--loglevel", "WARNING", "-s", str(settings.data_dir / "celerybeat-schedule")]
+        # --quiet: no plain-text banner; beat logs JSON lines (workers.logging_setup).
+        ["--quiet", "beat", "--loglevel", "WARNING", "-s",
+         str(settings.data_dir / "celerybeat-schedule")]
     )
     return 0
 
 
 def cmd_flower(args: argparse.Namespace) -> int:
+    """Flower on SIGNALBOX_FLOWER_PORT, behind SIGNALBOX_FLOWER_BASIC_AUTH when set."""
+    # Flower's own Prometheus metrics stay in this process: it must not join
+    # the deployment's metric files, so prometheus_client is loaded before
+    # anything of ours could switch it to multiprocess mode.
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    import prometheus_client  # noqa: F401
+
+    from app.observability.logs import configure_logging
+
     settings, _ = resolve_services(get_settings())
+    configure_logging("flower", settings.log_level)
     from workers.celery_app import get_celery
 
-    argv = ["flower", f"--port={settings.flower_port}", "--address=127.0.0.1"]
+    # --quiet and --logging=none: no banner and no tornado log format; Flower
+    # writes JSON lines through the handler configured above.
+    argv = [
+        "--quiet",
+        "flower",
+        f"--port={settings.flower_port}",
+        "--address=127.0.0.1",
+        "--logging=none",
+    ]
     if settings.flower_basic_auth:
         argv.append(f"--basic-auth={settings.flower_basic_auth}")
+    else:
+        print(
+            "signalbox-server: SIGNALBOX_FLOWER_BASIC_AUTH is not set: Flower's UI is open"
+            " and its API refuses every call",
+            file=sys.stderr,
+        )
     get_celery().start(argv)
     return 0
 

@@ -15,9 +15,13 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from app.settings import Settings, get_settings
+from workers.logging_setup import install as install_observability_hooks
 
 _lock = threading.Lock()
 _app: Celery | None = None
+
+# JSON logs for worker and beat, metric-file bookkeeping (before any worker starts).
+install_observability_hooks()
 
 SIGNALS_QUEUE = "signals"
 DEAD_LETTER_QUEUE = "dead_letter"

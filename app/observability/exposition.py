@@ -1,11 +1,194 @@
-"""`GET /metrics`: the process's counters plus gauges computed at scrape time."""
+"""`GET /metrics`: every process's counters plus gauges computed at scrape time.
+
+Counters and histograms come from the files of all processes of the
+deployment (multiprocess mode, see `app.observability.metrics`). The gauges
+describe shared state, so they are read at scrape time from their source of
+truth: signals and dead letters from PostgreSQL, breaker states from Redis.
+Any API process answers the same for them. A source that does not answer is
+reported by `signalbox_scrape_source_up{source}` = 0 rather than by a failed
+scrape, so the counters stay visible during an outage.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
 
+# isort: off
+# Imported first: it chooses multiprocess mode before prometheus_client loads.
+from app.observability import metrics
+
+# isort: on
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+from app.domain.states import DeadLetterState, ExpiryReason, Status
 from app.settings import Settings
+
+log = logging.getLogger("signalbox.metrics")
+
+# CONTRACT §7: 0 closed, 1 half-open, 2 open.
+CIRCUIT_VALUES = {"closed": 0, "half_open": 1, "open": 2}
+REDIS_TIMEOUT_SECONDS = 1.0
+
+_redis_lock = threading.Lock()
+_redis_clients: dict[str, Any] = {}
+
+
+def _redis(url: str) -> Any:
+    import redis
+
+    with _redis_lock:
+        client = _redis_clients.get(url)
+        if client is None:
+            client = redis.Redis.from_url(
+                url,
+                socket_timeout=REDIS_TIMEOUT_SECONDS,
+                socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+            )
+            _redis_clients[url] = client
+        return client
+
+
+class StateCollector(Collector):
+    """The gauges of shared state, read from PostgreSQL and Redis at each scrape."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        source_up = GaugeMetricFamily(
+            "signalbox_scrape_source_up",
+            "Whether the scrape could read the gauges' source (1) or not (0).",
+            labels=["source"],
+        )
+        database = self._database()
+        source_up.add_metric(["postgresql"], 0.0 if database is None else 1.0)
+        if database is not None:
+            yield from database
+        circuits = self._circuits()
+        source_up.add_metric(["redis"], 0.0 if circuits is None else 1.0)
+        if circuits is not None:
+            yield circuits
+        yield source_up
+
+    def _database(self) -> list[GaugeMetricFamily] | None:
+        from app.db import dead_letters as dlq_repo
+        from app.db import repository as repo
+        from app.db.engine import transaction
+
+        try:
+            with transaction() as session:
+                by_status = repo.signal_count_by_status(session)
+                oldest = repo.signal_oldest_due_age(session)
+                dead = dlq_repo.dead_letter_count_by_reason_state(session)
+        except Exception as exc:  # an outage is reported as a gauge, not a failed scrape
+            log.warning(
+                "metrics could not read PostgreSQL",
+                extra={
+                    "event": "metrics_source_down",
+                    "component": "postgresql",
+                    "error": type(exc).__name__,
+                },
+            )
+            return None
+        signals = GaugeMetricFamily("signalbox_signals", "Signals by status.", labels=["status"])
+        # Every status is present, zeros included, so alerts need no `absent()`.
+        for status in [*Status, *sorted(set(by_status) - set(Status))]:
+            signals.add_metric([str(status)], float(by_status.get(str(status), 0)))
+        oldest_due = GaugeMetricFamily(
+            "signalbox_oldest_due_signal_age_seconds",
+            "How long the oldest waiting signal has been due for a check (0 when none is due).",
+            value=oldest,
+        )
+        dead_letters = GaugeMetricFamily(
+            "signalbox_dead_letters",
+            "Dead letters by reason and state.",
+            labels=["reason", "state"],
+        )
+        pairs = {(str(r), str(s)) for r in ExpiryReason for s in DeadLetterState} | set(dead)
+        for reason, state in sorted(pairs):
+            dead_letters.add_metric([reason, state], float(dead.get((reason, state), 0)))
+        return [signals, oldest_due, dead_letters]
+
+    def _circuits(self) -> GaugeMetricFamily | None:
+        from workers.breaker import snapshot_all
+
+        url = self.settings.redis_url or self.settings.broker_url
+        if not url or not url.startswith(("redis://", "rediss://", "unix://")):
+            return None
+        try:
+            states = snapshot_all(_redis(url))
+        except Exception as exc:
+            log.warning(
+                "metrics could not read Redis",
+                extra={
+                    "event": "metrics_source_down",
+                    "component": "redis",
+                    "error": type(exc).__name__,
+                },
+            )
+            return None
+        gauge = GaugeMetricFamily(
+            "signalbox_circuit_state",
+            "Circuit breaker per provider: 0 closed, 1 half-open, 2 open.",
+            labels=["provider"],
+        )
+        for name in sorted(set(states) | set(_configured_providers(self.settings))):
+            gauge.add_metric([name], float(CIRCUIT_VALUES.get(states.get(name, "closed"), 0)))
+        return gauge
+
+
+def _configured_providers(settings: Settings) -> list[str]:
+    from app.providers.runtime import provider_configs
+
+    try:
+        return list(provider_configs(settings))
+    except Exception:  # a broken providers file is reported at start-up, not here
+        return ["sink"]
 
 
 def render_metrics(settings: Settings) -> tuple[bytes, str]:
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+    """The Prometheus text of the whole deployment, and its content type."""
+    if metrics.MULTIPROC_DIR is None:
+        # Single-process fallback: this process's counters only.
+        registry = CollectorRegistry()
+        registry.register(_ProcessCounters())
+        registry.register(StateCollector(settings))
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    registry = CollectorRegistry()
+    registry.register(_MergedProcesses(str(metrics.MULTIPROC_DIR)))
+    registry.register(StateCollector(settings))
+    with metrics.files_lock(metrics.MULTIPROC_DIR, exclusive=False):
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+class _MergedProcesses(Collector):
+    """Every process's counters and histograms, merged; a contract metric that
+    no process has recorded yet is still declared (HELP and TYPE, no sample),
+    so dashboards and alert rules see the name from the first scrape."""
+
+    def __init__(self, path: str) -> None:
+        self._files = MultiProcessCollector(None, path=path)
+
+    def collect(self) -> Iterator[Metric]:
+        seen = set()
+        for family in self._files.collect():
+            seen.add(family.name)
+            yield family
+        for declared in metrics.DECLARED:
+            if declared._name not in seen:
+                yield Metric(declared._name, declared._documentation, declared._type)
+
+
+class _ProcessCounters(Collector):
+    """The default registry's signalbox metrics, for the single-process fallback."""
+
+    def collect(self) -> Iterator[Any]:
+        for family in REGISTRY.collect():
+            if family.name.startswith("signalbox_"):
+                yield family

@@ -5,15 +5,23 @@ recipient_hash, ...). The formatter writes only the message, the level, the
 logger and a fixed allow-list of extra keys, so a body, a link, a code, a
 token or an address in clear cannot reach the logs through `extra`; exception
 text is reduced to its type, because exception messages can quote input.
+
+The message itself is scrubbed too, as a second line of defence for
+third-party loggers (aiosmtpd, Celery, uvicorn) whose text we do not write:
+an email address becomes `<addr:HASH>` (the recipient hash of CONTRACT §4),
+an http(s) URL becomes `<url>`, a bearer token becomes `<token>`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import re
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 ALLOWED_EXTRA = frozenset(
     {
@@ -43,24 +51,82 @@ ALLOWED_EXTRA = frozenset(
         "path",
         "task",
         "task_id",
+        "deleted",
     }
 )
 
+# Loggers that may print addresses or request lines: warnings only.
+QUIET_LOGGERS = (
+    "uvicorn.access",
+    "mail.log",
+    "amqp",
+    "kombu",
+    "botocore",
+    "tornado.access",
+    "httpx",
+    "httpcore",
+)
+
+# Local part starting with a letter or digit, domain ending in a letter TLD:
+# `user+tag@example.test` matches, `redis://:**@127.0.0.1` and `celery@host` do not.
+_ADDRESS = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]*@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}\b"
+)
+_URL = re.compile(r"https?://[^\s'\"<>]+", re.IGNORECASE)
+_BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+")
+
+
+def _address_hash(match: re.Match[str]) -> str:
+    # Same as app.domain.ids.recipient_hash, inlined so logging imports nothing of the app.
+    digest = hashlib.sha256(match.group(0).lower().encode()).hexdigest()[:12]
+    return f"<addr:{digest}>"
+
+
+def scrub(text: str) -> str:
+    """Replace addresses, http(s) URLs and bearer tokens in free text."""
+    if "@" in text:
+        text = _ADDRESS.sub(_address_hash, text)
+    if "://" in text:
+        text = _URL.sub("<url>", text)
+    if "earer" in text:
+        text = _BEARER.sub(r"\1<token>", text)
+    return text
+
+
+def _task_context() -> dict[str, str]:
+    """The running Celery task's name and id, when this line is logged inside one."""
+    celery_state = sys.modules.get("celery._state")
+    if celery_state is None:
+        return {}
+    task = celery_state.get_current_task()
+    request = getattr(task, "request", None) if task is not None else None
+    task_id = getattr(request, "id", None) if request is not None else None
+    if not task_id:
+        return {}
+    return {"task": str(task.name), "task_id": str(task_id)}
+
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object a line: ts, level, logger, component, pid, msg and allowed extras."""
+
     def __init__(self, component: str) -> None:
         super().__init__()
         self.component = component
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, object] = {
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad %-format in a library must not lose the line
+            message = str(record.msg)
+        entry: dict[str, Any] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "component": self.component,
             "pid": record.process,
-            "msg": record.getMessage(),
+            "msg": scrub(message),
         }
+        entry.update(_task_context())
         for key in ALLOWED_EXTRA:
             if key in record.__dict__:
                 entry[key] = record.__dict__[key]
@@ -78,7 +144,9 @@ def configure_logging(component: str, level: str | None = None) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel((level or os.environ.get("SIGNALBOX_LOG_LEVEL") or "INFO").upper())
-    # Access logs and library chatter stay at warning: they can carry URLs with ids only,
-    # but a quieter default keeps incidents readable.
-    for noisy in ("uvicorn.access", "mail.log", "amqp", "kombu", "botocore", "tornado.access"):
+    # Library loggers that quote envelopes, request lines or URLs stay at
+    # warning; the scrubbing above still covers what they print then.
+    for noisy in QUIET_LOGGERS:
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Warnings (DeprecationWarning from a library, ...) go through the JSON handler too.
+    logging.captureWarnings(True)

@@ -1,16 +1,92 @@
-"""Prometheus metrics of CONTRACT §7, recorded where the event happens.
+"""Prometheus metrics of CONTRACT §7: counters and histograms, recorded where
+the event happens, in whichever process it happens.
 
-Counters and histograms are process-local here; the operations work makes
-them multiprocess-safe and adds the scrape-time gauges.
+Multiprocess mode. The API, the SMTP sink and every Celery prefork child are
+separate processes, so each one writes its counters to its own memory-mapped
+file under ``SIGNALBOX_DATA_DIR/metrics`` and ``GET /metrics`` merges them
+(see `app.observability.exposition`). prometheus_client chooses between
+process-local and file-backed values once, when it is first imported, from
+``PROMETHEUS_MULTIPROC_DIR``: this module sets that variable *before* importing
+it, so every process that records a metric (all of them import this module
+first) is in multiprocess mode.
+
+The gauges of §7 (signals by status, oldest due signal, dead letters, circuit
+state) are not recorded here: they are computed at scrape time from
+PostgreSQL and Redis, so they are right whichever process serves the scrape.
+
+Files of dead processes are folded into one archive file per type by
+`compact_dead_processes` (at `up` and at worker start), so counters stay
+monotonic across restarts and the directory does not grow with every
+restarted child.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import contextlib
+import fcntl
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
-SIGNALS_CREATED = Counter(
-    "signalbox_signals_created", "Signals created.", ["namespace"]
-)
+log = logging.getLogger("signalbox.metrics")
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+METRICS_SUBDIR = "metrics"
+# Not `*.db`: prometheus_client reads every `*.db` file of the directory.
+_LOCK_NAME = ".compact.lock"
+_ARCHIVE_ID = "archive"
+# Only these types are summed across processes; gauges would be per pid.
+_SUMMED_TYPES = ("counter", "histogram")
+
+
+def metrics_dir(data_dir: Path | str) -> Path:
+    """Where the processes of the deployment using `data_dir` keep their metric files."""
+    return Path(data_dir).absolute() / METRICS_SUBDIR
+
+
+def _configured_data_dir() -> Path:
+    try:
+        from app.settings import get_settings
+
+        return get_settings().data_dir
+    except Exception:  # invalid settings fail later, at the entry point, with their name
+        return Path(os.environ.get("SIGNALBOX_DATA_DIR") or ".signalbox")
+
+
+def _enable_multiprocess() -> Path | None:
+    """Point prometheus_client at this deployment's metrics directory.
+
+    The directory always follows SIGNALBOX_DATA_DIR, even over an inherited
+    PROMETHEUS_MULTIPROC_DIR: a process started by another one (a test
+    runner, `up`) must not write into its parent's deployment. Once
+    prometheus_client is imported the choice is made; we keep it.
+    """
+    if "prometheus_client" in sys.modules:
+        current = os.environ.get(MULTIPROC_ENV)
+        return Path(current) if current else None
+    path = metrics_dir(_configured_data_dir())
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        os.environ.pop(MULTIPROC_ENV, None)
+        return None  # process-local metrics beat no process at all
+    os.environ[MULTIPROC_ENV] = str(path)
+    return path
+
+
+MULTIPROC_DIR = _enable_multiprocess()
+
+from prometheus_client import Counter, Histogram, disable_created_metrics  # noqa: E402
+from prometheus_client.mmap_dict import MmapedDict  # noqa: E402
+from prometheus_client.multiprocess import mark_process_dead  # noqa: E402
+
+# `_created` samples are meaningless once merged across processes.
+disable_created_metrics()
+
+# prometheus_client appends `_total` to counter names when it exposes them.
+SIGNALS_CREATED = Counter("signalbox_signals_created", "Signals created.", ["namespace"])
 TIME_TO_FOUND = Histogram(
     "signalbox_signal_time_to_found_seconds",
     "From signal creation to its message found.",
@@ -24,10 +100,9 @@ PROVIDER_CALL = Histogram(
     ["provider"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
-MISMATCHED = Counter(
-    "signalbox_messages_mismatched", "Near misses by why.", ["provider", "why"]
-)
+MISMATCHED = Counter("signalbox_messages_mismatched", "Near misses by why.", ["provider", "why"])
 LEASES_LAPSED = Counter("signalbox_leases_lapsed", "Claim leases that lapsed.", ["namespace"])
+DECLARED = (SIGNALS_CREATED, TIME_TO_FOUND, CHECKS, PROVIDER_CALL, MISMATCHED, LEASES_LAPSED)
 
 
 def signals_created(namespace: str) -> None:
@@ -52,3 +127,92 @@ def mismatch(provider: str, why: str) -> None:
 
 def lease_lapsed(namespace: str) -> None:
     LEASES_LAPSED.labels(namespace=namespace).inc()
+
+
+# ---------------------------------------------------------------- the files
+
+
+@contextlib.contextmanager
+def files_lock(path: Path, *, exclusive: bool) -> Iterator[None]:
+    """Readers (scrapes) share it; compaction takes it alone, so a scrape never
+    sees a dead process's counts both in its file and in the archive."""
+    with open(path / _LOCK_NAME, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def _file_pid(path: Path) -> int | None:
+    """The pid in `counter_123.db`, `gauge_livesum_123.db`; None for the archive."""
+    last = path.stem.rsplit("_", 1)[-1]
+    return int(last) if last.isdigit() else None
+
+
+def process_exited(pid: int | None = None) -> None:
+    """Bookkeeping when a process ends (a Celery child, a server): drop its
+    live gauges. Its counters stay until compaction folds them into the archive."""
+    if MULTIPROC_DIR is not None:
+        mark_process_dead(pid or os.getpid(), str(MULTIPROC_DIR))
+
+
+def compact_dead_processes(path: Path | None = None) -> int:
+    """Fold the counter and histogram files of processes that no longer run
+    into one archive file per type; return how many files were folded.
+
+    Safe while other processes of the deployment run: live processes' files
+    are never touched, the archive is replaced atomically, and scrapes wait
+    on the lock. Pids are checked on this host only, which is right because
+    the directory is local to the host.
+    """
+    path = path or MULTIPROC_DIR
+    if path is None or not path.is_dir():
+        return 0
+    folded = 0
+    with files_lock(path, exclusive=True):
+        for typ in _SUMMED_TYPES:
+            dead = [
+                f
+                for f in path.glob(f"{typ}_*.db")
+                if (pid := _file_pid(f)) is not None and pid != os.getpid() and not _pid_alive(pid)
+            ]
+            if not dead:
+                continue
+            archive = path / f"{typ}_{_ARCHIVE_ID}.db"
+            totals: dict[str, float] = {}
+            for f in [archive, *dead] if archive.exists() else dead:
+                for key, value, _ts, _pos in MmapedDict.read_all_values_from_file(str(f)):
+                    totals[key] = totals.get(key, 0.0) + value
+            tmp = path / f"{typ}_{_ARCHIVE_ID}.tmp"
+            tmp.unlink(missing_ok=True)
+            merged = MmapedDict(str(tmp))
+            try:
+                for key, value in totals.items():
+                    merged.write_value(key, value, 0.0)
+            finally:
+                merged.close()
+            os.replace(tmp, archive)
+            for f in dead:
+                f.unlink(missing_ok=True)
+            folded += len(dead)
+        for f in path.glob("gauge_*.db"):
+            pid = _file_pid(f)
+            if pid is not None and not _pid_alive(pid):
+                mark_process_dead(pid, str(path))
+    if folded:
+        log.info(
+            "metric files of ended processes folded",
+            extra={"event": "metrics_compacted", "count": folded},
+        )
+    return folded

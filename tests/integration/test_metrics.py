@@ -1,0 +1,192 @@
+"""`GET /metrics` on real processes: every name of CONTRACT §7, and counters
+summed over the API and every Celery prefork child (multiprocess mode)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from email.message import EmailMessage
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from prometheus_client.mmap_dict import MmapedDict
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.stack_fixtures import Stack, wait_until
+
+pytestmark = pytest.mark.integration
+
+CONTRACT_METRICS = {
+    # family name -> (type, label names)
+    "signalbox_signals_created": ("counter", {"namespace"}),
+    "signalbox_signal_time_to_found_seconds": ("histogram", {"provider"}),
+    "signalbox_checks": ("counter", {"provider", "outcome"}),
+    "signalbox_provider_call_seconds": ("histogram", {"provider"}),
+    "signalbox_messages_mismatched": ("counter", {"provider", "why"}),
+    "signalbox_leases_lapsed": ("counter", {"namespace"}),
+    "signalbox_signals": ("gauge", {"status"}),
+    "signalbox_oldest_due_signal_age_seconds": ("gauge", set()),
+    "signalbox_dead_letters": ("gauge", {"reason", "state"}),
+    "signalbox_circuit_state": ("gauge", {"provider"}),
+}
+
+
+def scrape(stack: Stack) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    """Sample name -> [(sample name, labels, value)], grouped by family."""
+    response = httpx.get(f"{stack.api_url}/metrics", timeout=10)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    return {
+        family.name: [(s.name, s.labels, s.value) for s in family.samples]
+        for family in text_string_to_metric_families(response.text)
+    }
+
+
+def sample_sum(families: dict, family: str, sample: str, **labels: str) -> float:
+    return sum(
+        value
+        for name, got, value in families.get(family, [])
+        if name == sample and all(got.get(k) == v for k, v in labels.items())
+    )
+
+
+def mail(to: str, subject: str, run: str) -> bytes:
+    msg = EmailMessage()
+    msg["From"] = "app@example.test"
+    msg["To"] = to
+    msg["Subject"] = subject
+    msg["X-Signalbox-Run"] = run
+    msg.set_content("Welcome aboard.")
+    return bytes(msg)
+
+
+def create(stack: Stack, **fields: object) -> dict:
+    body = {
+        "run_id": f"run-{uuid.uuid4().hex[:8]}",
+        "test_case": f"case-{uuid.uuid4().hex[:6]}",
+        "recipient": f"m-{uuid.uuid4().hex[:8]}@example.test",
+        **fields,
+    }
+    with stack.client() as api:
+        response = api.post("/v1/signals", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def db_scalar(stack: Stack, sql: str) -> int:
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
+        row = conn.execute(sql).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_every_contract_metric_is_exposed_with_its_labels(stack: Stack) -> None:
+    found = create(stack, subject_contains="welcome")
+    # A near miss first (wrong subject), then the message that matches.
+    stack.send(mail(found["recipient"], "Your invoice", found["run_id"]), [found["recipient"]])
+    stack.send(mail(found["recipient"], "Welcome!", found["run_id"]), [found["recipient"]])
+    with stack.client() as api:
+        view = api.get(f"/v1/signals/{found['signal_id']}", params={"wait": 20}).json()
+    assert view["status"] == "found"
+
+    families = scrape(stack)
+
+    for name, (kind, labels) in CONTRACT_METRICS.items():
+        assert name in families, f"{name} is not exposed"
+        sample_names = {s for s, _, _ in families[name]}
+        if kind == "histogram":
+            assert {name + "_bucket", name + "_sum", name + "_count"} <= sample_names
+        elif kind == "gauge":
+            assert sample_names == {name}
+        if kind == "counter":
+            # A counter nothing incremented yet (a lapse, here) is declared without samples.
+            assert sample_names <= {name + "_total"}, sample_names
+        for _, got, _ in families[name]:
+            assert set(got) - {"le"} == labels, (name, got)
+    assert (
+        sample_sum(
+            families,
+            "signalbox_signals_created",
+            "signalbox_signals_created_total",
+            namespace="default",
+        )
+        >= 1
+    )
+    assert (
+        sample_sum(
+            families,
+            "signalbox_checks",
+            "signalbox_checks_total",
+            provider="sink",
+            outcome="matched",
+        )
+        >= 1
+    )
+    assert (
+        sample_sum(
+            families,
+            "signalbox_messages_mismatched",
+            "signalbox_messages_mismatched_total",
+            provider="sink",
+            why="subject_mismatch",
+        )
+        >= 1
+    )
+    assert sample_sum(families, "signalbox_signals", "signalbox_signals", status="found") == 1
+    assert (
+        sample_sum(families, "signalbox_circuit_state", "signalbox_circuit_state", provider="sink")
+        == 0
+    )
+
+
+def _pids_with(metrics_dir: Path, key_part: str) -> set[str]:
+    pids = set()
+    for path in metrics_dir.glob("counter_*.db"):
+        keys = [key for key, *_ in MmapedDict.read_all_values_from_file(str(path))]
+        if any(key_part in key for key in keys):
+            pids.add(path.stem.split("_", 1)[1])
+    return pids
+
+
+def test_checks_of_every_worker_child_are_counted_and_survive_a_worker_restart(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory().start(beat=True)
+    signals = [create(stack, expires_in_seconds=30, max_checks=3) for _ in range(30)]
+    ids = [s["signal_id"] for s in signals]
+    wait_until(
+        lambda: (
+            db_scalar(stack, "SELECT count(*) FROM signals WHERE status = 'expired'") == len(ids)
+        ),
+        40,
+        interval=0.2,
+        what="every signal to use up its 3 checks",
+    )
+    metrics_dir = Path(stack.env["SIGNALBOX_DATA_DIR"]) / "metrics"
+    check_rows = db_scalar(stack, "SELECT count(*) FROM checks")
+
+    families = scrape(stack)
+    counted = sample_sum(families, "signalbox_checks", "signalbox_checks_total")
+
+    assert counted == check_rows == 3 * len(ids)
+    # Both prefork children did checks, each in its own file: the scrape summed them.
+    assert len(_pids_with(metrics_dir, '"signalbox_checks_total"')) >= 2
+    assert sample_sum(families, "signalbox_signals", "signalbox_signals", status="expired") == len(
+        ids
+    )
+    assert sample_sum(
+        families,
+        "signalbox_dead_letters",
+        "signalbox_dead_letters",
+        reason="check_budget",
+        state="open",
+    ) == len(ids)
+
+    # A killed worker's counts are folded into the archive when the next one starts.
+    stack.kill("worker")
+    stack.start_worker()
+    assert _pids_with(metrics_dir, '"signalbox_checks_total"') == {"archive"}
+    after = scrape(stack)
+    assert sample_sum(after, "signalbox_checks", "signalbox_checks_total") == check_rows

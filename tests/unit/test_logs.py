@@ -1,0 +1,73 @@
+"""The JSON log formatter: one object a line, content kept out."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+
+from app.observability.logs import JsonFormatter, scrub
+
+
+def _record(msg: str, *args: object, **extra: object) -> logging.LogRecord:
+    record = logging.LogRecord("test", logging.INFO, __file__, 1, msg, args or None, None)
+    for key, value in extra.items():
+        setattr(record, key, value)
+    return record
+
+
+def _format(record: logging.LogRecord) -> dict[str, object]:
+    line = JsonFormatter("api").format(record)
+    assert "\n" not in line
+    return json.loads(line)
+
+
+def test_allowed_extras_are_kept_and_others_dropped() -> None:
+    entry = _format(
+        _record(
+            "signal found",
+            event="signal_found",
+            signal_id="sig_1",
+            run_id="run-1",
+            recipient_hash="abc123abc123",
+            body="Your code is 493817",
+            recipient="alice@example.test",
+        )
+    )
+    assert entry["event"] == "signal_found"
+    assert entry["signal_id"] == "sig_1"
+    assert entry["recipient_hash"] == "abc123abc123"
+    assert entry["component"] == "api"
+    assert "body" not in entry and "recipient" not in entry
+    assert "493817" not in json.dumps(entry)
+
+
+def test_addresses_in_library_messages_become_their_hash() -> None:
+    entry = _format(_record("sender: %s", "Alice+Tag@Example.test"))
+    digest = hashlib.sha256(b"alice+tag@example.test").hexdigest()[:12]
+    assert entry["msg"] == f"sender: <addr:{digest}>"
+
+
+def test_links_and_bearer_tokens_are_scrubbed() -> None:
+    text = "GET https://app.example.test/verify?token=s3cr3t Authorization: Bearer tok-abc.def"
+    scrubbed = scrub(text)
+    assert "s3cr3t" not in scrubbed and "tok-abc.def" not in scrubbed
+    assert "<url>" in scrubbed and "Bearer <token>" in scrubbed
+
+
+def test_broker_urls_and_celery_node_names_stay_readable() -> None:
+    text = "Connected to redis://:**@127.0.0.1:6390/0 as worker-1@host ready."
+    assert scrub(text) == text
+
+
+def test_exception_text_is_reduced_to_its_type() -> None:
+    try:
+        raise ValueError("alice@example.test said 493817")
+    except ValueError:
+        import sys
+
+        record = _record("failed")
+        record.exc_info = sys.exc_info()
+    line = JsonFormatter("worker").format(record)
+    assert json.loads(line)["exc_type"] == "ValueError"
+    assert "493817" not in line and "alice" not in line

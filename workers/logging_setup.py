@@ -1,0 +1,101 @@
+"""Observability hooks of the Celery processes (worker and beat).
+
+* Logs: Celery's `setup_logging` signal, when anyone listens, makes Celery
+  leave logging alone; we install the JSON formatter of
+  `app.observability.logs` instead, so worker, prefork children and beat
+  write JSON lines like the API and the sink. The worker's banner (which
+  prints the configuration) is silenced for the same reason.
+* Metrics: the worker's main process folds the metric files of processes
+  that ended into the archive before forking its children, and each child
+  does prometheus_client's bookkeeping when it exits.
+
+`install()` is called once by `workers.celery_app`; connecting twice is harmless
+(Celery's signals deduplicate receivers by identity).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+# isort: off
+# First of all: this module is imported by workers.celery_app before Celery's
+# command line runs, and that command line loads its plugins, Flower among
+# them, which imports prometheus_client. Importing our metrics module now
+# selects multiprocess mode before that happens (see app.observability.metrics).
+from app.observability import metrics
+
+# isort: on
+from celery import signals
+
+from app.observability.logs import JsonFormatter, configure_logging
+
+
+def _component() -> str:
+    # Celery's setup_logging signal does not say which program runs; the
+    # command line does (`python -m app.cli worker`, `celery ... beat`).
+    for word in sys.argv[1:]:
+        if word in ("worker", "beat", "flower"):
+            return word
+    return "celery"
+
+
+def _setup_logging(loglevel: Any = None, **_: Any) -> None:
+    # SIGNALBOX_LOG_LEVEL wins over Celery's --loglevel, so that every process
+    # of a deployment logs alike; Celery's is the fallback for `celery ...` runs.
+    level = os.environ.get("SIGNALBOX_LOG_LEVEL")
+    if not level and isinstance(loglevel, int):
+        level = logging.getLevelName(loglevel)
+    configure_logging(_component(), level or None)
+    # Beat logs every task it sends (a sweep a second): keep its warnings only;
+    # `_beat_started` says that it runs.
+    logging.getLogger("celery.beat").setLevel(logging.WARNING)
+
+
+def _beat_started(**_: Any) -> None:
+    logging.getLogger("signalbox.beat").info(
+        "beat started", extra={"event": "beat_started", "component": "beat"}
+    )
+
+
+def _json_task_logger(logger: Any = None, **_: Any) -> None:
+    # Only reached if Celery configured its task logger itself (someone
+    # disconnected `_setup_logging`): keep its lines JSON as well.
+    for handler in getattr(logger, "handlers", []):
+        handler.setFormatter(JsonFormatter(_component()))
+
+
+def _early_worker_setup(instance: Any = None, **_: Any) -> None:
+    # Sent before Celery checks privileges and prints its banner: JSON
+    # logging (and captured warnings) from here on, and no banner, which is
+    # plain text and lists the broker and the tasks.
+    _setup_logging()
+    if instance is not None:
+        instance.quiet = True
+
+
+def _compact_metrics(**_: Any) -> None:
+    if metrics.MULTIPROC_DIR is None:
+        logging.getLogger("signalbox.metrics").warning(
+            "metrics are process-local: prometheus_client was imported before"
+            " app.observability.metrics; /metrics will miss this worker's counters",
+            extra={"event": "metrics_not_multiprocess"},
+        )
+        return
+    metrics.compact_dead_processes()
+
+
+def _child_exited(pid: int | None = None, **_: Any) -> None:
+    metrics.process_exited(pid or os.getpid())
+
+
+def install() -> None:
+    """Connect the hooks (weak=False: the receivers are module functions anyway)."""
+    signals.setup_logging.connect(_setup_logging, weak=False)
+    signals.after_setup_task_logger.connect(_json_task_logger, weak=False)
+    signals.celeryd_init.connect(_early_worker_setup, weak=False)
+    signals.beat_init.connect(_beat_started, weak=False)
+    signals.worker_init.connect(_compact_metrics, weak=False)
+    signals.worker_process_shutdown.connect(_child_exited, weak=False)
