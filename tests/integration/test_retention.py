@@ -1,0 +1,174 @@
+"""Retention on a real stack: the `signalbox.retention` task, run by a real
+worker, deletes aged content and then aged evidence, never a waiting signal's data."""
+
+from __future__ import annotations
+
+import uuid
+from email.message import EmailMessage
+
+import psycopg
+import pytest
+
+from tests.stack_fixtures import Stack, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def mail(to: str, subject: str, run: str) -> bytes:
+    msg = EmailMessage()
+    msg["From"] = "app@example.test"
+    msg["To"] = to
+    msg["Subject"] = subject
+    msg["X-Signalbox-Run"] = run
+    msg.set_content("Your code is 5521")
+    return bytes(msg)
+
+
+def sql(stack: Stack, query: str, *params: object) -> list[tuple]:
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"], autocommit=True) as conn:
+        cursor = conn.execute(query, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def count(stack: Stack, query: str, *params: object) -> int:
+    return int(sql(stack, query, *params)[0][0])
+
+
+def age_everything(stack: Stack, hours: float) -> None:
+    """Move every timestamp retention looks at `hours` into the past."""
+    for table, column in (
+        ("sink_messages", "received_at"),
+        ("messages", "observed_at"),
+        ("checks", "finished_at"),
+        ("signals", "updated_at"),
+        ("receipts", "consumed_at"),
+        ("dead_letters", "created_at"),
+    ):
+        sql(stack, f"UPDATE {table} SET {column} = now() - make_interval(hours => %s)", hours)
+
+
+def run_retention(stack: Stack) -> None:
+    """Send the beat's task to the real worker and wait for it to finish."""
+    from workers.celery_app import get_celery
+
+    task_id = f"retention-{uuid.uuid4().hex}"
+    # Task results are ignored by the app: the worker's log line says it finished.
+    get_celery().send_task("signalbox.retention", task_id=task_id)
+    wait_until(
+        lambda: f"signalbox.retention[{task_id}] succeeded" in stack.log_text("worker"),
+        30,
+        what="the retention task to finish on the worker",
+    )
+
+
+def test_retention_deletes_aged_content_then_evidence_but_never_a_waiting_signals_data(
+    stack: Stack,
+) -> None:
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    done_to = f"done-{uuid.uuid4().hex[:6]}@example.test"
+    wait_to = f"wait-{uuid.uuid4().hex[:6]}@example.test"
+    with stack.client() as api:
+        done = api.post(
+            "/v1/signals", json={"run_id": run_id, "test_case": "done", "recipient": done_to}
+        ).json()
+        waiting = api.post(
+            "/v1/signals",
+            json={
+                "run_id": run_id,
+                "test_case": "waiting",
+                "recipient": wait_to,
+                "subject_contains": "welcome",
+                "expires_in_seconds": 600,
+            },
+        ).json()
+        doomed = api.post(
+            "/v1/signals",
+            json={
+                "run_id": run_id,
+                "test_case": "doomed",
+                "recipient": f"x-{done_to}",
+                "expires_in_seconds": 1,
+            },
+        ).json()
+        stack.send(mail(done_to, "Verify", run_id), [done_to])
+        stack.send(mail(wait_to, "Not the one", run_id), [wait_to])  # a near miss of `waiting`
+        stack.send(mail("nobody@example.test", "Spam", run_id), ["nobody@example.test"])
+        assert (
+            api.get(f"/v1/signals/{done['signal_id']}", params={"wait": 20}).json()["status"]
+            == "found"
+        )
+        claim = api.post(f"/v1/signals/{done['signal_id']}/claim", json={"run_id": run_id}).json()
+        assert api.post(f"/v1/claims/{claim['claim_id']}/consume").status_code == 200
+        expired = api.get(f"/v1/signals/{doomed['signal_id']}", params={"wait": 20}).json()
+        assert expired["status"] == "expired"
+        discarded = api.post(
+            f"/v1/dead-letters/{expired['dead_letter']['dead_letter_id']}/discard",
+            json={"note": "test"},
+        )
+        assert discarded.status_code == 200, discarded.text
+    wait_until(
+        lambda: count(
+            stack, "SELECT count(*) FROM near_misses WHERE signal_id = %s", waiting["signal_id"]
+        ),
+        20,
+        what="the near miss of the waiting signal",
+    )
+    waiting_checks = count(
+        stack, "SELECT count(*) FROM checks WHERE signal_id = %s", waiting["signal_id"]
+    )
+    done_message = sql(stack, "SELECT message_id FROM signals WHERE id = %s", done["signal_id"])[0][
+        0
+    ]
+
+    # Past SIGNALBOX_RETENTION_HOURS (72), within the evidence horizon (90 days).
+    age_everything(stack, 100)
+    run_retention(stack)
+
+    assert (
+        count(stack, "SELECT count(*) FROM sink_messages WHERE %s = ANY(all_recipients)", wait_to)
+        == 1
+    )
+    assert (
+        count(
+            stack, "SELECT count(*) FROM sink_messages WHERE NOT %s = ANY(all_recipients)", wait_to
+        )
+        == 0
+    )
+    assert (
+        count(stack, "SELECT count(*) FROM checks WHERE signal_id <> %s", waiting["signal_id"]) == 0
+    )
+    assert (
+        count(stack, "SELECT count(*) FROM checks WHERE signal_id = %s", waiting["signal_id"])
+        >= waiting_checks
+    )
+    assert (
+        count(stack, "SELECT count(*) FROM near_misses WHERE signal_id = %s", waiting["signal_id"])
+        == 1
+    )
+    # The consumed signal's message stays as evidence, without its body.
+    assert sql(stack, "SELECT raw IS NULL FROM messages WHERE id = %s", done_message) == [(True,)]
+    assert count(stack, "SELECT count(*) FROM receipts") == 1
+    assert count(stack, "SELECT count(*) FROM dead_letters") == 1
+    assert count(stack, "SELECT count(*) FROM signals") == 3
+
+    # Past the evidence horizon: receipts, resolved dead letters, terminal signals go.
+    age_everything(stack, 24 * 91)
+    run_retention(stack)
+
+    assert count(stack, "SELECT count(*) FROM receipts") == 0
+    assert count(stack, "SELECT count(*) FROM dead_letters") == 0
+    assert sql(stack, "SELECT id, status FROM signals") == [(waiting["signal_id"], "waiting")]
+    assert count(stack, "SELECT count(*) FROM messages WHERE id = %s", done_message) == 0
+    # The waiting signal keeps its mail, its near miss and its checks, however old.
+    assert (
+        count(stack, "SELECT count(*) FROM sink_messages WHERE %s = ANY(all_recipients)", wait_to)
+        == 1
+    )
+    assert (
+        count(stack, "SELECT count(*) FROM near_misses WHERE signal_id = %s", waiting["signal_id"])
+        == 1
+    )
+    assert (
+        count(stack, "SELECT count(*) FROM checks WHERE signal_id = %s", waiting["signal_id"])
+        >= waiting_checks
+    )
