@@ -31,7 +31,7 @@ def _env_help(parser: argparse.ArgumentParser) -> None:
         "Settings come from SIGNALBOX_* environment variables or config/signalbox.toml: "
         "SIGNALBOX_DATABASE_URL, SIGNALBOX_BROKER_URL, SIGNALBOX_REDIS_URL, "
         "SIGNALBOX_API_HOST/_PORT, SIGNALBOX_SMTP_HOST/_PORT, SIGNALBOX_SMTP_DOMAINS, "
-        "SIGNALBOX_API_TOKENS, SIGNALBOX_FLOWER_PORT, SIGNALBOX_FLOWER_BASIC_AUTH, "
+        "SIGNALBOX_API_TOKENS, SIGNALBOX_FLOWER_HOST/_PORT, SIGNALBOX_FLOWER_BASIC_AUTH, "
         "SIGNALBOX_DATA_DIR, SIGNALBOX_PROVIDERS_FILE."
     )
 
@@ -132,22 +132,28 @@ def cmd_up(args: argparse.Namespace) -> int:
         settings.smtp_host, settings.smtp_port, 30
     )
     lines = [
-        "Signalbox is up." if ready else "Signalbox started, but the API or SMTP did not answer yet.",
+        "Signalbox is up."
+        if ready
+        else "Signalbox started, but the API or SMTP did not answer yet.",
         f"  API        http://{settings.api_host}:{settings.api_port}  (docs at /docs)",
         f"  SMTP sink  {settings.smtp_host}:{settings.smtp_port}",
     ]
     if "flower" in procs:
-        lines.append(f"  Flower     http://127.0.0.1:{settings.flower_port}")
+        lines.append(f"  Flower     http://{settings.flower_host}:{settings.flower_port}")
     if token:
         lines.append(f"  Dev token  {token}   (namespace '{DEV_NAMESPACE}')")
-        lines.append(f"  export SIGNALBOX_URL=http://{settings.api_host}:{settings.api_port} SIGNALBOX_TOKEN={token}")
+        url = f"http://{settings.api_host}:{settings.api_port}"
+        lines.append(f"  export SIGNALBOX_URL={url} SIGNALBOX_TOKEN={token}")
     lines.append("Ctrl-C stops everything.")
     print("\n".join(lines), flush=True)
     exit_code = 0
     while not stopping.is_set():
         for name, proc in procs.items():
             if proc.poll() is not None:
-                print(f"signalbox-server: {name} exited with {proc.returncode}; stopping", file=sys.stderr)
+                print(
+                    f"signalbox-server: {name} exited with {proc.returncode}; stopping",
+                    file=sys.stderr,
+                )
                 exit_code = 1
                 stopping.set()
                 break
@@ -229,8 +235,14 @@ def cmd_beat(args: argparse.Namespace) -> int:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     get_celery().start(
         # --quiet: no plain-text banner; beat logs JSON lines (workers.logging_setup).
-        ["--quiet", "beat", "--loglevel", "WARNING", "-s",
-         str(settings.data_dir / "celerybeat-schedule")]
+        [
+            "--quiet",
+            "beat",
+            "--loglevel",
+            "WARNING",
+            "-s",
+            str(settings.data_dir / "celerybeat-schedule"),
+        ]
     )
     return 0
 
@@ -255,7 +267,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
         "--quiet",
         "flower",
         f"--port={settings.flower_port}",
-        "--address=127.0.0.1",
+        f"--address={settings.flower_host}",
         "--logging=none",
     ]
     if settings.flower_basic_auth:
@@ -314,7 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--name", default=None)
     worker.set_defaults(func=cmd_worker)
     sub.add_parser("beat", help="Celery beat: the sweep and retention").set_defaults(func=cmd_beat)
-    sub.add_parser("flower", help="Flower, with SIGNALBOX_FLOWER_BASIC_AUTH").set_defaults(func=cmd_flower)
+    sub.add_parser("flower", help="Flower, with SIGNALBOX_FLOWER_BASIC_AUTH").set_defaults(
+        func=cmd_flower
+    )
     db = sub.add_parser("db", help="database commands")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     upgrade = db_sub.add_parser("upgrade", help="apply migrations")
@@ -344,4 +358,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     smtp_domains: str = ""
     smtp_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
     api_tokens: str = ""
+    flower_host: str = "127.0.0.1"
     flower_port: int = Field(5555, ge=0, le=65535)
     flower_basic_auth: str = ""
     data_dir: Path = Path(".signalbox")
