@@ -433,10 +433,20 @@ def shared_stack(
 @pytest.fixture
 def stack(shared_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
     """The shared stack with emptied tables; this process sees its database too."""
-    with psycopg.connect(
-        _libpq(shared_stack.env["SIGNALBOX_DATABASE_URL"]), autocommit=True
-    ) as conn:
-        conn.execute(f"TRUNCATE {TABLES}")
+    # The shared workers may still be finishing the previous test's tasks; a
+    # TRUNCATE can deadlock with them, which is retried (the worker's side,
+    # if it is the one aborted, only loses work on rows being emptied).
+    for attempt in range(10):
+        try:
+            with psycopg.connect(
+                _libpq(shared_stack.env["SIGNALBOX_DATABASE_URL"]), autocommit=True
+            ) as conn:
+                conn.execute(f"TRUNCATE {TABLES}")
+            break
+        except psycopg.errors.DeadlockDetected:
+            if attempt == 9:
+                raise
+            time.sleep(0.2)
     for key, value in shared_stack.env.items():
         if key.startswith("SIGNALBOX_"):
             monkeypatch.setenv(key, value)

@@ -151,7 +151,13 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:  # someone else's process: alive
         return True
-    return True
+    # A killed worker's children can linger as zombies when nothing reaps
+    # them (a container's init often does not): they count no more.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _file_pid(path: Path) -> int | None:
