@@ -24,11 +24,12 @@ from sqlalchemy.orm import Session
 from app import dispatch
 from app.db import repository as repo
 from app.db.engine import transaction
-from app.domain.backoff import BackoffPolicy, next_check_at
+from app.domain.backoff import BackoffPolicy
 from app.domain.ids import new_id, recipient_hash
 from app.domain.mail import ParsedMail, parse_mail
 from app.domain.matching import Candidate, Criteria, pick
-from app.domain.states import CheckOutcome, CheckReason, ExpiryReason, Status
+from app.domain.scheduling import Counters, after_check
+from app.domain.states import CheckOutcome, CheckReason, Status
 from app.errors import ProviderError
 from app.expiry import expire_signal, publish
 from app.observability import metrics
@@ -224,7 +225,6 @@ def _decide(
         return
     reason = row["next_check_reason"] or CheckReason.SCHEDULED.value
     provider = row["provider"]
-    outcome = look.outcome
     log_extra = {
         "run_id": row["run_id"],
         "signal_id": signal_id,
@@ -233,22 +233,25 @@ def _decide(
         "reason": reason,
     }
 
-    if outcome is CheckOutcome.NO_MATCH and candidates:
+    def record(outcome: CheckOutcome, error_code: str | None) -> None:
+        repo.check_insert(
+            session,
+            signal_id=signal_id,
+            generation=row["generation"],
+            fence=fence,
+            provider=provider,
+            reason=reason,
+            outcome=outcome.value,
+            error_code=error_code,
+            batch_id=batch_id,
+            started_at=started_at,
+        )
+        metrics.check_recorded(provider, outcome.value)
+
+    if look.outcome is CheckOutcome.NO_MATCH and candidates:
         winner = _match(session, row, candidates, fence=fence)
         if winner is not None:
-            repo.check_insert(
-                session,
-                signal_id=signal_id,
-                generation=row["generation"],
-                fence=fence,
-                provider=provider,
-                reason=reason,
-                outcome=CheckOutcome.MATCHED.value,
-                error_code=None,
-                batch_id=batch_id,
-                started_at=started_at,
-            )
-            metrics.check_recorded(provider, CheckOutcome.MATCHED.value)
+            record(CheckOutcome.MATCHED, None)
             metrics.time_to_found(provider, (now - row["created_at"]).total_seconds())
             report.found.append(signal_id)
             log.info(
@@ -256,75 +259,44 @@ def _decide(
             )
             return
 
-    # A rate-limited answer (429 / Retry-After) and a check skipped by an open
-    # breaker only delay the next check: they spend neither the check budget
-    # nor the provider-error allowance. The deadline still runs.
-    rate_limited = outcome is CheckOutcome.PROVIDER_ERROR and look.retry_after is not None
-    counts = outcome is not CheckOutcome.CIRCUIT_OPEN and not rate_limited
-    checks_done = row["checks_count"] + (1 if counts else 0)
-    if outcome is CheckOutcome.PROVIDER_ERROR and not rate_limited:
-        errors = row["consecutive_errors"] + 1
-    elif outcome is CheckOutcome.NO_MATCH:
-        errors = 0
-    else:
-        errors = row["consecutive_errors"]
-    repo.check_insert(
-        session,
-        signal_id=signal_id,
-        generation=row["generation"],
-        fence=fence,
-        provider=provider,
-        reason=reason,
-        outcome=outcome.value,
-        error_code=look.error_code,
-        batch_id=batch_id,
-        started_at=started_at,
+    record(look.outcome, look.error_code)
+    step = after_check(
+        Counters(
+            checks_count=row["checks_count"],
+            max_checks=row["max_checks"],
+            consecutive_errors=row["consecutive_errors"],
+            expires_at=row["expires_at"],
+        ),
+        look.outcome,
+        now=now,
+        retry_after=look.retry_after,
+        policy=BackoffPolicy(
+            base_seconds=settings.backoff_base_seconds, cap_seconds=settings.backoff_cap_seconds
+        ),
+        max_provider_errors=settings.max_consecutive_provider_errors,
+        rand=rng.random(),
     )
-    metrics.check_recorded(provider, outcome.value)
-
-    expiry: str | None = None
-    if (
-        outcome is CheckOutcome.PROVIDER_ERROR
-        and errors >= settings.max_consecutive_provider_errors
-    ):
-        expiry = ExpiryReason.PROVIDER_ERRORS.value
-    elif counts and checks_done >= row["max_checks"]:
-        expiry = ExpiryReason.CHECK_BUDGET.value
-    elif now >= row["expires_at"]:
-        expiry = ExpiryReason.DEADLINE.value
-
-    policy = BackoffPolicy(
-        base_seconds=settings.backoff_base_seconds, cap_seconds=settings.backoff_cap_seconds
-    )
-    if outcome is CheckOutcome.NO_MATCH:
-        delay, next_reason = policy.delay(max(1, checks_done), rng.random()), CheckReason.SCHEDULED
-    else:
-        delay = policy.delay(max(1, errors), rng.random())
-        next_reason = CheckReason.ERROR_RETRY
-    if look.retry_after is not None:  # a 429 or an open breaker says when; no retry burnt
-        delay = max(delay, look.retry_after)
-    next_at = next_check_at(now, delay, row["expires_at"])
-
     _, pushed = repo.signal_record_check(
         session,
         signal_id,
         fence,
-        outcome=outcome.value,
+        outcome=look.outcome.value,
         error_code=look.error_code,
-        counts=counts,
-        consecutive_errors=errors,
-        next_check_at=next_at,
-        next_check_reason=next_reason.value,
+        counts=step.counts,
+        consecutive_errors=step.consecutive_errors,
+        next_check_at=step.next_check_at,
+        next_check_reason=step.next_reason.value,
         started_at=started_at,
     )
-    if pushed and expiry is None:
-        report.pushed.append(signal_id)
-    if expiry is not None:
-        dead_letter = expire_signal(
-            session, signal_id, expected=Status.WAITING, reason=expiry, fence=fence
-        )
-        if dead_letter:
-            report.dead_letters.append(dead_letter)
+    if step.expiry is None:
+        if pushed:
+            report.pushed.append(signal_id)
+        return
+    dead_letter = expire_signal(
+        session, signal_id, expected=Status.WAITING, reason=step.expiry.value, fence=fence
+    )
+    if dead_letter:
+        report.dead_letters.append(dead_letter)
 
 
 def _match(
