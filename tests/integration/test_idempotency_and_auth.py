@@ -172,3 +172,11 @@ def test_openapi_document_is_served(stack: Stack) -> None:
     doc = httpx.get(f"{stack.api_url}/openapi.json").json()
     assert "/v1/signals" in doc["paths"]
     assert "/v1/signals/{signal_id}/claim" in doc["paths"]
+
+
+def test_list_limit_above_500_is_refused_naming_limit(stack: Stack) -> None:
+    with stack.client() as api:
+        r = api.get("/v1/signals", params={"run_id": "r", "limit": 501})
+        bad_cursor = api.get("/v1/signals", params={"run_id": "r", "cursor": "garbage!"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "limit"
+    assert bad_cursor.status_code == 422 and bad_cursor.json()["error"]["field"] == "cursor"
