@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app import dispatch
+from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.db.engine import transaction
 from app.domain.backoff import BackoffPolicy
@@ -183,7 +184,7 @@ def _record_messages(
     if not messages:
         return []
     parsed = [(m, parse_mail(m.raw)) for m in messages]
-    repo.message_record_many(
+    messages_repo.message_record_many(
         session,
         [
             {
@@ -200,7 +201,7 @@ def _record_messages(
             for m, p in parsed
         ],
     )
-    ids = repo.message_ids_by_provider_id(
+    ids = messages_repo.message_ids_by_provider_id(
         session, provider, [m.provider_message_id for m in messages]
     )
     return [(ids[m.provider_message_id], m, p) for m, p in parsed if m.provider_message_id in ids]
@@ -320,7 +321,7 @@ def _match(
         body_contains=row["body_contains"],
         require_run_marker=row["require_run_marker"],
     )
-    taken_by = repo.message_taken(session, [mid for mid, _, _ in candidates])
+    taken_by = messages_repo.message_taken(session, [mid for mid, _, _ in candidates])
     excluded: set[str] = set()
     while True:
         result = pick(
@@ -337,7 +338,7 @@ def _match(
             ],
         )
         for candidate, why in result.near_misses:
-            if repo.near_miss_record(session, row["id"], candidate.message_id, why.value):
+            if messages_repo.near_miss_record(session, row["id"], candidate.message_id, why.value):
                 metrics.mismatch(row["provider"], why.value)
         if result.winner is None:
             return None

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from app import views
 from app.db import claims as claims_repo
 from app.db import dead_letters as dlq_repo
+from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.db.engine import transaction
 from app.domain.backoff import retry_after_seconds
@@ -127,8 +128,8 @@ def _claimed(session: Session, signal: Mapping[Any, Any], req: ClaimCreate) -> A
             "lease_until": signal["lease_until"],
         },
     )
-    message = repo.message_get_many(session, [signal["message_id"]])[signal["message_id"]]
-    raw = repo.message_raw(session, signal["message_id"])
+    message = messages_repo.message_get_many(session, [signal["message_id"]])[signal["message_id"]]
+    raw = messages_repo.message_raw(session, signal["message_id"])
     content = extract(parse_mail(raw)) if raw is not None else None
     log.info(
         "signal claimed",
@@ -238,7 +239,9 @@ def consume(namespace: str, claim_id: str) -> dict[str, Any]:
         if not claims_repo.signal_mark_consumed(session, signal["id"], claim_row["fence"]):
             raise LeaseExpired(claim_id=claim_id)
         claims_repo.claim_end(session, claim_id, claim_row["fence"], to_state="consumed")
-        message = repo.message_get_many(session, [claim_row["message_id"]])[claim_row["message_id"]]
+        message = messages_repo.message_get_many(session, [claim_row["message_id"]])[
+            claim_row["message_id"]
+        ]
         receipt = claims_repo.receipt_insert(
             session,
             {

@@ -11,6 +11,7 @@ from typing import Any
 from app import views
 from app.db import claims as claims_repo
 from app.db import dead_letters as dlq_repo
+from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.db.engine import transaction
 from app.domain.ids import recipient_hash
@@ -25,7 +26,7 @@ def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
             raise NotFound(f"no signals for run {run_id}")
         rows = repo.signal_rows_many(session, ids)
         counts = repo.check_counts_by_outcome(session, ids)
-        messages = repo.message_get_many(
+        messages = messages_repo.message_get_many(
             session, [r["message_id"] for r in rows if r["message_id"]]
         )
         receipts = claims_repo.receipt_by_signal_many(session, ids)

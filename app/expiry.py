@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from app import dispatch, views
 from app.db import dead_letters as dlq_repo
+from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.db.engine import transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
@@ -57,7 +58,7 @@ def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -
             why=n["why"],
             run_marker=n["run_marker"],
         )
-        for n in repo.near_miss_list(session, signal_id)
+        for n in messages_repo.near_miss_list(session, signal_id)
     ]
     sentence = recommend(
         Diagnosis(

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 
 from app import signals
-from app.db import repository as repo
+from app.db import messages as messages_repo
 from app.db.engine import transaction
 from app.domain.ids import recipient_hash
 from app.domain.mail import parse_mail
@@ -26,7 +26,7 @@ def receive(
     envelope = [r.lower() for r in envelope_rcpts]
     everyone = sorted({*envelope, *parsed.to, *parsed.cc})
     with transaction() as session:
-        sink_id, _ = repo.sink_message_store(
+        sink_id, _ = messages_repo.sink_message_store(
             session,
             mail_from=mail_from,
             envelope_recipients=envelope,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import dispatch, views
+from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.db.engine import transaction
 from app.domain.ids import new_id, recipient_hash
@@ -155,7 +156,7 @@ def mailbox_create(settings: Settings, namespace: str, req: MailboxCreate) -> di
     mailbox_id = new_id("mbx")
     local = f"sbx-{mailbox_id.removeprefix('mbx_')}"
     with transaction() as session:
-        row = repo.mailbox_insert(
+        row = messages_repo.mailbox_insert(
             session,
             {
                 "id": mailbox_id,
@@ -171,7 +172,7 @@ def mailbox_create(settings: Settings, namespace: str, req: MailboxCreate) -> di
 
 def mailbox_delete(namespace: str, mailbox_id: str) -> None:
     with transaction() as session:
-        row = repo.mailbox_delete(session, mailbox_id, namespace)
+        row = messages_repo.mailbox_delete(session, mailbox_id, namespace)
         if row is None:
             raise NotFound(f"no mailbox {mailbox_id}")
-        repo.mailbox_purge_messages(session, row["address"])
+        messages_repo.mailbox_purge_messages(session, row["address"])

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.db import claims as claims_repo
 from app.db import dead_letters as dlq_repo
+from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.domain.backoff import retry_after_seconds
 from app.domain.states import Result, Status, result_of
@@ -100,7 +101,9 @@ def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[di
         return []
     ids = [r["id"] for r in rows]
     now = repo.db_now(session)
-    messages = repo.message_get_many(session, [r["message_id"] for r in rows if r["message_id"]])
+    messages = messages_repo.message_get_many(
+        session, [r["message_id"] for r in rows if r["message_id"]]
+    )
     claims = claims_repo.claim_active_many(session, ids)
     receipts = claims_repo.receipt_by_signal_many(session, ids)
     dead = dlq_repo.dead_letter_latest_many(session, ids)

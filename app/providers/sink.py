@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.db import repository as repo
+from app.db import messages as messages_repo
 from app.db.engine import transaction
 from app.errors import ProviderUnavailable
 from app.providers.base import ProviderMessage, SearchQuery
@@ -28,7 +28,7 @@ class SinkProvider:
             time.sleep(self.latency)
         try:
             with transaction() as session:
-                rows = repo.sink_message_search(
+                rows = messages_repo.sink_message_search(
                     session, since=query.since, recipients=sorted(query.recipients) or None
                 )
         except SQLAlchemyError as exc:
