@@ -43,7 +43,22 @@ def receive(
             "defects": len(parsed.defects),
         },
     )
+    # The message is stored: from here on a failure must not turn into an
+    # SMTP error (the client would send it again). A lost push only means the
+    # signals find it at their next scheduled check.
     for name, config in provider_configs(settings).items():
-        if config.type == "sink":
+        if config.type != "sink":
+            continue
+        try:
             signals.push(name, everyone)
+        except Exception as exc:
+            log.warning(
+                "push after receipt failed; signals will find the message at their next check",
+                extra={
+                    "event": "push_failed",
+                    "sink_message_id": sink_id,
+                    "provider": name,
+                    "error": type(exc).__name__,
+                },
+            )
     return sink_id

@@ -390,18 +390,29 @@ def signal_push_due(
     if recipients is not None:
         params["rcpts"] = sorted({r.lower() for r in recipients})
         where += " AND recipient = ANY(:rcpts)"
+    # Rows are locked in (created_at, id) order, the order a check's second
+    # transaction locks them in: two multi-row lockers in one order cannot
+    # deadlock each other.
     return list(
         session.execute(
             text(
                 """
-                UPDATE signals
+                WITH pushed AS (
+                    SELECT id FROM signals
+                     WHERE status = 'waiting' AND provider = :provider"""
+                + where
+                + """
+                     ORDER BY created_at, id
+                     FOR UPDATE
+                )
+                UPDATE signals s
                    SET next_check_at = clock_timestamp(), next_check_reason = 'push',
                        -- clock_timestamp(): stamped after any check's lock is
                        -- released, so a check in flight sees the push as newer.
                        enqueued_at = clock_timestamp()
-                 WHERE status = 'waiting' AND provider = :provider"""
-                + where
-                + " RETURNING id"
+                  FROM pushed WHERE s.id = pushed.id
+                RETURNING s.id
+                """
             ),
             params,
         ).scalars()

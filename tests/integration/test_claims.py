@@ -13,7 +13,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.integration.test_signal_watch import wait_result
+from tests.integration.helpers import wait_result
 from tests.stack_fixtures import Stack, wait_until
 
 pytestmark = pytest.mark.integration

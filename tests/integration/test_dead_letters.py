@@ -11,7 +11,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.integration.test_signal_watch import mail, wait_result
+from tests.integration.helpers import mail, wait_result
 from tests.stack_fixtures import Stack, wait_until
 
 pytestmark = pytest.mark.integration

@@ -13,11 +13,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 import redis
 
-from tests.integration.test_signal_watch import mail
+from tests.integration.helpers import db_rows, mail, signal_view
 from tests.servers import (
     CountingProxy,
     DovecotServer,
@@ -71,16 +70,6 @@ def create(stack: Stack, provider: str, **fields: object) -> dict:
     return r.json()
 
 
-def view(stack: Stack, signal_id: str, wait: int = 0) -> dict:
-    with stack.client() as api:
-        return api.get(f"/v1/signals/{signal_id}", params={"wait": wait}).json()
-
-
-def rows(stack: Stack, sql: str, *params: object) -> list[tuple]:
-    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
-        return conn.execute(sql, params).fetchall()
-
-
 def send_to_maildev(server: MaildevServer, to: str, run_id: str | None = None) -> None:
     with smtplib.SMTP(server.host, server.smtp_port, timeout=10) as smtp:
         smtp.sendmail("app@example.test", [to], mail(to, run=run_id))
@@ -107,11 +96,13 @@ password_env = "TEST_IMAP_PASSWORD"
     time.sleep(1)
     dovecot.append(mail(signal["recipient"]))
 
-    found = view(stack, signal["signal_id"], wait=30)
+    found = signal_view(stack, signal["signal_id"], wait=30)
     assert found["status"] == "found"
     # The other signal keeps checking the same mailbox: the message stays recorded once.
-    wait_until(lambda: view(stack, other["signal_id"])["checks"] >= 3, 30, what="repeated checks")
-    assert rows(stack, "SELECT count(*) FROM messages WHERE provider = 'corp-imap'") == [(1,)]
+    wait_until(
+        lambda: signal_view(stack, other["signal_id"])["checks"] >= 3, 30, what="repeated checks"
+    )
+    assert db_rows(stack, "SELECT count(*) FROM messages WHERE provider = 'corp-imap'") == [(1,)]
 
 
 def test_maildev_message_is_found_and_recorded_once_across_checks(
@@ -126,16 +117,16 @@ def test_maildev_message_is_found_and_recorded_once_across_checks(
     with stack.client() as api:
         assert api.post("/v1/inbound/catcher").status_code == 202
 
-    assert view(stack, signal["signal_id"], wait=30)["status"] == "found"
+    assert signal_view(stack, signal["signal_id"], wait=30)["status"] == "found"
     wait_until(
-        lambda: all(view(stack, o["signal_id"])["checks"] >= 4 for o in others),
+        lambda: all(signal_view(stack, o["signal_id"])["checks"] >= 4 for o in others),
         30,
         what="repeated checks",
     )
-    assert rows(stack, "SELECT count(*) FROM messages WHERE provider = 'catcher'") == [(1,)]
+    assert db_rows(stack, "SELECT count(*) FROM messages WHERE provider = 'catcher'") == [(1,)]
     # Coalesced: provider calls (batches) are fewer than checks, and some
     # single call answered several signals.
-    calls, checks, widest = rows(
+    calls, checks, widest = db_rows(
         stack,
         "SELECT count(DISTINCT batch_id), count(*), max(n) FROM checks"
         " JOIN (SELECT batch_id AS b, count(*) AS n FROM checks GROUP BY 1) w ON w.b = batch_id",
@@ -155,7 +146,7 @@ def test_breaker_opens_while_maildev_is_down_and_closes_when_it_is_back(
     ).start()
     signals = [create(stack, "catcher") for _ in range(20)]
     wait_until(
-        lambda: all(view(stack, s["signal_id"])["checks"] >= 1 for s in signals),
+        lambda: all(signal_view(stack, s["signal_id"])["checks"] >= 1 for s in signals),
         30,
         what="a first check of every signal",
     )
@@ -165,19 +156,25 @@ def test_breaker_opens_while_maildev_is_down_and_closes_when_it_is_back(
     maildev.stop()
 
     wait_until(
-        lambda: all(view(stack, s["signal_id"])["result"] == "provider_error" for s in signals),
+        lambda: all(
+            signal_view(stack, s["signal_id"])["result"] == "provider_error" for s in signals
+        ),
         30,
         what="every result to turn provider_error",
     )
     wait_until(lambda: breaker.state() == "open", 30, what="the breaker to open")
     seen = proxy.connections
-    skipped_before = rows(stack, "SELECT count(*) FROM checks WHERE outcome = 'circuit_open'")[0][0]
+    skipped_before = db_rows(stack, "SELECT count(*) FROM checks WHERE outcome = 'circuit_open'")[
+        0
+    ][0]
     time.sleep(3)
     assert breaker.state() == "open"
     assert proxy.connections == seen  # nothing reached the provider while open
-    skipped_after = rows(stack, "SELECT count(*) FROM checks WHERE outcome = 'circuit_open'")[0][0]
+    skipped_after = db_rows(stack, "SELECT count(*) FROM checks WHERE outcome = 'circuit_open'")[0][
+        0
+    ]
     assert skipped_after > skipped_before  # checks went on, recorded as circuit_open
-    a_view = view(stack, signals[0]["signal_id"])
+    a_view = signal_view(stack, signals[0]["signal_id"])
     assert a_view["last_check"]["error_code"] is not None
     assert a_view["retry_after_seconds"] >= 1
 
@@ -185,14 +182,14 @@ def test_breaker_opens_while_maildev_is_down_and_closes_when_it_is_back(
     for s in signals:
         send_to_maildev(maildev, s["recipient"])
     wait_until(
-        lambda: all(view(stack, s["signal_id"])["status"] == "found" for s in signals),
+        lambda: all(signal_view(stack, s["signal_id"])["status"] == "found" for s in signals),
         60,
         interval=0.5,
         what="every signal found after MailDev came back",
     )
     assert breaker.state() == "closed"
     # circuit_open checks spent no budget.
-    budget = rows(
+    budget = db_rows(
         stack,
         "SELECT s.checks_count, count(c.*) FILTER (WHERE c.outcome <> 'circuit_open')"
         " FROM signals s JOIN checks c ON c.signal_id = s.id GROUP BY s.id",
@@ -218,18 +215,18 @@ def test_signals_expire_with_provider_errors_when_maildev_never_returns(
     signals = [create(stack, "catcher") for _ in range(5)]
 
     wait_until(
-        lambda: all(view(stack, s["signal_id"])["status"] == "expired" for s in signals),
+        lambda: all(signal_view(stack, s["signal_id"])["status"] == "expired" for s in signals),
         60,
         interval=0.5,
         what="every signal to expire",
     )
     for s in signals:
-        v = view(stack, s["signal_id"])
+        v = signal_view(stack, s["signal_id"])
         assert v["expiry_reason"] == "provider_errors"
         assert v["dead_letter"]["reason"] == "provider_errors"
         assert v["dead_letter"]["last_error_code"]
         assert v["dead_letter"]["last_error_code"] in v["dead_letter"]["recommendation"]
-    per_signal = rows(stack, "SELECT signal_id, count(*) FROM dead_letters GROUP BY 1")
+    per_signal = db_rows(stack, "SELECT signal_id, count(*) FROM dead_letters GROUP BY 1")
     assert len(per_signal) == 5 and all(n == 1 for _, n in per_signal)
     broker = redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"])
     wait_until(lambda: broker.llen("dead_letter") >= 5, 10, what="5 dead-letter messages")
@@ -237,7 +234,7 @@ def test_signals_expire_with_provider_errors_when_maildev_never_returns(
         json.loads(base64.b64decode(json.loads(m)["body"]))[0][0]
         for m in broker.lrange("dead_letter", 0, -1)
     )
-    assert published == sorted(r[0] for r in rows(stack, "SELECT id FROM dead_letters"))
+    assert published == sorted(r[0] for r in db_rows(stack, "SELECT id FROM dead_letters"))
 
 
 def test_rate_limited_provider_delays_checks_without_spending_budget(
@@ -257,13 +254,15 @@ def test_rate_limited_provider_delays_checks_without_spending_budget(
         ).start()
         signal = create(stack, "limited", max_checks=2)
         wait_until(
-            lambda: rows(stack, "SELECT count(*) FROM checks")[0][0] >= 3, 30, what="three checks"
+            lambda: db_rows(stack, "SELECT count(*) FROM checks")[0][0] >= 3,
+            30,
+            what="three checks",
         )
-        v = view(stack, signal["signal_id"])
+        v = signal_view(stack, signal["signal_id"])
         assert v["status"] == "waiting" and v["result"] == "provider_error"
         assert v["last_check"]["error_code"] == "rate_limited"
         assert v["checks"] == 0  # no budget spent, no provider_errors expiry
-        times = [t for (t,) in rows(stack, "SELECT started_at FROM checks ORDER BY fence")]
+        times = [t for (t,) in db_rows(stack, "SELECT started_at FROM checks ORDER BY fence")]
         gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
         assert all(gap >= 2.5 for gap in gaps), gaps  # Retry-After: 3 was honoured
     finally:

@@ -3,17 +3,15 @@ summed over the API and every Celery prefork child (multiprocess mode)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
-from email.message import EmailMessage
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.integration.helpers import create_signal, db_scalar, mail
 from tests.stack_fixtures import Stack, wait_until
 
 pytestmark = pytest.mark.integration
@@ -52,38 +50,8 @@ def sample_sum(families: dict, family: str, sample: str, **labels: str) -> float
     )
 
 
-def mail(to: str, subject: str, run: str) -> bytes:
-    msg = EmailMessage()
-    msg["From"] = "app@example.test"
-    msg["To"] = to
-    msg["Subject"] = subject
-    msg["X-Signalbox-Run"] = run
-    msg.set_content("Welcome aboard.")
-    return bytes(msg)
-
-
-def create(stack: Stack, **fields: object) -> dict:
-    body = {
-        "run_id": f"run-{uuid.uuid4().hex[:8]}",
-        "test_case": f"case-{uuid.uuid4().hex[:6]}",
-        "recipient": f"m-{uuid.uuid4().hex[:8]}@example.test",
-        **fields,
-    }
-    with stack.client() as api:
-        response = api.post("/v1/signals", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
-def db_scalar(stack: Stack, sql: str) -> int:
-    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
-        row = conn.execute(sql).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def test_every_contract_metric_is_exposed_with_its_labels(stack: Stack) -> None:
-    found = create(stack, subject_contains="welcome")
+    found = create_signal(stack, subject_contains="welcome")
     # A near miss first (wrong subject), then the message that matches.
     stack.send(mail(found["recipient"], "Your invoice", found["run_id"]), [found["recipient"]])
     stack.send(mail(found["recipient"], "Welcome!", found["run_id"]), [found["recipient"]])
@@ -154,7 +122,7 @@ def test_checks_of_every_worker_child_are_counted_and_survive_a_worker_restart(
     stack_factory: Callable[..., Stack],
 ) -> None:
     stack = stack_factory().start(beat=True)
-    signals = [create(stack, expires_in_seconds=30, max_checks=3) for _ in range(30)]
+    signals = [create_signal(stack, expires_in_seconds=30, max_checks=3) for _ in range(30)]
     ids = [s["signal_id"] for s in signals]
     wait_until(
         lambda: (

@@ -4,34 +4,17 @@ worker, deletes aged content and then aged evidence, never a waiting signal's da
 from __future__ import annotations
 
 import uuid
-from email.message import EmailMessage
 
-import psycopg
 import pytest
 
+from tests.integration.helpers import db_rows, mail
 from tests.stack_fixtures import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
 
-def mail(to: str, subject: str, run: str) -> bytes:
-    msg = EmailMessage()
-    msg["From"] = "app@example.test"
-    msg["To"] = to
-    msg["Subject"] = subject
-    msg["X-Signalbox-Run"] = run
-    msg.set_content("Your code is 5521")
-    return bytes(msg)
-
-
-def sql(stack: Stack, query: str, *params: object) -> list[tuple]:
-    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"], autocommit=True) as conn:
-        cursor = conn.execute(query, params)
-        return cursor.fetchall() if cursor.description else []
-
-
 def count(stack: Stack, query: str, *params: object) -> int:
-    return int(sql(stack, query, *params)[0][0])
+    return int(db_rows(stack, query, *params)[0][0])
 
 
 def age_everything(stack: Stack, hours: float) -> None:
@@ -44,7 +27,7 @@ def age_everything(stack: Stack, hours: float) -> None:
         ("receipts", "consumed_at"),
         ("dead_letters", "created_at"),
     ):
-        sql(stack, f"UPDATE {table} SET {column} = now() - make_interval(hours => %s)", hours)
+        db_rows(stack, f"UPDATE {table} SET {column} = now() - make_interval(hours => %s)", hours)
 
 
 def run_retention(stack: Stack) -> None:
@@ -116,9 +99,9 @@ def test_retention_deletes_aged_content_then_evidence_but_never_a_waiting_signal
     waiting_checks = count(
         stack, "SELECT count(*) FROM checks WHERE signal_id = %s", waiting["signal_id"]
     )
-    done_message = sql(stack, "SELECT message_id FROM signals WHERE id = %s", done["signal_id"])[0][
-        0
-    ]
+    done_message = db_rows(
+        stack, "SELECT message_id FROM signals WHERE id = %s", done["signal_id"]
+    )[0][0]
 
     # Past SIGNALBOX_RETENTION_HOURS (72), within the evidence horizon (90 days).
     age_everything(stack, 100)
@@ -146,7 +129,9 @@ def test_retention_deletes_aged_content_then_evidence_but_never_a_waiting_signal
         == 1
     )
     # The consumed signal's message stays as evidence, without its body.
-    assert sql(stack, "SELECT raw IS NULL FROM messages WHERE id = %s", done_message) == [(True,)]
+    assert db_rows(stack, "SELECT raw IS NULL FROM messages WHERE id = %s", done_message) == [
+        (True,)
+    ]
     assert count(stack, "SELECT count(*) FROM receipts") == 1
     assert count(stack, "SELECT count(*) FROM dead_letters") == 1
     assert count(stack, "SELECT count(*) FROM signals") == 3
@@ -157,7 +142,7 @@ def test_retention_deletes_aged_content_then_evidence_but_never_a_waiting_signal
 
     assert count(stack, "SELECT count(*) FROM receipts") == 0
     assert count(stack, "SELECT count(*) FROM dead_letters") == 0
-    assert sql(stack, "SELECT id, status FROM signals") == [(waiting["signal_id"], "waiting")]
+    assert db_rows(stack, "SELECT id, status FROM signals") == [(waiting["signal_id"], "waiting")]
     assert count(stack, "SELECT count(*) FROM messages WHERE id = %s", done_message) == 0
     # The waiting signal keeps its mail, its near miss and its checks, however old.
     assert (

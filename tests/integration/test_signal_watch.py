@@ -4,59 +4,17 @@ from __future__ import annotations
 
 import time
 import uuid
-from email.message import EmailMessage
 
-import psycopg
 import pytest
 
+from tests.integration.helpers import create_signal, db_rows, mail, wait_result
 from tests.stack_fixtures import Stack
 
 pytestmark = pytest.mark.integration
 
 
-def mail(
-    to: str,
-    subject: str = "Verify your account",
-    run: str | None = None,
-    body: str = "Your code is 493817",
-) -> bytes:
-    msg = EmailMessage()
-    msg["From"] = "app@example.test"
-    msg["To"] = to
-    msg["Subject"] = subject
-    if run is not None:
-        msg["X-Signalbox-Run"] = run
-    msg.set_content(body)
-    return bytes(msg)
-
-
-def new_signal(stack: Stack, **fields: object) -> dict:
-    body = {
-        "run_id": f"run-{uuid.uuid4().hex[:8]}",
-        "test_case": "test_signup",
-        "recipient": f"user-{uuid.uuid4().hex[:6]}@example.test",
-        **fields,
-    }
-    with stack.client() as api:
-        response = api.post("/v1/signals", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
-def wait_result(stack: Stack, signal_id: str, wait: int = 20) -> dict:
-    with stack.client() as api:
-        response = api.get(f"/v1/signals/{signal_id}", params={"wait": wait})
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def db_rows(stack: Stack, sql: str, *params: object) -> list[tuple]:
-    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
-        return conn.execute(sql, params).fetchall()
-
-
 def test_email_sent_after_the_signal_is_found(stack: Stack) -> None:
-    signal = new_signal(stack, subject_contains="verify")
+    signal = create_signal(stack, subject_contains="verify")
     assert signal["status"] == "waiting" and signal["result"] == "waiting"
     assert signal["retry_after_seconds"] >= 1
 
@@ -77,7 +35,7 @@ def test_message_received_before_window_never_matches(stack: Stack) -> None:
     recipient = f"early-{uuid.uuid4().hex[:6]}@example.test"
     stack.send(mail(recipient), [recipient])
     time.sleep(0.3)
-    signal = new_signal(stack, recipient=recipient, expires_in_seconds=4)
+    signal = create_signal(stack, recipient=recipient, expires_in_seconds=4)
 
     view = wait_result(stack, signal["signal_id"], wait=15)
 
@@ -89,7 +47,7 @@ def test_message_received_before_window_never_matches(stack: Stack) -> None:
 
 
 def test_message_with_another_runs_marker_never_matches(stack: Stack) -> None:
-    signal = new_signal(stack, expires_in_seconds=4)
+    signal = create_signal(stack, expires_in_seconds=4)
     stack.send(mail(signal["recipient"], run="some-other-run"), [signal["recipient"]])
 
     view = wait_result(stack, signal["signal_id"], wait=15)
@@ -101,7 +59,7 @@ def test_message_with_another_runs_marker_never_matches(stack: Stack) -> None:
 
 
 def test_signal_whose_message_never_comes_expires_at_its_deadline(stack: Stack) -> None:
-    signal = new_signal(stack, expires_in_seconds=2)
+    signal = create_signal(stack, expires_in_seconds=2)
 
     view = wait_result(stack, signal["signal_id"], wait=15)
 
@@ -116,7 +74,7 @@ def test_signal_whose_message_never_comes_expires_at_its_deadline(stack: Stack) 
 
 
 def test_check_budget_exhausted_expires_with_check_budget(stack: Stack) -> None:
-    signal = new_signal(stack, expires_in_seconds=60, max_checks=2)
+    signal = create_signal(stack, expires_in_seconds=60, max_checks=2)
 
     view = wait_result(stack, signal["signal_id"], wait=20)
 
@@ -126,7 +84,7 @@ def test_check_budget_exhausted_expires_with_check_budget(stack: Stack) -> None:
 
 
 def test_long_poll_wakes_when_the_signal_changes(stack: Stack) -> None:
-    signal = new_signal(stack)
+    signal = create_signal(stack)
     time.sleep(0.5)
     stack.send(mail(signal["recipient"]), [signal["recipient"]])
     started = time.monotonic()
@@ -137,7 +95,7 @@ def test_long_poll_wakes_when_the_signal_changes(stack: Stack) -> None:
 
 
 def test_long_poll_returns_the_current_view_after_the_wait(stack: Stack) -> None:
-    signal = new_signal(stack, expires_in_seconds=60)
+    signal = create_signal(stack, expires_in_seconds=60)
     started = time.monotonic()
     view = wait_result(stack, signal["signal_id"], wait=1)
     assert time.monotonic() - started >= 0.9
@@ -147,7 +105,9 @@ def test_long_poll_returns_the_current_view_after_the_wait(stack: Stack) -> None
 
 def test_list_signals_of_a_run_pages_with_a_cursor(stack: Stack) -> None:
     run_id = f"run-{uuid.uuid4().hex[:8]}"
-    ids = [new_signal(stack, run_id=run_id, test_case=f"case-{i}")["signal_id"] for i in range(3)]
+    ids = [
+        create_signal(stack, run_id=run_id, test_case=f"case-{i}")["signal_id"] for i in range(3)
+    ]
     with stack.client() as api:
         first = api.get("/v1/signals", params={"run_id": run_id, "limit": 2}).json()
         second = api.get(
@@ -163,6 +123,6 @@ def test_mailbox_gives_a_fresh_address_that_receives(stack: Stack) -> None:
         box = api.post("/v1/mailboxes", json={"run_id": run_id}).json()
         other = api.post("/v1/mailboxes", json={"run_id": run_id}).json()
     assert box["mailbox_id"].startswith("mbx_") and box["address"] != other["address"]
-    signal = new_signal(stack, run_id=run_id, recipient=box["address"])
+    signal = create_signal(stack, run_id=run_id, recipient=box["address"])
     stack.send(mail(box["address"]), [box["address"]])
     assert wait_result(stack, signal["signal_id"])["status"] == "found"

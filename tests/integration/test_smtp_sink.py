@@ -9,7 +9,7 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from tests.integration.test_signal_watch import mail, wait_result
+from tests.integration.helpers import mail, wait_result
 from tests.stack_fixtures import Stack
 
 pytestmark = pytest.mark.integration
