@@ -17,9 +17,13 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from app.errors import ConfigurationError
 from app.settings import Settings, get_settings, load_settings
+
+if TYPE_CHECKING:
+    from app.embedded import EmbeddedServices
 
 DEV_TOKEN_FILE = "dev-token"
 DEV_NAMESPACE = "default"
@@ -45,7 +49,7 @@ def _redis_answers(url: str) -> bool:
         return False
 
 
-def resolve_services(settings: Settings) -> tuple[Settings, object | None]:
+def resolve_services(settings: Settings) -> tuple[Settings, EmbeddedServices | None]:
     """Start embedded PostgreSQL/Redis for what is not configured, export the
     URLs to the environment (children inherit them), return fresh settings."""
     from app.embedded import ensure_services
@@ -168,7 +172,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
     if handles is not None:
-        handles.stop()  # type: ignore[attr-defined]
+        handles.stop()
     return exit_code
 
 

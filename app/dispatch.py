@@ -7,6 +7,10 @@ is due, and the sweep re-sends what a lost send left behind.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 log = logging.getLogger("signalbox.dispatch")
 
@@ -14,33 +18,37 @@ CHECK_TASK = "signalbox.check"
 DEAD_LETTER_TASK = "signalbox.dead_letter"
 
 
-def _celery():  # type: ignore[no-untyped-def]
+def _celery() -> Celery:
+    # Imported late: the API and the sink import this module, and the Celery
+    # app is built from settings only when a task is first sent.
     from workers.celery_app import get_celery
 
     return get_celery()
 
 
-def enqueue_check(signal_id: str) -> bool:
+def _send(task: str, object_id: str, queue: str, what: str) -> bool:
     try:
-        _celery().send_task(CHECK_TASK, args=[signal_id], queue="signals")
+        _celery().send_task(task, args=[object_id], queue=queue)
         return True
-    except Exception:
+    except Exception as exc:
+        key = "signal_id" if queue == "signals" else "dead_letter_id"
         log.warning(
-            "check task not sent; the sweep will re-send it",
-            extra={"event": "enqueue_failed", "signal_id": signal_id},
-            exc_info=True,
+            f"{what} not sent; the sweep will send it again",
+            extra={
+                "event": "send_failed",
+                "task": task,
+                key: object_id,
+                "error": type(exc).__name__,
+            },
         )
         return False
+
+
+def enqueue_check(signal_id: str) -> bool:
+    """Ring for a check of `signal_id` (and whatever else is due on its provider)."""
+    return _send(CHECK_TASK, signal_id, "signals", "check task")
 
 
 def publish_dead_letter(dead_letter_id: str) -> bool:
-    try:
-        _celery().send_task(DEAD_LETTER_TASK, args=[dead_letter_id], queue="dead_letter")
-        return True
-    except Exception:
-        log.warning(
-            "dead letter not published; the sweep will re-publish it",
-            extra={"event": "dead_letter_publish_failed", "dead_letter_id": dead_letter_id},
-            exc_info=True,
-        )
-        return False
+    """Put a dead letter on the `dead_letter` queue for consumers that alert."""
+    return _send(DEAD_LETTER_TASK, dead_letter_id, "dead_letter", "dead letter")
