@@ -70,6 +70,12 @@ def test_claim_gives_the_content_a_consumer_needs(stack: Stack) -> None:
     assert body["codes"] == [CODE]
     assert CODE in body["body_excerpt"] and len(body["body_excerpt"]) <= 500
     assert body["subject"] == "Verify your account"
+    with stack.client() as api:
+        view = api.get(f"/v1/signals/{signal['signal_id']}").json()
+    assert view["status"] == "claimed" and view["result"] == "claimed"
+    assert view["claim"]["claim_id"] == body["claim_id"]
+    assert view["claim"]["lease_until"] == body["lease_until"]
+    assert LINK not in str(view) and CODE not in str(view)
 
 
 def test_fifty_concurrent_claims_give_exactly_one_winner(stack: Stack) -> None:

@@ -107,13 +107,24 @@ def test_request_without_token_gets_401(stack: Stack) -> None:
 
 
 def test_another_namespace_gets_404_for_a_signal(stack: Stack) -> None:
+    payload = body()
     with stack.client() as api:
-        signal_id = api.post("/v1/signals", json=body()).json()["signal_id"]
+        signal_id = api.post("/v1/signals", json=payload).json()["signal_id"]
+        own_evidence = api.get(f"/v1/runs/{payload['run_id']}/evidence")
+        own_list = api.get("/v1/signals", params={"run_id": payload["run_id"]}).json()
     with stack.client(TOKENS["other"]) as other:
         r = other.get(f"/v1/signals/{signal_id}")
         claim = other.post(f"/v1/signals/{signal_id}/claim", json={"run_id": "x"})
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
     assert claim.status_code == 404
+    with stack.client() as api:
+        box = api.post("/v1/mailboxes", json={"run_id": "r"}).json()
+    with stack.client(TOKENS["other"]) as other:
+        assert other.delete(f"/v1/mailboxes/{box['mailbox_id']}").status_code == 404
+        assert other.get(f"/v1/runs/{payload['run_id']}/evidence").status_code == 404
+        other_list = other.get("/v1/signals", params={"run_id": payload["run_id"]}).json()
+    assert own_evidence.status_code == 200 and len(own_list["items"]) == 1
+    assert other_list["items"] == []
 
 
 def test_token_created_by_the_cli_authenticates_its_namespace(stack: Stack) -> None:
@@ -179,4 +190,7 @@ def test_list_limit_above_500_is_refused_naming_limit(stack: Stack) -> None:
         r = api.get("/v1/signals", params={"run_id": "r", "limit": 501})
         bad_cursor = api.get("/v1/signals", params={"run_id": "r", "cursor": "garbage!"})
     assert r.status_code == 422 and r.json()["error"]["field"] == "limit"
+    with stack.client() as api:
+        too_long = api.get("/v1/signals/sig_x", params={"wait": 61})
+    assert too_long.status_code == 422 and too_long.json()["error"]["field"] == "wait"
     assert bad_cursor.status_code == 422 and bad_cursor.json()["error"]["field"] == "cursor"
