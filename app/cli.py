@@ -51,26 +51,32 @@ def _redis_answers(url: str) -> bool:
 
 def resolve_services(settings: Settings) -> tuple[Settings, EmbeddedServices | None]:
     """Start embedded PostgreSQL/Redis for what is not configured, export the
-    URLs to the environment (children inherit them), return fresh settings."""
+    URLs to the environment (children inherit them), return fresh settings.
+
+    Redis is needed even with another broker (RabbitMQ): the circuit breaker
+    keeps its state there. Without SIGNALBOX_REDIS_URL it is the broker when
+    that is Redis, else the embedded one.
+    """
     from app.embedded import ensure_services
 
     broker = settings.broker_url
+    redis_url = settings.redis_url or (broker if broker and broker.startswith("redis") else None)
     embedded_redis = f"redis://127.0.0.1:{settings.embedded_redis_port}/0"
-    if not broker and _redis_answers(embedded_redis):
-        broker = embedded_redis  # `up` already runs it: share it
+    if not redis_url and _redis_answers(embedded_redis):
+        redis_url = embedded_redis  # `up` already runs it: share it
     handles = None
-    if not settings.database_url or not broker:
+    database_url = settings.database_url
+    if not database_url or not redis_url:
         handles = ensure_services(
-            database_url=settings.database_url,
-            broker_url=broker,
+            database_url=database_url,
+            broker_url=redis_url,
             data_dir=settings.data_dir,
             redis_port=settings.embedded_redis_port,
         )
-        os.environ["SIGNALBOX_DATABASE_URL"] = handles.database_url or ""
-        broker = handles.redis_url
-    os.environ["SIGNALBOX_BROKER_URL"] = broker or ""
-    if not settings.redis_url and broker and broker.startswith("redis"):
-        os.environ["SIGNALBOX_REDIS_URL"] = broker
+        database_url, redis_url = handles.database_url, handles.redis_url
+    os.environ["SIGNALBOX_DATABASE_URL"] = database_url or ""
+    os.environ["SIGNALBOX_BROKER_URL"] = broker or redis_url or ""
+    os.environ["SIGNALBOX_REDIS_URL"] = redis_url or ""
     get_settings.cache_clear()
     return get_settings(), handles
 
