@@ -28,6 +28,7 @@ RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-install-project --no-install-workspace
 
 COPY alembic.ini ./
+COPY config ./config
 COPY migrations ./migrations
 COPY workers ./workers
 COPY app ./app
