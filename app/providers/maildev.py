@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -47,6 +48,9 @@ from app.errors import ProviderError, ProviderRejected, ProviderUnavailable
 from app.providers.base import ProviderMessage, SearchQuery
 
 log = logging.getLogger(__name__)
+
+SOURCE_CACHE_ENTRIES = 2000
+SOURCE_CACHE_BYTES = 64 * 1024 * 1024
 
 
 class MaildevProvider:
@@ -76,6 +80,11 @@ class MaildevProvider:
         self._password = password
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
+        # MailDev never changes a message under its id: sources already read
+        # are kept (bounded), so a check costs one list call plus one call per
+        # new message instead of one per message in the mailbox.
+        self._sources: OrderedDict[str, bytes] = OrderedDict()
+        self._sources_bytes = 0
 
     def __repr__(self) -> str:
         return f"MaildevProvider(name={self.name!r}, url={self.url!r})"
@@ -169,12 +178,27 @@ class MaildevProvider:
             ) from None
 
     def _get_source(self, message_id: str) -> bytes | None:
+        cached = self._sources.get(message_id)
+        if cached is not None:
+            self._sources.move_to_end(message_id)
+            return cached
         response = self._request(f"/email/{quote(message_id, safe='')}/source")
         if response.status_code == 404:
             log.debug("maildev provider %s: message vanished before its source was read", self.name)
             return None
         self._raise_for_status(response, listing=False)
-        return response.content
+        raw = response.content
+        self._remember(message_id, raw)
+        return raw
+
+    def _remember(self, message_id: str, raw: bytes) -> None:
+        self._sources[message_id] = raw
+        self._sources_bytes += len(raw)
+        while self._sources and (
+            len(self._sources) > SOURCE_CACHE_ENTRIES or self._sources_bytes > SOURCE_CACHE_BYTES
+        ):
+            _, dropped = self._sources.popitem(last=False)
+            self._sources_bytes -= len(dropped)
 
     def _raise_for_status(self, response: httpx.Response, *, listing: bool) -> None:
         status = response.status_code

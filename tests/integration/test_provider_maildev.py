@@ -274,3 +274,19 @@ def test_garbage_listing_is_a_bad_response(
         scripted_catcher.search(SearchQuery(since=datetime.now(UTC) - timedelta(days=1)))
 
     assert raised.value.error_code == "bad_response"
+
+
+def test_a_message_source_is_read_once_across_searches(
+    scripted: ScriptedHttpServer, scripted_catcher: MaildevProvider
+) -> None:
+    when = datetime.now(UTC).replace(microsecond=0)
+    scripted.json("/email", _listing(("m1", when)))
+    scripted.routes["/email/m1/source"] = ScriptedResponse(
+        200, b"To: a@example.test\r\nSubject: hi\r\n\r\nbody\r\n"
+    )
+    since = when - timedelta(seconds=5)
+    first = scripted_catcher.search(SearchQuery(since=since))
+    second = scripted_catcher.search(SearchQuery(since=since))
+    assert [m.raw for m in first] == [m.raw for m in second]
+    assert scripted.requests.count("/email/m1/source") == 1
+    assert scripted.requests.count("/email") == 2
