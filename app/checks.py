@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -177,13 +179,35 @@ def _look(
     return _Look(CheckOutcome.NO_MATCH, messages=messages)
 
 
+_PARSED: OrderedDict[tuple[str, str], ParsedMail] = OrderedDict()
+PARSED_CACHE_ENTRIES = 4096
+_PARSED_LOCK = threading.Lock()
+
+
+def _parsed(provider: str, message: ProviderMessage) -> ParsedMail:
+    """parse_mail, remembered per (provider, message id): a message never
+    changes under its id, and every check of a mailbox sees it again."""
+    key = (provider, message.provider_message_id)
+    with _PARSED_LOCK:
+        mail = _PARSED.get(key)
+        if mail is not None:
+            _PARSED.move_to_end(key)
+            return mail
+    mail = parse_mail(message.raw)
+    with _PARSED_LOCK:
+        _PARSED[key] = mail
+        if len(_PARSED) > PARSED_CACHE_ENTRIES:
+            _PARSED.popitem(last=False)
+    return mail
+
+
 def _record_messages(
     session: Session, provider: str, messages: Sequence[ProviderMessage]
 ) -> list[tuple[str, ProviderMessage, ParsedMail]]:
     """Record each observed message once; return (our id, message, parsed)."""
     if not messages:
         return []
-    parsed = [(m, parse_mail(m.raw)) for m in messages]
+    parsed = [(m, _parsed(provider, m)) for m in messages]
     messages_repo.message_record_many(
         session,
         [
