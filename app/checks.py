@@ -33,7 +33,7 @@ from app.domain.mail import ParsedMail, parse_mail
 from app.domain.matching import Candidate, Criteria, pick
 from app.domain.scheduling import Counters, after_check
 from app.domain.states import CheckOutcome, CheckReason, Status
-from app.errors import ProviderError
+from app.errors import ProviderError, SignalboxError
 from app.expiry import expire_signal, publish
 from app.observability import metrics
 from app.providers.base import Provider, ProviderMessage, SearchQuery
@@ -48,9 +48,12 @@ BATCH_LIMIT = 200
 
 
 class Admission(Protocol):
-    allowed: bool
-    probe: bool
-    retry_at: float | None
+    @property
+    def allowed(self) -> bool: ...
+    @property
+    def probe(self) -> bool: ...
+    @property
+    def retry_at(self) -> float | None: ...
 
 
 class Breaker(Protocol):
@@ -109,8 +112,8 @@ def run_check(
     provider_name = taken[0]["provider"]
     report.provider, report.signals = provider_name, len(taken)
     look = _look(
-        provider_for(provider_name),
-        breaker_for(provider_name),
+        provider_for,
+        breaker_for,
         provider_name,
         since=min(r["received_after"] for r in taken) - NEAR_MISS_LOOKBACK,
         recipients=frozenset(r["recipient"] for r in taken),
@@ -141,13 +144,23 @@ def run_check(
 
 
 def _look(
-    provider: Provider,
-    breaker: Breaker,
+    provider_for: Any,
+    breaker_for: Any,
     provider_name: str,
     *,
     since: datetime,
     recipients: frozenset[str],
 ) -> _Look:
+    """Ask the provider (through its breaker); every failure is an outcome."""
+    try:
+        provider: Provider = provider_for(provider_name)
+    except SignalboxError as exc:  # e.g. removed from the providers file, secret unset
+        log.warning(
+            "provider cannot be built",
+            extra={"event": "provider_misconfigured", "provider": provider_name, "error": exc.code},
+        )
+        return _Look(CheckOutcome.PROVIDER_ERROR, error_code="provider_misconfigured")
+    breaker = _Guarded(breaker_for(provider_name), provider_name)
     admission = breaker.before_call()
     if not admission.allowed:
         wait = None if admission.retry_at is None else max(0.0, admission.retry_at - time.time())
@@ -177,6 +190,50 @@ def _look(
     metrics.provider_call(provider_name, time.perf_counter() - began)
     breaker.record_success()
     return _Look(CheckOutcome.NO_MATCH, messages=messages)
+
+
+@dataclass(frozen=True)
+class _Open:
+    allowed: bool = True
+    probe: bool = False
+    retry_at: float | None = None
+
+
+class _Guarded:
+    """The breaker, failing open: when its Redis is unreachable the provider
+    is still called (a check must not stop because the breaker's store did)."""
+
+    def __init__(self, breaker: Breaker, provider: str) -> None:
+        self._breaker, self._provider = breaker, provider
+
+    def _warn(self, exc: Exception) -> None:
+        log.warning(
+            "circuit breaker unavailable; calling the provider anyway",
+            extra={
+                "event": "breaker_unavailable",
+                "provider": self._provider,
+                "error": type(exc).__name__,
+            },
+        )
+
+    def before_call(self) -> Admission:
+        try:
+            return self._breaker.before_call()
+        except Exception as exc:
+            self._warn(exc)
+            return _Open()
+
+    def record_success(self) -> None:
+        try:
+            self._breaker.record_success()
+        except Exception as exc:
+            self._warn(exc)
+
+    def record_failure(self, retry_after: float | None = None) -> None:
+        try:
+            self._breaker.record_failure(retry_after)
+        except Exception as exc:
+            self._warn(exc)
 
 
 _PARSED: OrderedDict[tuple[str, str], ParsedMail] = OrderedDict()

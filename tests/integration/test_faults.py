@@ -155,3 +155,18 @@ def test_broker_restart_loses_nothing(stack_factory: Callable[..., Stack], tmp_p
     finally:
         stack.stop()
         broker.shutdown()
+
+
+def test_checks_go_on_when_the_breakers_redis_is_unreachable(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    from tests.stack_fixtures import free_port
+
+    stack = stack_factory({"SIGNALBOX_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}).start()
+    signal = create_signal(stack)
+    stack.send(mail(signal["recipient"]), [signal["recipient"]])
+
+    view = wait_result(stack, signal["signal_id"], wait=30)
+
+    assert view["status"] == "found"
+    assert "breaker_unavailable" in stack.log_text("worker")
