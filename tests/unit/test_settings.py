@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from app.errors import ConfigurationError
@@ -41,3 +43,17 @@ def test_database_urls_get_the_psycopg_driver() -> None:
     assert (
         to_sqlalchemy_url("postgresql://u@/db?host=/tmp") == "postgresql+psycopg://u@/db?host=/tmp"
     )
+
+
+def test_settings_come_from_the_toml_file_and_env_wins(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "signalbox.toml"
+    config.write_text('api_port = 9001\nsmtp_domains = "qa.example.test"\n')
+    monkeypatch.setenv("SIGNALBOX_CONFIG_FILE", str(config))
+    monkeypatch.delenv("SIGNALBOX_API_PORT", raising=False)
+    monkeypatch.delenv("SIGNALBOX_SMTP_DOMAINS", raising=False)
+    assert load_settings().api_port == 9001
+    assert load_settings().accepted_domains == frozenset({"qa.example.test"})
+    monkeypatch.setenv("SIGNALBOX_API_PORT", "9002")
+    assert load_settings().api_port == 9002
