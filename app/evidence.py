@@ -38,7 +38,9 @@ def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
     for r in rows:
         status = Status(r["status"])
         by_status[status.value] = by_status.get(status.value, 0) + 1
-        sig_counts = counts.get(r["id"], {})
+        sig_counts = dict(counts.get(r["id"], {}))
+        for outcome, n in (r["checks_archived"] or {}).items():
+            sig_counts[outcome] = sig_counts.get(outcome, 0) + int(n)
         message = messages.get(r["message_id"]) if r["message_id"] else None
         receipt = receipts.get(r["id"])
         dl = dead.get(r["id"])

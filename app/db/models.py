@@ -133,6 +133,8 @@ class Signal(Base):
     generation: Mapped[int] = mapped_column(Integer, server_default="1")
     # Checks that count against max_checks (circuit_open ones do not).
     checks_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Counts by outcome of check rows retention deleted (evidence keeps them).
+    checks_archived: Mapped[dict[str, int]] = mapped_column(JSONB, server_default="{}")
     consecutive_errors: Mapped[int] = mapped_column(Integer, server_default="0")
     next_check_at: Mapped[datetime | None] = mapped_column(TS)
     next_check_reason: Mapped[str] = mapped_column(String(16), server_default="first")

@@ -100,23 +100,44 @@ def message_purge_consumed_raw(session: Session, *, older_than_hours: float, lim
 def check_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
     """Delete checks finished before the cutoff whose signal is no longer in play.
 
-    The dead letter keeps its own copy of the check counts, and the signal
-    its `checks_count`, so the diagnosis survives.
+    Their counts by outcome are folded into `signals.checks_archived` in the
+    same statement, so the run's evidence keeps them; the dead letter keeps
+    its own copy and the signal its `checks_count`.
     """
-    return _count(
-        session,
-        f"""
-        DELETE FROM checks WHERE id IN (
-            SELECT c.id FROM checks c JOIN signals s ON s.id = c.signal_id
-             WHERE c.finished_at < now() - make_interval(secs => :secs)
-               AND s.status NOT IN {_IN_PLAY}
-             ORDER BY c.finished_at
-             LIMIT :limit
-             FOR UPDATE OF c SKIP LOCKED)
-        """,
-        secs=older_than_hours * 3600,
-        limit=limit,
-    )
+    row = session.execute(
+        text(
+            f"""
+            WITH gone AS (
+                DELETE FROM checks WHERE id IN (
+                    SELECT c.id FROM checks c JOIN signals s ON s.id = c.signal_id
+                     WHERE c.finished_at < now() - make_interval(secs => :secs)
+                       AND s.status NOT IN {_IN_PLAY}
+                     ORDER BY c.finished_at
+                     LIMIT :limit
+                     FOR UPDATE OF c SKIP LOCKED)
+                RETURNING signal_id, outcome
+            ), tally AS (
+                SELECT signal_id, outcome, count(*) AS n FROM gone GROUP BY 1, 2
+            ), folded AS (
+                UPDATE signals s
+                   SET checks_archived = (
+                       SELECT jsonb_object_agg(k, v) FROM (
+                           SELECT k, sum(v) AS v FROM (
+                               SELECT key AS k, value::bigint AS v
+                                 FROM jsonb_each_text(s.checks_archived)
+                               UNION ALL
+                               SELECT t.outcome, t.n FROM tally t WHERE t.signal_id = s.id
+                           ) parts GROUP BY k
+                       ) merged)
+                 WHERE s.id IN (SELECT signal_id FROM tally)
+                RETURNING 1
+            )
+            SELECT count(*) FROM gone
+            """
+        ),
+        {"secs": older_than_hours * 3600, "limit": limit},
+    ).scalar_one()
+    return int(row)
 
 
 def receipt_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:

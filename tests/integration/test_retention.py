@@ -103,9 +103,24 @@ def test_retention_deletes_aged_content_then_evidence_but_never_a_waiting_signal
         stack, "SELECT message_id FROM signals WHERE id = %s", done["signal_id"]
     )[0][0]
 
+    with stack.client() as api:
+        before = api.get(f"/v1/runs/{run_id}/evidence").json()
+
     # Past SIGNALBOX_RETENTION_HOURS (72), within the evidence horizon (90 days).
     age_everything(stack, 100)
     run_retention(stack)
+
+    # The finished signals' check rows are gone, but the evidence keeps their counts.
+    with stack.client() as api:
+        after = api.get(f"/v1/runs/{run_id}/evidence").json()
+    for ended in (done["signal_id"], doomed["signal_id"]):
+        counted = [
+            (s["checks"]["total"], s["checks"]["by_outcome"])
+            for doc in (before, after)
+            for s in doc["signals"]
+            if s["signal_id"] == ended
+        ]
+        assert counted[0] == counted[1] and counted[0][0] >= 1
 
     assert (
         count(stack, "SELECT count(*) FROM sink_messages WHERE %s = ANY(all_recipients)", wait_to)
