@@ -50,5 +50,11 @@ def test_flower_shows_workers_queues_and_tasks_only_with_credentials(
     assert httpx.get(f"{base}/api/workers", timeout=10).status_code == 401
     assert httpx.get(f"{base}/api/workers", auth=("ops", "wrong"), timeout=10).status_code == 401
     assert httpx.get(f"{base}/workers", timeout=10).status_code == 401
-    ui = httpx.get(f"{base}/workers", params={"json": "1"}, auth=("ops", "secret"), timeout=10)
-    assert ui.status_code == 200 and name in ui.text
+    # The UI lists workers from the event stream (heartbeats every 2 s), which
+    # reaches Flower a moment after the inspect answer above.
+    def in_ui() -> bool:
+        ui = httpx.get(f"{base}/workers", params={"json": "1"}, auth=("ops", "secret"), timeout=10)
+        assert ui.status_code == 200
+        return name in ui.text
+
+    wait_until(in_ui, 30, interval=0.5, what="Flower's UI to list the worker")
