@@ -30,7 +30,7 @@ def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
             session, [r["message_id"] for r in rows if r["message_id"]]
         )
         receipts = claims_repo.receipt_by_signal_many(session, ids)
-        first_claims = claims_repo.claim_latest_many(session, ids)
+        latest_claims = claims_repo.claim_latest_many(session, ids)
         dead = dlq_repo.dead_letter_latest_many(session, ids)
         generated_at = repo.db_now(session)
     signals = []
@@ -44,7 +44,7 @@ def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
         message = messages.get(r["message_id"]) if r["message_id"] else None
         receipt = receipts.get(r["id"])
         dl = dead.get(r["id"])
-        latest_claim = first_claims.get(r["id"])
+        latest_claim = latest_claims.get(r["id"])
         claimed_at = (
             receipt["claimed_at"]
             if receipt

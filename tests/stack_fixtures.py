@@ -91,6 +91,13 @@ class PgServer:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
         return conninfo_to_url(_with_db(self.admin_url, name))
 
+    def create_empty_database(self, name: str) -> str:
+        """A fresh database with no schema (to test migrations themselves)."""
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return conninfo_to_url(_with_db(self.admin_url, name))
+
     def drop_database(self, url: str) -> None:
         name = psycopg.conninfo.conninfo_to_dict(_libpq(url))["dbname"]
         with psycopg.connect(self.admin_url, autocommit=True) as conn:

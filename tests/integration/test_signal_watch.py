@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -84,14 +85,25 @@ def test_check_budget_exhausted_expires_with_check_budget(stack: Stack) -> None:
 
 
 def test_long_poll_wakes_when_the_signal_changes(stack: Stack) -> None:
-    signal = create_signal(stack)
-    time.sleep(0.5)
-    stack.send(mail(signal["recipient"]), [signal["recipient"]])
-    started = time.monotonic()
-    view = wait_result(stack, signal["signal_id"], wait=30)
-    assert view["status"] == "found"
-    # Woken by the change, not by the end of the wait.
-    assert time.monotonic() - started < 25
+    signal = create_signal(stack, expires_in_seconds=120)
+    answered: list[tuple[float, dict]] = []
+
+    def long_poll() -> None:
+        view = wait_result(stack, signal["signal_id"], wait=30)
+        answered.append((time.monotonic(), view))
+
+    poll = threading.Thread(target=long_poll)
+    poll.start()
+    time.sleep(1.0)  # the long poll is parked
+    changed_at = time.monotonic()
+    # Any change of the row, from any process, must wake it: change it here.
+    db_rows(stack, "UPDATE signals SET status = 'expired' WHERE id = %s", signal["signal_id"])
+    poll.join(timeout=35)
+
+    ((done_at, view),) = answered
+    assert view["status"] == "expired"
+    # Woken by the notification: well before the 5 s safety re-read or the 30 s wait.
+    assert done_at - changed_at < 2.5
 
 
 def test_long_poll_returns_the_current_view_after_the_wait(stack: Stack) -> None:
