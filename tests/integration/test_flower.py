@@ -50,6 +50,7 @@ def test_flower_shows_workers_queues_and_tasks_only_with_credentials(
     assert httpx.get(f"{base}/api/workers", timeout=10).status_code == 401
     assert httpx.get(f"{base}/api/workers", auth=("ops", "wrong"), timeout=10).status_code == 401
     assert httpx.get(f"{base}/workers", timeout=10).status_code == 401
+
     # The UI lists workers from the event stream (heartbeats every 2 s), which
     # reaches Flower a moment after the inspect answer above.
     def in_ui() -> bool:
