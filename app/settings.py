@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     smtp_domains: str = ""
     smtp_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
     api_tokens: str = ""
+    # Operators: `name:token,…`; they triage every namespace, never read content.
+    ops_tokens: str = ""
     flower_host: str = "127.0.0.1"
     flower_port: int = Field(5555, ge=0, le=65535)
     flower_basic_auth: str = ""
@@ -72,13 +74,13 @@ class Settings(BaseSettings):
     mailbox_domain: str = "signalbox.test"
     log_level: str = "INFO"
 
-    @field_validator("api_tokens")
+    @field_validator("api_tokens", "ops_tokens")
     @classmethod
     def _tokens_are_pairs(cls, value: str) -> str:
         for pair in filter(None, (p.strip() for p in value.split(","))):
-            namespace, sep, token = pair.partition(":")
-            if not sep or not namespace or not token:
-                raise ValueError("expected namespace:token pairs separated by commas")
+            owner, sep, token = pair.partition(":")
+            if not sep or not owner or not token:
+                raise ValueError("expected name:token pairs separated by commas")
         return value
 
     @field_validator("flower_basic_auth")
@@ -104,11 +106,12 @@ class Settings(BaseSettings):
     @property
     def token_map(self) -> dict[str, str]:
         """token -> namespace, from SIGNALBOX_API_TOKENS."""
-        out: dict[str, str] = {}
-        for pair in filter(None, (p.strip() for p in self.api_tokens.split(","))):
-            namespace, _, token = pair.partition(":")
-            out[token] = namespace
-        return out
+        return _pairs(self.api_tokens)
+
+    @property
+    def ops_token_map(self) -> dict[str, str]:
+        """token -> operator name, from SIGNALBOX_OPS_TOKENS."""
+        return _pairs(self.ops_tokens)
 
     @property
     def accepted_domains(self) -> frozenset[str]:
@@ -122,6 +125,15 @@ class Settings(BaseSettings):
                 "SIGNALBOX_DATABASE_URL is not set and nothing embedded started"
             )
         return to_sqlalchemy_url(self.database_url)
+
+
+def _pairs(value: str) -> dict[str, str]:
+    """`owner:token,…` → {token: owner}."""
+    out: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in value.split(","))):
+        owner, _, token = pair.partition(":")
+        out[token] = owner
+    return out
 
 
 def to_sqlalchemy_url(url: str) -> str:

@@ -7,9 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from app.db import repository as repo
-from app.db.engine import transaction
-from app.domain.ids import token_hash
+from app.auth import Principal, principal_for_token
 from app.errors import SignalboxError
 from app.settings import Settings
 
@@ -20,32 +18,45 @@ class Unauthorized(SignalboxError):
     default_message = "A valid bearer token is required (Authorization: Bearer <token>)."
 
 
+class OpsForbidden(SignalboxError):
+    code = "ops_forbidden"
+    status_code = 403
+    default_message = (
+        "An operator token triages signals and dead letters; it cannot claim, consume "
+        "or read content. Use the namespace's own token."
+    )
+
+
 def get_app_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def _namespace_of(settings: Settings, token: str) -> str | None:
-    namespace = settings.token_map.get(token)
-    if namespace is not None:
-        return namespace
-    with transaction() as session:
-        return repo.token_namespace(session, token_hash(token))
-
-
-async def namespace(
+async def principal(
     request: Request, settings: Annotated[Settings, Depends(get_app_settings)]
-) -> str:
-    """The caller's namespace, from `Authorization: Bearer <token>`; else 401."""
+) -> Principal:
+    """The caller, from `Authorization: Bearer <token>`; else 401."""
+    known = getattr(request.state, "principal", None)
+    if isinstance(known, Principal):  # resolved earlier in this request
+        return known
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized()
-    found = await run_in_threadpool(_namespace_of, settings, token.strip())
+    found = await run_in_threadpool(principal_for_token, settings, token)
     if found is None:
         raise Unauthorized("The bearer token is not valid.")
+    request.state.principal = found
     return found
 
 
+async def namespace(caller: Annotated[Principal, Depends(principal)]) -> str:
+    """The caller's namespace: routes that act on content take tenants only (ops: 403)."""
+    if caller.namespace is None:
+        raise OpsForbidden()
+    return caller.namespace
+
+
+Caller = Annotated[Principal, Depends(principal)]
 Namespace = Annotated[str, Depends(namespace)]
 AppSettings = Annotated[Settings, Depends(get_app_settings)]

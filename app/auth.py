@@ -1,0 +1,58 @@
+"""Who is calling: a bearer token resolved to a principal.
+
+A token belongs to exactly one namespace (a tenant) or is an operator's
+(`SIGNALBOX_OPS_TOKENS`): an operator triages every namespace but never
+claims, consumes or reads content (docs/api.md, "Operators").
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+
+from app.db import repository as repo
+from app.db.engine import transaction
+from app.domain.ids import token_hash
+from app.settings import Settings
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A tenant (`namespace` set) or an operator (`operator` set), never both."""
+
+    namespace: str | None = None
+    operator: str | None = None
+
+    @property
+    def is_ops(self) -> bool:
+        return self.operator is not None
+
+    def scope(self, namespace: str | None = None) -> str | None:
+        """The namespace a read is limited to: a tenant's own, always; an
+        operator's `namespace` filter, or None (every namespace)."""
+        return namespace if self.is_ops else self.namespace
+
+
+def _lookup(table: dict[str, str], token: str) -> str | None:
+    # Constant-time comparison against every configured token.
+    found = None
+    for candidate, owner in table.items():
+        if hmac.compare_digest(candidate.encode(), token.encode()):
+            found = owner
+    return found
+
+
+def principal_for_token(settings: Settings, token: str) -> Principal | None:
+    """The principal of `token`, or None when it is not a valid token."""
+    token = token.strip()
+    if not token:
+        return None
+    operator = _lookup(settings.ops_token_map, token)
+    if operator is not None:
+        return Principal(operator=operator)
+    namespace = _lookup(settings.token_map, token)
+    if namespace is not None:
+        return Principal(namespace=namespace)
+    with transaction() as session:
+        namespace = repo.token_namespace(session, token_hash(token))
+    return Principal(namespace=namespace) if namespace is not None else None
