@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from sqlalchemy.exc import IntegrityError
+import psycopg
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from app import dispatch
@@ -30,10 +31,11 @@ from app.db.engine import transaction
 from app.domain.backoff import BackoffPolicy
 from app.domain.ids import new_id, recipient_hash
 from app.domain.mail import ParsedMail, parse_mail
-from app.domain.matching import Candidate, Criteria, pick
-from app.domain.scheduling import Counters, after_check
+from app.domain.matching import Candidate, Criteria, floor_to, pick
+from app.domain.ownership import owner_of, visible_to
+from app.domain.scheduling import Counters, after_check, spends_budget
 from app.domain.states import CheckOutcome, CheckReason, Status
-from app.errors import ProviderError, SignalboxError
+from app.errors import ProviderError
 from app.expiry import expire_signal, publish
 from app.observability import metrics
 from app.providers.base import Provider, ProviderMessage, SearchQuery
@@ -106,68 +108,149 @@ def run_check(
             batch_limit=BATCH_LIMIT,
             coalesce_seconds=settings.coalesce_window_seconds,
         )
-        started_at = repo.db_now(session)
     if not taken:
         return report
     provider_name = taken[0]["provider"]
+    looked_at = taken[0]["looked_at"]
     report.provider, report.signals = provider_name, len(taken)
-    look = _look(
-        provider_for,
-        breaker_for,
-        provider_name,
-        since=min(r["received_after"] for r in taken) - NEAR_MISS_LOOKBACK,
-        recipients=frozenset(r["recipient"] for r in taken),
-    )
+    fences = [(r["id"], r["check_fence"]) for r in taken]
+    with _LeaseKeeper(fences, settings.check_lease_seconds):
+        provider, look = _provider(provider_for, provider_name)
+        precision = getattr(provider, "timestamp_precision", timedelta(0))
+        if provider is not None:
+            look = _look(provider, breaker_for, _query(taken, precision))
     report.outcome = look.outcome.value
     batch_id = new_id("chk")
-    with transaction() as session:
-        candidates = _record_messages(session, provider_name, look.messages)
-        now = repo.db_now(session)
-        # Earlier signals get first pick of a message both would match.
-        for row in sorted(taken, key=lambda r: (r["created_at"], r["id"])):
-            _decide(
-                session,
-                settings,
-                row,
-                look,
-                candidates,
-                now=now,
-                started_at=started_at,
-                batch_id=batch_id,
-                rng=rng,
-                report=report,
+    for attempt in range(1, TX_ATTEMPTS + 1):
+        effects = _Effects()
+        try:
+            with transaction() as session:
+                _write(
+                    session,
+                    settings,
+                    taken,
+                    look,
+                    precision=precision,
+                    started_at=looked_at,
+                    batch_id=batch_id,
+                    rng=rng,
+                    effects=effects,
+                )
+            break
+        except OperationalError as exc:
+            if attempt == TX_ATTEMPTS or not _retryable(exc):
+                raise
+            log.info(
+                "check result collided with another transaction; writing it again",
+                extra={"event": "check_write_retry", "signal_id": signal_id, "attempt": attempt},
             )
+    effects.emit(report)
     publish(report.dead_letters)
     for pushed_id in report.pushed:
         dispatch.enqueue_check(pushed_id)
     return report
 
 
-def _look(
-    provider_for: Any,
-    breaker_for: Any,
-    provider_name: str,
-    *,
-    since: datetime,
-    recipients: frozenset[str],
-) -> _Look:
-    """Ask the provider (through its breaker); every failure is an outcome."""
+# A check's second transaction is retried this many times when PostgreSQL
+# aborts it to break a deadlock or a serialization conflict.
+TX_ATTEMPTS = 3
+
+
+def _retryable(exc: OperationalError) -> bool:
+    return isinstance(
+        getattr(exc, "orig", None),
+        psycopg.errors.DeadlockDetected
+        | psycopg.errors.SerializationFailure
+        | psycopg.errors.LockNotAvailable,
+    )
+
+
+def _minus(moment: datetime, delta: timedelta) -> datetime:
+    try:
+        return moment - delta
+    except OverflowError:
+        return datetime.min.replace(tzinfo=UTC)
+
+
+def _query(taken: Sequence[Mapping[Any, Any]], precision: timedelta) -> SearchQuery:
+    """One search for the batch: each recipient from the earliest window of
+    its signals (floored to the provider's precision), plus the near-miss
+    lookback before the earliest one."""
+    windows: dict[str, datetime] = {}
+    for r in taken:
+        opens = floor_to(r["received_after"].astimezone(UTC), precision)
+        recipient = r["recipient"].lower()
+        windows[recipient] = min(opens, windows.get(recipient, opens))
+    return SearchQuery(
+        since=_minus(min(windows.values()), NEAR_MISS_LOOKBACK),
+        recipients=frozenset(windows),
+        windows=windows,
+    )
+
+
+class _LeaseKeeper:
+    """Heartbeat the check lease of the taken signals while the provider is
+    asked, so a call slower than the lease still counts (and no other worker
+    takes the signals meanwhile). A worker that dies stops beating: its
+    lease lapses and the sweep sends the check again."""
+
+    def __init__(self, fences: Sequence[tuple[str, int]], lease_seconds: float) -> None:
+        self.fences = list(fences)
+        self.lease = lease_seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="check-lease", daemon=True)
+
+    def __enter__(self) -> _LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.lease / 3):
+            try:
+                with transaction() as session:
+                    repo.signal_extend_check_leases(session, self.fences, self.lease)
+            except Exception as exc:  # the next beat may succeed; the lease is the backstop
+                log.warning(
+                    "could not extend a check lease",
+                    extra={"event": "check_lease_heartbeat_failed", "error": type(exc).__name__},
+                )
+
+
+def _provider(provider_for: Any, provider_name: str) -> tuple[Provider | None, _Look]:
+    """Build the provider; a missing or misconfigured one is an outcome."""
     try:
         provider: Provider = provider_for(provider_name)
-    except SignalboxError as exc:  # e.g. removed from the providers file, secret unset
+    except Exception as exc:  # removed from the providers file, secret unset, bad options
         log.warning(
             "provider cannot be built",
-            extra={"event": "provider_misconfigured", "provider": provider_name, "error": exc.code},
+            extra={
+                "event": "provider_misconfigured",
+                "provider": provider_name,
+                "error": getattr(exc, "code", type(exc).__name__),
+            },
         )
-        return _Look(CheckOutcome.PROVIDER_ERROR, error_code="provider_misconfigured")
-    breaker = _Guarded(breaker_for(provider_name), provider_name)
+        return None, _Look(CheckOutcome.PROVIDER_ERROR, error_code="provider_misconfigured")
+    return provider, _Look(CheckOutcome.NO_MATCH)
+
+
+def _look(provider: Provider, breaker_for: Any, query: SearchQuery) -> _Look:
+    """Ask the provider (through its breaker); every failure is an outcome."""
+    provider_name = provider.name
+    try:
+        breaker = _Guarded(breaker_for(provider_name), provider_name)
+    except Exception as exc:
+        breaker = _Guarded(_Unavailable(exc), provider_name)
     admission = breaker.before_call()
     if not admission.allowed:
         wait = None if admission.retry_at is None else max(0.0, admission.retry_at - time.time())
         return _Look(CheckOutcome.CIRCUIT_OPEN, error_code="circuit_open", retry_after=wait)
     began = time.perf_counter()
     try:
-        messages = provider.search(SearchQuery(since=since, recipients=recipients))
+        messages = provider.search(query)
     except ProviderError as exc:
         metrics.provider_call(provider_name, time.perf_counter() - began)
         if exc.transient:
@@ -175,9 +258,10 @@ def _look(
         return _Look(
             CheckOutcome.PROVIDER_ERROR, error_code=exc.error_code, retry_after=exc.retry_after
         )
-    except Exception as exc:  # a provider bug or garbage answer is an outcome, never a crash
+    except Exception as exc:  # a provider bug, garbage answer or time limit: an outcome
         metrics.provider_call(provider_name, time.perf_counter() - began)
         breaker.record_failure(None)
+        timed_out = type(exc).__name__ == "SoftTimeLimitExceeded"
         log.warning(
             "provider raised an unexpected error",
             extra={
@@ -186,10 +270,29 @@ def _look(
                 "error": type(exc).__name__,
             },
         )
-        return _Look(CheckOutcome.PROVIDER_ERROR, error_code="bad_response")
+        return _Look(
+            CheckOutcome.PROVIDER_ERROR, error_code="timeout" if timed_out else "bad_response"
+        )
     metrics.provider_call(provider_name, time.perf_counter() - began)
     breaker.record_success()
     return _Look(CheckOutcome.NO_MATCH, messages=messages)
+
+
+class _Unavailable:
+    """A breaker that could not be built: every call raises, so `_Guarded`
+    fails open."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def before_call(self) -> Admission:
+        raise self.exc
+
+    def record_success(self) -> None:
+        raise self.exc
+
+    def record_failure(self, retry_after: float | None = None) -> None:
+        raise self.exc
 
 
 @dataclass(frozen=True)
@@ -265,8 +368,9 @@ def _record_messages(
     if not messages:
         return []
     parsed = [(m, _parsed(provider, m)) for m in messages]
-    messages_repo.message_record_many(
+    ids = messages_repo.message_record_new(
         session,
+        provider,
         [
             {
                 "id": new_id("msg"),
@@ -282,10 +386,76 @@ def _record_messages(
             for m, p in parsed
         ],
     )
-    ids = messages_repo.message_ids_by_provider_id(
-        session, provider, [m.provider_message_id for m in messages]
-    )
     return [(ids[m.provider_message_id], m, p) for m, p in parsed if m.provider_message_id in ids]
+
+
+class _Effects:
+    """What a check's transaction did, emitted once it committed (a retried
+    transaction must not count a metric twice)."""
+
+    def __init__(self) -> None:
+        self.checks: list[tuple[str, str]] = []
+        self.mismatches: list[tuple[str, str]] = []
+        self.found: list[tuple[str, float]] = []
+        self.dead_letters: list[str] = []
+        self.pushed: list[str] = []
+        self.logs: list[tuple[str, dict[str, Any]]] = []
+
+    def emit(self, report: CheckReport) -> None:
+        for provider, outcome in self.checks:
+            metrics.check_recorded(provider, outcome)
+        for provider, why in self.mismatches:
+            metrics.mismatch(provider, why)
+        for provider, seconds in self.found:
+            metrics.time_to_found(provider, seconds)
+        for message, extra in self.logs:
+            log.info(message, extra=extra)
+        report.dead_letters.extend(self.dead_letters)
+        report.pushed.extend(self.pushed)
+
+
+def _write(
+    session: Session,
+    settings: Settings,
+    taken: Sequence[Mapping[Any, Any]],
+    look: _Look,
+    *,
+    precision: timedelta,
+    started_at: datetime,
+    batch_id: str,
+    rng: random.Random,
+    effects: _Effects,
+) -> None:
+    """Transaction 2: record the messages, decide and write every signal."""
+    provider_name = taken[0]["provider"]
+    candidates = _record_messages(session, provider_name, look.messages)
+    now = repo.db_now(session)
+    owners = _owners(session, settings, {r["recipient"] for r in taken}) if candidates else {}
+    # Earlier signals get first pick of a message both would match.
+    for row in sorted(taken, key=lambda r: (r["created_at"], r["id"])):
+        visible = (
+            [] if not visible_to(row["namespace"], owners.get(row["recipient"])) else candidates
+        )
+        _decide(
+            session,
+            settings,
+            row,
+            look,
+            visible,
+            precision=precision,
+            now=now,
+            started_at=started_at,
+            batch_id=batch_id,
+            rng=rng,
+            effects=effects,
+        )
+
+
+def _owners(session: Session, settings: Settings, recipients: set[str]) -> dict[str, str | None]:
+    """recipient → owning namespace (None: shared)."""
+    mailboxes = messages_repo.mailbox_owner_many(session, sorted(recipients))
+    domains = settings.namespace_domain_owners
+    return {r: owner_of(r, domains, mailboxes.get(r.lower())) for r in recipients}
 
 
 def _decide(
@@ -295,53 +465,63 @@ def _decide(
     look: _Look,
     candidates: list[tuple[str, ProviderMessage, ParsedMail]],
     *,
+    precision: timedelta,
     now: datetime,
     started_at: datetime,
     batch_id: str,
     rng: random.Random,
-    report: CheckReport,
+    effects: _Effects,
 ) -> None:
     signal_id, fence = taken_row["id"], taken_row["check_fence"]
     row = repo.signal_lock_fenced(session, signal_id, fence)
     if row is None:  # expired, redriven or re-checked meanwhile: not ours to write
         return
-    reason = row["next_check_reason"] or CheckReason.SCHEDULED.value
+    reason = CheckReason(row["next_check_reason"] or CheckReason.SCHEDULED.value)
     provider = row["provider"]
     log_extra = {
         "run_id": row["run_id"],
         "signal_id": signal_id,
         "recipient_hash": recipient_hash(row["recipient"]),
         "provider": provider,
-        "reason": reason,
+        "reason": reason.value,
     }
 
-    def record(outcome: CheckOutcome, error_code: str | None) -> None:
+    def record(outcome: CheckOutcome, error_code: str | None, counted: bool) -> None:
         repo.check_insert(
             session,
             signal_id=signal_id,
             generation=row["generation"],
             fence=fence,
             provider=provider,
-            reason=reason,
+            reason=reason.value,
             outcome=outcome.value,
             error_code=error_code,
             batch_id=batch_id,
             started_at=started_at,
+            counted=counted,
         )
-        metrics.check_recorded(provider, outcome.value)
+        effects.checks.append((provider, outcome.value))
 
     if look.outcome is CheckOutcome.NO_MATCH and candidates:
-        winner = _match(session, row, candidates, fence=fence)
+        counted = spends_budget(reason, CheckOutcome.MATCHED, None)
+        winner = _match(
+            session,
+            row,
+            candidates,
+            fence=fence,
+            precision=precision,
+            counted=counted,
+            looked_at=started_at,
+            effects=effects,
+        )
         if winner is not None:
-            record(CheckOutcome.MATCHED, None)
-            metrics.time_to_found(provider, (now - row["created_at"]).total_seconds())
-            report.found.append(signal_id)
-            log.info(
-                "signal found", extra={"event": "signal_found", **log_extra, "message_id": winner}
+            record(CheckOutcome.MATCHED, None, counted)
+            effects.found.append((provider, (now - row["created_at"]).total_seconds()))
+            effects.logs.append(
+                ("signal found", {"event": "signal_found", **log_extra, "message_id": winner})
             )
             return
 
-    record(look.outcome, look.error_code)
     step = after_check(
         Counters(
             checks_count=row["checks_count"],
@@ -350,6 +530,8 @@ def _decide(
             expires_at=row["expires_at"],
         ),
         look.outcome,
+        reason=reason,
+        looked_at=started_at,
         now=now,
         retry_after=look.retry_after,
         policy=BackoffPolicy(
@@ -358,6 +540,7 @@ def _decide(
         max_provider_errors=settings.max_consecutive_provider_errors,
         rand=rng.random(),
     )
+    record(look.outcome, look.error_code, step.counts)
     _, pushed = repo.signal_record_check(
         session,
         signal_id,
@@ -372,13 +555,13 @@ def _decide(
     )
     if step.expiry is None:
         if pushed:
-            report.pushed.append(signal_id)
+            effects.pushed.append(signal_id)
         return
     dead_letter = expire_signal(
         session, signal_id, expected=Status.WAITING, reason=step.expiry.value, fence=fence
     )
     if dead_letter:
-        report.dead_letters.append(dead_letter)
+        effects.dead_letters.append(dead_letter)
 
 
 def _match(
@@ -387,12 +570,16 @@ def _match(
     candidates: list[tuple[str, ProviderMessage, ParsedMail]],
     *,
     fence: int,
+    precision: timedelta,
+    counted: bool,
+    looked_at: datetime,
+    effects: _Effects,
 ) -> str | None:
     """Pick the earliest matching message and take it for the signal.
 
-    A message satisfies at most one signal: the unique index on
-    signals.message_id decides races between workers; the loser sees the
-    message as taken and tries the next candidate.
+    A message satisfies at most one signal per namespace: the unique index on
+    (namespace, message_id) decides races between workers; the loser sees
+    the message as taken and tries the next candidate.
     """
     criteria = Criteria(
         recipient=row["recipient"],
@@ -401,8 +588,11 @@ def _match(
         subject_contains=row["subject_contains"],
         body_contains=row["body_contains"],
         require_run_marker=row["require_run_marker"],
+        precision=precision,
     )
-    taken_by = messages_repo.message_taken(session, [mid for mid, _, _ in candidates])
+    taken_by = messages_repo.message_taken(
+        session, [mid for mid, _, _ in candidates], row["namespace"]
+    )
     excluded: set[str] = set()
     while True:
         result = pick(
@@ -418,15 +608,18 @@ def _match(
                 for mid, m, parsed in candidates
             ],
         )
-        for candidate, why in result.near_misses:
-            if messages_repo.near_miss_record(session, row["id"], candidate.message_id, why.value):
-                metrics.mismatch(row["provider"], why.value)
+        new = messages_repo.near_miss_record_many(
+            session, row["id"], [(c.message_id, why.value) for c, why in result.near_misses]
+        )
+        effects.mismatches.extend((row["provider"], why) for why in new)
         if result.winner is None:
             return None
         mid = result.winner.message_id
         try:
             with session.begin_nested():
-                if not repo.signal_mark_found(session, row["id"], fence, mid):
+                if not repo.signal_mark_found(
+                    session, row["id"], fence, mid, counts=counted, looked_at=looked_at
+                ):
                     return None
             return mid
         except IntegrityError:

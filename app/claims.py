@@ -42,9 +42,22 @@ class Answer:
     body: dict[str, Any]
 
 
+def _give_back(session: Session, claim: Mapping[Any, Any], signal: Mapping[Any, Any]) -> str | None:
+    """After a claim ended unconsumed (released or lapsed): the signal goes
+    back to `found` while claims are left, else expires with
+    `claims_exhausted`. Every claim spends one of `max_claims`, whatever its
+    end. Returns a new dead letter id."""
+    if signal["claims_used"] >= signal["max_claims"]:
+        return expire_signal(
+            session, signal["id"], expected=Status.CLAIMED, reason=ExpiryReason.CLAIMS_EXHAUSTED
+        )
+    claims_repo.signal_release_claim(session, signal["id"], claim["fence"])
+    return None
+
+
 def _lapse(session: Session, claim: Mapping[Any, Any], signal: Mapping[Any, Any]) -> str | None:
-    """End a lapsed claim: the signal goes back to `found` while claims are
-    left, else expires with `claims_exhausted`. Returns a new dead letter id."""
+    """End a lapsed claim and give the message back (or expire the signal).
+    Returns a new dead letter id."""
     if not claims_repo.claim_end(session, claim["id"], claim["fence"], to_state="lapsed"):
         return None
     metrics.lease_lapsed(signal["namespace"])
@@ -58,12 +71,7 @@ def _lapse(session: Session, claim: Mapping[Any, Any], signal: Mapping[Any, Any]
             "recipient_hash": recipient_hash(signal["recipient"]),
         },
     )
-    if signal["claims_used"] >= signal["max_claims"]:
-        return expire_signal(
-            session, signal["id"], expected=Status.CLAIMED, reason=ExpiryReason.CLAIMS_EXHAUSTED
-        )
-    claims_repo.signal_release_claim(session, signal["id"], claim["fence"])
-    return None
+    return _give_back(session, claim, signal)
 
 
 def lapse_leases(limit: int = 500) -> int:
@@ -286,14 +294,20 @@ def _evidence(
 
 
 def release(namespace: str, claim_id: str) -> dict[str, Any]:
+    """Give the message back: `found` again while claims are left, else the
+    signal expires with `claims_exhausted` (a release spends its claim)."""
     with transaction() as session:
         claim_row = _live_claim(session, namespace, claim_id)
         _require_live(claim_row)
         claims_repo.claim_end(session, claim_id, claim_row["fence"], to_state="released")
-        claims_repo.signal_release_claim(session, claim_row["signal_id"], claim_row["fence"])
         signal = repo.signal_get(session, claim_row["signal_id"])
         assert signal is not None
-        return views.signal_views(session, [signal])[0]
+        dead = _give_back(session, claim_row, signal)
+        signal = repo.signal_get(session, claim_row["signal_id"])
+        assert signal is not None
+        view = views.signal_views(session, [signal])[0]
+    publish([dead] if dead else [])
+    return view
 
 
 def extend(namespace: str, claim_id: str, req: ClaimExtend) -> dict[str, Any]:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("signalbox.dispatch")
 
+SIGNALS_QUEUE = "signals"
 CHECK_TASK = "signalbox.check"
 DEAD_LETTER_TASK = "signalbox.dead_letter"
 
@@ -42,6 +43,25 @@ def _send(task: str, object_id: str, queue: str, what: str) -> bool:
             },
         )
         return False
+
+
+def queue_depth(queue: str) -> int | None:
+    """How many tasks wait in `queue` (not those a worker holds); None when
+    the broker cannot say."""
+    try:
+        with _celery().connection_for_read() as conn:
+            channel = conn.default_channel
+            try:
+                _, count, _ = channel.queue_declare(queue=queue, passive=True)
+            except conn.channel_errors:
+                return 0  # the queue does not exist (yet): nothing waits in it
+            return int(count)
+    except Exception as exc:
+        log.warning(
+            "queue depth unknown",
+            extra={"event": "queue_depth_failed", "queue": queue, "error": type(exc).__name__},
+        )
+        return None
 
 
 def enqueue_check(signal_id: str) -> bool:

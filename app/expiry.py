@@ -118,11 +118,12 @@ def publish(dead_letter_ids: list[str]) -> None:
             dlq_repo.dead_letter_mark_published(session, sent)
 
 
-def expire_overdue(limit: int = 500) -> int:
-    """Expire waiting signals past their deadline (reason `deadline`)."""
+def expire_overdue(limit: int = 500, *, grace_seconds: float = 60.0) -> int:
+    """Expire waiting signals past their deadline (reason `deadline`) whose
+    final look ran, or was lost `grace_seconds` ago (no worker took it)."""
     created: list[str] = []
     with transaction() as session:
-        for signal_id in repo.signal_ids_past_deadline(session, limit):
+        for signal_id in repo.signal_ids_past_deadline(session, limit, grace_seconds):
             dlq = expire_signal(session, signal_id, expected=Status.WAITING, reason="deadline")
             if dlq:
                 created.append(dlq)
@@ -130,10 +131,13 @@ def expire_overdue(limit: int = 500) -> int:
     return len(created)
 
 
-def republish_unsent(older_than_seconds: float = 5.0, limit: int = 200) -> int:
-    """The outbox sweep: dead letters committed but never published."""
+def republish_unsent(lease_seconds: float = 30.0, limit: int = 200) -> int:
+    """The outbox sweep: dead letters committed but never published (their
+    creator died or the broker refused), each taken under a lease."""
     with transaction() as session:
-        ids = dlq_repo.dead_letter_unpublished(session, older_than_seconds, limit)
+        ids = dlq_repo.dead_letter_take_unpublished(
+            session, lease_seconds=lease_seconds, limit=limit
+        )
     publish(ids)
     return len(ids)
 

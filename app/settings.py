@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     smtp_domains: str = ""
     smtp_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
     api_tokens: str = ""
+    # `namespace:domain,…`: mail to an owned domain is visible to its namespace only.
+    namespace_domains: str = ""
     # Operators: `name:token,…`; they triage every namespace, never read content.
     ops_tokens: str = ""
     flower_host: str = "127.0.0.1"
@@ -64,8 +66,19 @@ class Settings(BaseSettings):
     # Signals of one provider due within this window share one provider call.
     coalesce_window_seconds: float = Field(2.0, ge=0)
     sweep_interval_seconds: float = Field(1.0, gt=0)
-    # A task sent but not started within this time is presumed lost and re-sent.
+    # A task sent this long ago that left its signal due, while no task waits
+    # in the queue, was lost (broker restart, worker killed) and is re-sent.
     requeue_after_seconds: float = Field(20.0, gt=0)
+    # How long after its deadline a signal waits for its final look before
+    # the sweep expires it anyway (no worker took the final check).
+    deadline_grace_seconds: float = Field(60.0, gt=0)
+    # Celery time limits of a check task (soft: the provider call is given up
+    # as a `timeout` provider error; hard: the process is replaced).
+    check_soft_time_limit_seconds: float = Field(120.0, gt=0)
+    check_time_limit_seconds: float = Field(180.0, gt=0)
+    # Every database session: no statement or lock wait runs unbounded.
+    db_statement_timeout_ms: int = Field(30000, ge=0)
+    db_lock_timeout_ms: int = Field(10000, ge=0)
     max_consecutive_provider_errors: int = Field(10, ge=1)
     breaker_failure_threshold: int = Field(5, ge=1)
     breaker_open_seconds: float = Field(30.0, gt=0)
@@ -81,6 +94,19 @@ class Settings(BaseSettings):
             owner, sep, token = pair.partition(":")
             if not sep or not owner or not token:
                 raise ValueError("expected name:token pairs separated by commas")
+        return value
+
+    @field_validator("namespace_domains")
+    @classmethod
+    def _domains_have_one_owner(cls, value: str) -> str:
+        owners: dict[str, str] = {}
+        for pair in filter(None, (p.strip() for p in value.split(","))):
+            namespace, sep, domain = pair.partition(":")
+            domain = domain.strip().lower()
+            if not sep or not namespace.strip() or not domain:
+                raise ValueError("expected namespace:domain pairs separated by commas")
+            if owners.setdefault(domain, namespace.strip()) != namespace.strip():
+                raise ValueError(f"domain {domain!r} is given to two namespaces")
         return value
 
     @field_validator("flower_basic_auth")
@@ -112,6 +138,11 @@ class Settings(BaseSettings):
     def ops_token_map(self) -> dict[str, str]:
         """token -> operator name, from SIGNALBOX_OPS_TOKENS."""
         return _pairs(self.ops_tokens)
+
+    @property
+    def namespace_domain_owners(self) -> dict[str, str]:
+        """domain -> owning namespace, from SIGNALBOX_NAMESPACE_DOMAINS."""
+        return {d.lower(): ns for d, ns in _pairs(self.namespace_domains).items()}
 
     @property
     def accepted_domains(self) -> frozenset[str]:

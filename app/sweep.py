@@ -1,10 +1,16 @@
-"""The periodic sweep (Celery beat): the database is the truth, the broker a doorbell.
+"""The periodic sweep: the database is the truth, the broker a doorbell.
 
 Each tick expires overdue signals, lapses claim leases, sends a task for
-every due signal that has none (first sends, backoff steps, and tasks lost to
-a broker restart or a killed worker), and re-publishes dead letters whose
-publication was lost. Every step is its own short transaction and safe to
-run concurrently with another sweep (`SKIP LOCKED`).
+every due signal that has none (first sends, backoff steps, the final look
+at the deadline, and tasks lost to a broker restart or a killed worker), and
+re-publishes dead letters whose publication was lost. Every step is its own
+short transaction and safe to run concurrently with another sweep (`SKIP
+LOCKED`, leases).
+
+It runs in the beat process itself (`workers.beat`), never behind checks
+on a queue, so a backlog of slow checks cannot starve it. A lost task is
+re-sent only while no task waits in the `signals` queue: a backlog already
+holds the tasks, and copies would only feed it.
 """
 
 from __future__ import annotations
@@ -29,11 +35,15 @@ class SweepReport:
 
 
 def sweep(settings: Settings, limit: int = 500) -> SweepReport:
-    expired = expiry.expire_overdue(limit)
+    expired = expiry.expire_overdue(limit, grace_seconds=settings.deadline_grace_seconds)
     lapsed = claims.lapse_leases(limit)
+    waiting_tasks = dispatch.queue_depth(dispatch.SIGNALS_QUEUE)
     with transaction() as session:
         due = repo.signal_mark_due_enqueued(
-            session, requeue_after_seconds=settings.requeue_after_seconds, limit=limit
+            session,
+            requeue_after_seconds=settings.requeue_after_seconds,
+            resend_lost=not waiting_tasks,
+            limit=limit,
         )
     for signal_id, reason in due:
         if reason == "sweep":

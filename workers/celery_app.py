@@ -51,12 +51,24 @@ def make_celery(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": 3600},
         worker_hijack_root_logger=False,
+        # No task runs unbounded: a check's soft limit gives up the provider
+        # call (a `timeout` provider error), the hard one replaces the process.
+        task_annotations={
+            "signalbox.check": {
+                "soft_time_limit": settings.check_soft_time_limit_seconds,
+                "time_limit": settings.check_time_limit_seconds,
+            },
+            "signalbox.sweep": {"soft_time_limit": 60, "time_limit": 90},
+            "signalbox.retention": {"soft_time_limit": 540, "time_limit": 600},
+            "signalbox.dead_letter": {"soft_time_limit": 30, "time_limit": 60},
+        },
+        beat_scheduler="workers.beat:SignalboxScheduler",
         beat_schedule={
+            # Run by beat itself (workers.beat): a check backlog cannot starve it.
             "sweep": {
                 "task": "signalbox.sweep",
                 "schedule": timedelta(seconds=settings.sweep_interval_seconds),
-                # A sweep that waited longer than a few ticks is pointless.
-                "options": {"expires": max(5.0, settings.sweep_interval_seconds * 5)},
+                "options": {"run_in_beat": True},
             },
             "retention": {
                 "task": "signalbox.retention",

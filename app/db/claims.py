@@ -16,7 +16,8 @@ def signal_take_for_claim(
     session: Session, signal_id: str, *, lease_seconds: float
 ) -> RowMapping | None:
     """found → claimed in one guarded statement: bumps the claim fence and
-    the claims used. None if the signal was not `found` (someone moved first)."""
+    the claims used. None if the signal was not `found` (someone moved first)
+    or has no claim left."""
     return (
         session.execute(
             text(
@@ -24,7 +25,7 @@ def signal_take_for_claim(
                 UPDATE signals
                    SET status = 'claimed', claim_fence = claim_fence + 1,
                        claims_used = claims_used + 1, updated_at = now()
-                 WHERE id = :id AND status = 'found'
+                 WHERE id = :id AND status = 'found' AND claims_used < max_claims
                  RETURNING *, now() AS now, now() + make_interval(secs => :lease) AS lease_until
                 """
             ),

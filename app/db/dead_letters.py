@@ -17,10 +17,10 @@ def dead_letter_insert(session: Session, values: Mapping[Any, Any]) -> str | Non
             """
             INSERT INTO dead_letters (id, signal_id, generation, namespace, run_id, provider,
                 reason, checks_total, checks_by_outcome, last_error_code, near_misses,
-                recommendation)
+                recommendation, publish_attempt_at)
             VALUES (:id, :signal_id, :generation, :namespace, :run_id, :provider, :reason,
                 :checks_total, :checks_by_outcome, :last_error_code, :near_misses,
-                :recommendation)
+                :recommendation, now())
             ON CONFLICT (signal_id, generation) DO NOTHING
             RETURNING id
             """
@@ -111,15 +111,27 @@ def dead_letter_resolve(
     )
 
 
-def dead_letter_unpublished(session: Session, older_than_seconds: float, limit: int) -> list[str]:
+def dead_letter_take_unpublished(
+    session: Session, *, lease_seconds: float, limit: int
+) -> list[str]:
+    """Take (lease) dead letters committed but not published, whose last
+    attempt is older than `lease_seconds` (the creator attempts at once):
+    two sweeps never take the same one."""
     return list(
         session.execute(
             text(
-                "SELECT id FROM dead_letters WHERE published_at IS NULL"
-                " AND created_at < now() - make_interval(secs => :age)"
-                " ORDER BY created_at LIMIT :limit FOR UPDATE SKIP LOCKED"
+                """
+                UPDATE dead_letters SET publish_attempt_at = now()
+                 WHERE id IN (
+                    SELECT id FROM dead_letters
+                     WHERE published_at IS NULL
+                       AND (publish_attempt_at IS NULL
+                            OR publish_attempt_at < now() - make_interval(secs => :lease))
+                     ORDER BY created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
+                RETURNING id
+                """
             ),
-            {"age": older_than_seconds, "limit": limit},
+            {"lease": lease_seconds, "limit": limit},
         ).scalars()
     )
 

@@ -16,13 +16,20 @@ _lock = threading.Lock()
 _engines: dict[tuple[int, str], Engine] = {}
 
 
-def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+def make_engine(
+    url: str, *, pool_size: int = 10, statement_timeout_ms: int = 0, lock_timeout_ms: int = 0
+) -> Engine:
+    """An engine whose sessions never wait unbounded: `statement_timeout` and
+    `lock_timeout` (milliseconds, 0 = none) are set on every connection."""
+    options = (
+        f"-c statement_timeout={int(statement_timeout_ms)} -c lock_timeout={int(lock_timeout_ms)}"
+    )
     return create_engine(
         to_sqlalchemy_url(url),
         pool_pre_ping=True,
         pool_size=pool_size,
         max_overflow=20,
-        future=True,
+        connect_args={"options": options, "connect_timeout": 10},
     )
 
 
@@ -34,7 +41,11 @@ def get_engine(settings: Settings | None = None) -> Engine:
     with _lock:
         engine = _engines.get(key)
         if engine is None:
-            engine = make_engine(settings.sqlalchemy_url)
+            engine = make_engine(
+                settings.sqlalchemy_url,
+                statement_timeout_ms=settings.db_statement_timeout_ms,
+                lock_timeout_ms=settings.db_lock_timeout_ms,
+            )
             _engines[key] = engine
         return engine
 

@@ -38,6 +38,32 @@ def message_record_many(session: Session, rows: Sequence[Mapping[Any, Any]]) -> 
     return affected(result)
 
 
+def message_record_new(
+    session: Session, provider: str, rows: Sequence[Mapping[Any, Any]]
+) -> dict[str, str]:
+    """Record the observed messages not recorded yet, once each, and return
+    provider id → our id for all of `rows`.
+
+    Raw bytes already stored are never sent again: the known ids are read
+    first. New rows are inserted in provider-id order, the one order every
+    check inserts in, so two checks recording overlapping mail never
+    deadlock on the unique index.
+    """
+    if not rows:
+        return {}
+    ids = message_ids_by_provider_id(session, provider, [r["provider_message_id"] for r in rows])
+    new = sorted(
+        (r for r in rows if r["provider_message_id"] not in ids),
+        key=lambda r: str(r["provider_message_id"]),
+    )
+    if new:
+        message_record_many(session, new)
+        ids.update(
+            message_ids_by_provider_id(session, provider, [r["provider_message_id"] for r in new])
+        )
+    return ids
+
+
 def message_ids_by_provider_id(
     session: Session, provider: str, provider_ids: Sequence[str]
 ) -> dict[str, str]:
@@ -51,11 +77,12 @@ def message_ids_by_provider_id(
     return {r[0]: r[1] for r in rows}
 
 
-def message_taken(session: Session, message_ids: Sequence[str]) -> dict[str, str]:
-    """message id → the signal that already has it."""
+def message_taken(session: Session, message_ids: Sequence[str], namespace: str) -> dict[str, str]:
+    """message id → the signal of `namespace` that already has it (another
+    namespace's signal never hides a message from this one)."""
     rows = session.execute(
-        text("SELECT message_id, id FROM signals WHERE message_id = ANY(:ids)"),
-        {"ids": list(message_ids)},
+        text("SELECT message_id, id FROM signals WHERE namespace = :ns AND message_id = ANY(:ids)"),
+        {"ids": list(message_ids), "ns": namespace},
     ).all()
     return {r[0]: r[1] for r in rows}
 
@@ -82,18 +109,25 @@ def message_raw(session: Session, message_id: str) -> bytes | None:
     return bytes(raw) if raw is not None else None
 
 
-def near_miss_record(session: Session, signal_id: str, message_id: str, why: str) -> bool:
-    return (
-        affected(
-            session.execute(
-                text(
-                    "INSERT INTO near_misses (signal_id, message_id, why) VALUES (:s, :m, :w)"
-                    " ON CONFLICT DO NOTHING"
-                ),
-                {"s": signal_id, "m": message_id, "w": why},
-            )
-        )
-        == 1
+def near_miss_record_many(
+    session: Session, signal_id: str, misses: Sequence[tuple[str, str]]
+) -> list[str]:
+    """Record (message id, why) near misses of a signal in one statement;
+    return the `why` of each one that was new."""
+    if not misses:
+        return []
+    return list(
+        session.execute(
+            text(
+                """
+                INSERT INTO near_misses (signal_id, message_id, why)
+                SELECT :s, m, w FROM unnest(CAST(:mids AS text[]), CAST(:whys AS text[])) AS t(m, w)
+                ON CONFLICT DO NOTHING
+                RETURNING why
+                """
+            ),
+            {"s": signal_id, "mids": [m for m, _ in misses], "whys": [w for _, w in misses]},
+        ).scalars()
     )
 
 
@@ -145,21 +179,78 @@ def sink_message_store(
     return int(row[0]), row[1]
 
 
-def sink_message_search(
-    session: Session, *, since: datetime, recipients: Sequence[str] | None, limit: int = 500
+def sink_message_page(
+    session: Session,
+    *,
+    windows: Sequence[tuple[str, datetime]],
+    after: tuple[datetime, int] | None,
+    limit: int,
 ) -> Sequence[Row]:
-    params: dict[str, Any] = {"since": since, "limit": limit}
-    where = ""
-    if recipients:
-        where = " AND all_recipients && CAST(:rcpts AS text[])"
-        params["rcpts"] = sorted(recipients)
+    """One page (oldest first, after `after`) of the sink messages to any of
+    the `windows`' recipients received at or after that recipient's moment."""
+    params: dict[str, Any] = {
+        "rcpts": [r for r, _ in windows],
+        "sinces": [t for _, t in windows],
+        "since": min(t for _, t in windows),
+        "limit": limit,
+    }
+    page = ""
+    if after is not None:
+        page = " AND (sm.received_at, sm.id) > (:after_ts, :after_id)"
+        params.update(after_ts=after[0], after_id=after[1])
     return (
         session.execute(
             text(
-                "SELECT id, received_at, envelope_recipients, raw FROM sink_messages"
-                " WHERE received_at >= :since" + where + " ORDER BY received_at, id LIMIT :limit"
+                """
+                SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw
+                  FROM sink_messages sm
+                 WHERE sm.all_recipients && CAST(:rcpts AS text[])
+                   AND sm.received_at >= :since
+                   AND EXISTS (
+                        SELECT 1 FROM unnest(CAST(:rcpts AS text[]),
+                                             CAST(:sinces AS timestamptz[])) AS w(r, s)
+                         WHERE w.r = ANY(sm.all_recipients) AND sm.received_at >= w.s)"""
+                + page
+                + " ORDER BY sm.received_at, sm.id LIMIT :limit"
             ),
             params,
+        )
+        .mappings()
+        .all()
+    )
+
+
+def sink_message_before_windows(
+    session: Session,
+    *,
+    windows: Sequence[tuple[str, datetime]],
+    lookback_seconds: float,
+    per_recipient: int,
+) -> Sequence[Row]:
+    """The latest `per_recipient` sink messages to each recipient received
+    within `lookback_seconds` before its window: near misses worth reporting."""
+    return (
+        session.execute(
+            text(
+                """
+                SELECT DISTINCT ON (m.id) m.id, m.received_at, m.envelope_recipients, m.raw
+                  FROM unnest(CAST(:rcpts AS text[]), CAST(:sinces AS timestamptz[])) AS w(r, s)
+                 CROSS JOIN LATERAL (
+                        SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw
+                          FROM sink_messages sm
+                         WHERE sm.all_recipients && ARRAY[w.r]
+                           AND sm.received_at >= w.s - make_interval(secs => :lookback)
+                           AND sm.received_at < w.s
+                         ORDER BY sm.received_at DESC
+                         LIMIT :per) m
+                """
+            ),
+            {
+                "rcpts": [r for r, _ in windows],
+                "sinces": [t for _, t in windows],
+                "lookback": lookback_seconds,
+                "per": per_recipient,
+            },
         )
         .mappings()
         .all()
@@ -185,6 +276,17 @@ def mailbox_insert(session: Session, values: Mapping[Any, Any]) -> Row:
         .mappings()
         .one()
     )
+
+
+def mailbox_owner_many(session: Session, addresses: Sequence[str]) -> dict[str, str]:
+    """address → the namespace whose mailbox it is (deleted ones still own it)."""
+    if not addresses:
+        return {}
+    rows = session.execute(
+        text("SELECT address, namespace FROM mailboxes WHERE address = ANY(:a)"),
+        {"a": sorted({a.lower() for a in addresses})},
+    ).all()
+    return {r[0]: r[1] for r in rows}
 
 
 def mailbox_delete(session: Session, mailbox_id: str, namespace: str) -> Row | None:

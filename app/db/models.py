@@ -1,7 +1,8 @@
 """The schema. Constraints here carry the contract's guarantees:
 
 - one signal per live idempotency key: `idempotency_keys` primary key;
-- a message satisfies at most one signal: unique `signals.message_id`;
+- a message satisfies at most one signal per namespace: unique
+  (`signals.namespace`, `signals.message_id`);
 - every observed message once: unique (provider, provider_message_id);
 - one check row per check lease: unique (signal_id, fence) on `checks`;
 - at most one active claim per signal, one receipt per signal;
@@ -144,10 +145,13 @@ class Signal(Base):
     check_fence: Mapped[int] = mapped_column(BigInteger, server_default="0")
     check_lease_until: Mapped[datetime | None] = mapped_column(TS)
     last_check_at: Mapped[datetime | None] = mapped_column(TS)
+    # When the latest check's look at the provider began: the deadline
+    # expires a signal only after a look at or after it.
+    last_look_at: Mapped[datetime | None] = mapped_column(TS)
     last_outcome: Mapped[str | None] = mapped_column(String(16))
     last_error_code: Mapped[str | None] = mapped_column(String(64))
     message_id: Mapped[str | None] = mapped_column(
-        ForeignKey("messages.id", ondelete="SET NULL"), unique=True
+        ForeignKey("messages.id", ondelete="SET NULL"), index=True
     )
     found_at: Mapped[datetime | None] = mapped_column(TS)
     # Claim fencing number: increases at every claim.
@@ -155,6 +159,9 @@ class Signal(Base):
     claims_used: Mapped[int] = mapped_column(Integer, server_default="0")
     max_claims: Mapped[int] = mapped_column(Integer, server_default="3")
     __table_args__ = (
+        # One message per signal within a namespace; namespaces match shared
+        # mail independently.
+        UniqueConstraint("namespace", "message_id"),
         Index(None, "namespace", "run_id", "created_at"),
         Index(
             "ix_signals_due",
@@ -196,6 +203,8 @@ class Check(Base):
     reason: Mapped[str] = mapped_column(String(16))
     outcome: Mapped[str] = mapped_column(String(16))
     error_code: Mapped[str | None] = mapped_column(String(64))
+    # Spent one of max_checks (only checks the schedule asked for do).
+    counted: Mapped[bool] = mapped_column(Boolean, server_default="false")
     # One provider call may answer several signals' checks.
     batch_id: Mapped[str | None] = mapped_column(String(40))
     started_at: Mapped[datetime] = mapped_column(TS)
@@ -273,9 +282,13 @@ class DeadLetter(Base):
     recommendation: Mapped[str] = mapped_column(Text)
     note: Mapped[str | None] = mapped_column(Text)
     resolved_at: Mapped[datetime | None] = mapped_column(TS)
+    # Matching mail that arrived after the deadline (within a day of it).
+    late_message: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # Set once the dead letter was sent to the `dead_letter` Celery queue; the
-    # sweep re-sends any left NULL (outbox).
+    # sweep re-sends any left NULL (outbox). `publish_attempt_at` leases a
+    # publication so that two sweeps never send one dead letter twice.
     published_at: Mapped[datetime | None] = mapped_column(TS)
+    publish_attempt_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
         UniqueConstraint("signal_id", "generation"),
         Index(None, "namespace", "state", "created_at"),
@@ -283,5 +296,11 @@ class DeadLetter(Base):
             "ix_dead_letters_unpublished",
             "created_at",
             postgresql_where=text("published_at IS NULL"),
+        ),
+        Index(
+            "ix_dead_letters_late_watch",
+            "provider",
+            "created_at",
+            postgresql_where=text("state = 'open' AND late_message IS NULL"),
         ),
     )

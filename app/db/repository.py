@@ -167,7 +167,7 @@ def signal_lock_for_check(
     answers them all instead of one call each a moment apart. Rows already
     locked or under another check's lease are skipped. Each taken row gets a
     new fence and a lease; the caller commits at once and calls the provider
-    with no lock held.
+    with no lock held. Each row carries `looked_at`, the server's now.
     """
     return list(
         session.execute(
@@ -190,7 +190,7 @@ def signal_lock_for_check(
                        check_lease_until = now() + make_interval(secs => :lease),
                        updated_at = now()
                   FROM due WHERE s.id = due.id
-                RETURNING s.*
+                RETURNING s.*, now() AS looked_at
                 """
             ),
             {
@@ -202,6 +202,31 @@ def signal_lock_for_check(
         )
         .mappings()
         .all()
+    )
+
+
+def signal_extend_check_leases(
+    session: Session, fences: Sequence[tuple[str, int]], lease_seconds: float
+) -> int:
+    """Heartbeat: push the check lease of each (signal, fence) still held."""
+    if not fences:
+        return 0
+    return affected(
+        session.execute(
+            text(
+                """
+                UPDATE signals s
+                   SET check_lease_until = now() + make_interval(secs => :lease)
+                  FROM unnest(CAST(:ids AS text[]), CAST(:fences AS bigint[])) AS f(id, fence)
+                 WHERE s.id = f.id AND s.check_fence = f.fence AND s.status = 'waiting'
+                """
+            ),
+            {
+                "ids": [i for i, _ in fences],
+                "fences": [f for _, f in fences],
+                "lease": lease_seconds,
+            },
+        )
     )
 
 
@@ -246,7 +271,7 @@ def signal_record_check(
             UPDATE signals
                SET checks_count = checks_count + :inc,
                    consecutive_errors = :errors,
-                   last_check_at = now(),
+                   last_check_at = now(), last_look_at = :started,
                    last_outcome = :outcome,
                    last_error_code = :error_code,
                    next_check_at = CASE WHEN enqueued_at > :started THEN now() ELSE :next_at END,
@@ -273,9 +298,18 @@ def signal_record_check(
     return (row is not None, bool(row[0]) if row is not None else False)
 
 
-def signal_mark_found(session: Session, signal_id: str, fence: int, message_id: str) -> bool:
-    """waiting → found with `message_id`. The unique index on signals.message_id
-    raises IntegrityError if another signal took the message first."""
+def signal_mark_found(
+    session: Session,
+    signal_id: str,
+    fence: int,
+    message_id: str,
+    *,
+    counts: bool,
+    looked_at: datetime,
+) -> bool:
+    """waiting → found with `message_id`. The unique index on (namespace,
+    message_id) raises IntegrityError if another signal of the namespace
+    took the message first."""
     return (
         affected(
             session.execute(
@@ -283,14 +317,20 @@ def signal_mark_found(session: Session, signal_id: str, fence: int, message_id: 
                     """
                 UPDATE signals
                    SET status = 'found', message_id = :mid, found_at = now(),
-                       checks_count = checks_count + 1, consecutive_errors = 0,
-                       last_check_at = now(), last_outcome = 'matched',
+                       checks_count = checks_count + :inc, consecutive_errors = 0,
+                       last_check_at = now(), last_look_at = :looked, last_outcome = 'matched',
                        last_error_code = NULL, next_check_at = NULL,
                        check_lease_until = NULL, updated_at = now()
                  WHERE id = :id AND check_fence = :fence AND status = 'waiting'
                 """
                 ),
-                {"id": signal_id, "fence": fence, "mid": message_id},
+                {
+                    "id": signal_id,
+                    "fence": fence,
+                    "mid": message_id,
+                    "inc": 1 if counts else 0,
+                    "looked": looked_at,
+                },
             )
         )
         == 1
@@ -319,34 +359,45 @@ def signal_expire(
     )
 
 
-def signal_ids_past_deadline(session: Session, limit: int) -> list[str]:
-    """Waiting signals past their deadline and not under a live check lease."""
+def signal_ids_past_deadline(session: Session, limit: int, grace_seconds: float) -> list[str]:
+    """Waiting signals past their deadline, not under a live check lease, whose
+    final look ran (a check began at or after the deadline) or was lost
+    (`grace_seconds` went by after the deadline without one)."""
     return list(
         session.execute(
             text(
                 """
                 SELECT id FROM signals
                  WHERE status = 'waiting' AND expires_at <= now()
+                   AND (last_look_at >= expires_at
+                        OR expires_at <= now() - make_interval(secs => :grace))
                    AND (check_lease_until IS NULL OR check_lease_until < now())
                  ORDER BY expires_at
                  LIMIT :limit
                  FOR UPDATE SKIP LOCKED
                 """
             ),
-            {"limit": limit},
+            {"limit": limit, "grace": grace_seconds},
         ).scalars()
     )
 
 
 def signal_mark_due_enqueued(
-    session: Session, *, requeue_after_seconds: float, limit: int
+    session: Session,
+    *,
+    requeue_after_seconds: float,
+    resend_lost: bool,
+    limit: int,
 ) -> list[tuple[str, str]]:
     """Stamp and return the due signals that need a task sent.
 
-    A signal needs one when its next check is due and no task was sent for
-    it since, or when the last task sent was not taken within
-    `requeue_after_seconds` (lost: broker restart, worker killed); those are
-    re-sent with reason `sweep`.
+    A signal needs one when its next check is due (the final look at the
+    deadline included) and no task was sent for it since. With `resend_lost`
+    (the caller saw no task waiting in the queue), a task sent more than
+    `requeue_after_seconds` ago that left the signal due was lost (broker
+    restart, worker killed): it is re-sent with reason `sweep`. Without it
+    only tasks older than ten times that are presumed lost, so a backlog is
+    never fed with copies of what it already holds.
     """
     rows = session.execute(
         text(
@@ -354,7 +405,6 @@ def signal_mark_due_enqueued(
             WITH due AS (
                 SELECT id FROM signals
                  WHERE status = 'waiting' AND next_check_at <= now()
-                   AND expires_at > now()
                    AND (check_lease_until IS NULL OR check_lease_until < now())
                    AND (enqueued_at IS NULL OR enqueued_at < next_check_at
                         OR enqueued_at < now() - make_interval(secs => :requeue))
@@ -371,7 +421,10 @@ def signal_mark_due_enqueued(
             RETURNING s.id, s.next_check_reason
             """
         ),
-        {"requeue": requeue_after_seconds, "limit": limit},
+        {
+            "requeue": requeue_after_seconds * (1 if resend_lost else 10),
+            "limit": limit,
+        },
     ).all()
     return [(r[0], r[1]) for r in rows]
 
@@ -445,6 +498,8 @@ def signal_redrive(
                 UPDATE signals
                    SET status = 'waiting', expiry_reason = NULL, expired_at = NULL,
                        generation = generation + 1,
+                       -- A check still in flight for the old generation is fenced out.
+                       check_fence = check_fence + 1, last_look_at = NULL,
                        expires_at = now() + make_interval(secs => :exp),
                        max_checks = checks_count + :max_checks,
                        consecutive_errors = 0, claims_used = 0,
@@ -478,6 +533,7 @@ def check_insert(
     error_code: str | None,
     batch_id: str | None,
     started_at: datetime,
+    counted: bool = False,
 ) -> bool:
     """Record one check; a second write for the same fence is a no-op."""
     return (
@@ -486,8 +542,9 @@ def check_insert(
                 text(
                     """
                 INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,
-                                    error_code, batch_id, started_at)
-                VALUES (:sid, :gen, :fence, :provider, :reason, :outcome, :err, :batch, :started)
+                                    error_code, batch_id, started_at, counted)
+                VALUES (:sid, :gen, :fence, :provider, :reason, :outcome, :err, :batch,
+                        :started, :counted)
                 ON CONFLICT (signal_id, fence) DO NOTHING
                 """
                 ),
@@ -501,6 +558,7 @@ def check_insert(
                     "err": error_code,
                     "batch": batch_id,
                     "started": started_at,
+                    "counted": counted,
                 },
             )
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from app.domain.mail import ParsedMail, normalize_whitespace
@@ -22,6 +22,7 @@ __all__ = [
     "Verdict",
     "Why",
     "evaluate",
+    "floor_to",
     "normalize_address",
     "pick",
 ]
@@ -43,7 +44,13 @@ class Why(StrEnum):
 
 @dataclass(frozen=True)
 class Criteria:
-    """What a signal expects. Naive datetimes are read as UTC."""
+    """What a signal expects. Naive datetimes are read as UTC.
+
+    ``precision`` is the resolution of the provider's receive stamps (IMAP
+    INTERNALDATE and a ``Date:`` header: one second; the sink: exact). A
+    message stamped in the same tick as ``received_after`` is inside the
+    window: the stamp cannot say it arrived earlier.
+    """
 
     recipient: str
     run_id: str
@@ -51,6 +58,12 @@ class Criteria:
     subject_contains: str | None = None
     body_contains: str | None = None
     require_run_marker: bool = False
+    precision: timedelta = timedelta(0)
+
+    @property
+    def window_opens(self) -> datetime:
+        """``received_after`` floored to the provider's precision."""
+        return floor_to(_as_utc(self.received_after), self.precision)
 
 
 @dataclass(frozen=True)
@@ -119,7 +132,7 @@ def evaluate(criteria: Criteria, candidate: Candidate) -> Verdict:
     """Apply every rule of CONTRACT §3 to one candidate.
 
     - recipient: equal, case-insensitively, to an envelope recipient, a To or a Cc address;
-    - ``received_at >= received_after``;
+    - ``received_at >= received_after`` floored to the provider's precision;
     - run marker: when the message has one it must equal ``run_id`` exactly; with
       ``require_run_marker`` a message without one fails;
     - ``subject_contains``: case-insensitive substring of the decoded subject (both
@@ -135,7 +148,7 @@ def evaluate(criteria: Criteria, candidate: Candidate) -> Verdict:
     addressed = bool(wanted) and any(normalize_address(a) == wanted for a in addresses)
 
     failures: list[Why] = []
-    if _as_utc(candidate.received_at) < _as_utc(criteria.received_after):
+    if _as_utc(candidate.received_at) < criteria.window_opens:
         failures.append(Why.RECEIVED_BEFORE_WINDOW)
     marker = mail.run_marker.strip() if mail.run_marker else ""
     if marker and marker != criteria.run_id:
@@ -172,6 +185,16 @@ def pick(criteria: Criteria, candidates: Iterable[Candidate]) -> Pick:
             near.append((candidate, verdict.failures[0]))
     near.sort(key=lambda pair: _order_key(pair[0]))
     return Pick(winner=winner, near_misses=tuple(near))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def floor_to(moment: datetime, precision: timedelta) -> datetime:
+    """``moment`` rounded down to a multiple of ``precision`` since the epoch."""
+    if precision <= timedelta(0):
+        return moment
+    return moment - (moment - _EPOCH) % precision
 
 
 def _order_key(candidate: Candidate) -> tuple[datetime, str]:

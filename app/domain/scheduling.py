@@ -1,8 +1,19 @@
 """What follows a check that found nothing: pure, no I/O.
 
-Given the signal's counters, the check's outcome and the clock, decide
-whether the check spends budget, the new consecutive-error count, whether the
-signal expires (and why), and when and why it is checked next.
+Given the signal's counters, why the check ran, the check's outcome and the
+clock, decide whether the check spent budget, the new consecutive-error
+count, whether the signal expires (and why), and when and why it is checked
+next.
+
+Two promises are decided here (docs/api.md, "Nothing before the deadline is
+lost"):
+
+- the deadline expires a signal only after a look at the provider that began
+  at or after the deadline: until then the next check is scheduled no later
+  than the deadline, so the last look always covers the whole window;
+- only the checks the schedule asked for (`first`, `scheduled`,
+  `error_retry`, `sweep`) spend `max_checks`; a push or a redrive never does,
+  and the last check of the budget is kept for the deadline.
 """
 
 from __future__ import annotations
@@ -12,6 +23,11 @@ from datetime import datetime
 
 from app.domain.backoff import BackoffPolicy, next_check_at
 from app.domain.states import CheckOutcome, CheckReason, ExpiryReason
+
+# Reasons whose checks spend the budget: the ones the schedule asked for.
+COUNTED_REASONS = frozenset(
+    {CheckReason.FIRST, CheckReason.SCHEDULED, CheckReason.ERROR_RETRY, CheckReason.SWEEP}
+)
 
 
 @dataclass(frozen=True)
@@ -33,10 +49,25 @@ class NextStep:
     next_reason: CheckReason
 
 
+def spends_budget(reason: CheckReason, outcome: CheckOutcome, retry_after: float | None) -> bool:
+    """Whether a check spends one of `max_checks`.
+
+    Only checks the schedule asked for do, and not when the provider was not
+    really asked (an open breaker) or asked us to wait (a Retry-After).
+    """
+    if reason not in COUNTED_REASONS:
+        return False
+    if outcome is CheckOutcome.CIRCUIT_OPEN:
+        return False
+    return not (outcome is CheckOutcome.PROVIDER_ERROR and retry_after is not None)
+
+
 def after_check(
     counters: Counters,
     outcome: CheckOutcome,
     *,
+    reason: CheckReason = CheckReason.SCHEDULED,
+    looked_at: datetime | None = None,
     now: datetime,
     retry_after: float | None,
     policy: BackoffPolicy,
@@ -45,16 +76,20 @@ def after_check(
 ) -> NextStep:
     """Decide what follows a check whose outcome is not `matched`.
 
-    A check skipped by an open breaker (`circuit_open`) and a rate-limited
-    answer (a provider error that came with a Retry-After) only delay the
-    next check: they spend neither the check budget nor the provider-error
-    allowance. The deadline always runs. `retry_after` (seconds) is a floor
-    for the next delay; the next check is never past the deadline.
+    `looked_at` is when the check's look at the provider began (default:
+    `now`); `now` is when its result is written. A check skipped by an open
+    breaker (`circuit_open`) and a rate-limited answer (a provider error that
+    came with a Retry-After) only delay the next check: they spend neither
+    the check budget nor the provider-error allowance. `retry_after`
+    (seconds) is a floor for the next delay; the next check is never past
+    the deadline, and when one check of the budget is left it is kept for
+    the deadline itself.
     """
     if outcome is CheckOutcome.MATCHED:
         raise ValueError("a matched check has no next step")
+    looked_at = looked_at if looked_at is not None else now
     rate_limited = outcome is CheckOutcome.PROVIDER_ERROR and retry_after is not None
-    counts = outcome is not CheckOutcome.CIRCUIT_OPEN and not rate_limited
+    counts = spends_budget(reason, outcome, retry_after)
     checks_done = counters.checks_count + (1 if counts else 0)
     if outcome is CheckOutcome.NO_MATCH:
         errors = 0
@@ -66,21 +101,26 @@ def after_check(
     expiry: ExpiryReason | None = None
     if outcome is CheckOutcome.PROVIDER_ERROR and errors >= max_provider_errors:
         expiry = ExpiryReason.PROVIDER_ERRORS
-    elif counts and checks_done >= counters.max_checks:
-        expiry = ExpiryReason.CHECK_BUDGET
-    elif now >= counters.expires_at:
+    elif looked_at >= counters.expires_at:
+        # The final look covered the whole window.
         expiry = ExpiryReason.DEADLINE
+    elif checks_done >= counters.max_checks:
+        expiry = ExpiryReason.CHECK_BUDGET
 
     if outcome is CheckOutcome.NO_MATCH:
-        delay, reason = policy.delay(max(1, checks_done), rand), CheckReason.SCHEDULED
+        delay, next_reason = policy.delay(max(1, checks_done), rand), CheckReason.SCHEDULED
     else:
-        delay, reason = policy.delay(max(1, errors), rand), CheckReason.ERROR_RETRY
+        delay, next_reason = policy.delay(max(1, errors), rand), CheckReason.ERROR_RETRY
     if retry_after is not None:
         delay = max(delay, retry_after)
+    when = next_check_at(now, delay, counters.expires_at)
+    if counters.max_checks - checks_done == 1:
+        # The last check the budget allows is the one at the deadline.
+        when = max(when, counters.expires_at)
     return NextStep(
         counts=counts,
         consecutive_errors=errors,
         expiry=expiry,
-        next_check_at=next_check_at(now, delay, counters.expires_at),
-        next_reason=reason,
+        next_check_at=when,
+        next_reason=next_reason,
     )

@@ -7,10 +7,15 @@ plus what the provider knows of the envelope; parsing and matching happen in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Protocol
+
+# What a provider that stamps whole seconds (IMAP INTERNALDATE, a `Date:`
+# header) declares as its `timestamp_precision`.
+WHOLE_SECONDS = timedelta(seconds=1)
 
 
 @dataclass(frozen=True)
@@ -19,12 +24,16 @@ class SearchQuery:
 
     `since` is the earliest `received_after` of those signals, minus a
     slack the caller chooses (near misses before the window are wanted).
-    `recipients` are lower-cased addresses; a provider may use them to
-    narrow its search but must not rely on them for correctness.
+    `recipients` are lower-cased addresses; `windows` maps each of them to
+    the earliest moment any of its signals wants (its own `since`). A
+    provider may use both to narrow its search but must return every
+    message to a recipient received at or after that recipient's window,
+    however many there are (page through them; never cut at a count).
     """
 
     since: datetime
     recipients: frozenset[str] = frozenset()
+    windows: Mapping[str, datetime] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,9 @@ class Provider(Protocol):
 
     name: str
     type: str
+    # Resolution of `ProviderMessage.received_at`: a message stamped in the
+    # same tick as a signal's `received_after` is inside its window.
+    timestamp_precision: timedelta
 
     def search(self, query: SearchQuery) -> Sequence[ProviderMessage]:
         """Messages received at or after `query.since` (oldest first)."""

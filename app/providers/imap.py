@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 
 from app.errors import ProviderError, ProviderRejected, ProviderUnavailable
-from app.providers.base import ProviderMessage, SearchQuery
+from app.providers.base import WHOLE_SECONDS, ProviderMessage, SearchQuery
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,8 @@ class ImapProvider:
     """
 
     type = "imap"
+    # INTERNALDATE has a resolution of one second.
+    timestamp_precision = WHOLE_SECONDS
 
     def __init__(
         self,

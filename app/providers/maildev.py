@@ -45,7 +45,7 @@ from urllib.parse import quote
 import httpx
 
 from app.errors import ProviderError, ProviderRejected, ProviderUnavailable
-from app.providers.base import ProviderMessage, SearchQuery
+from app.providers.base import WHOLE_SECONDS, ProviderMessage, SearchQuery
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,8 @@ class MaildevProvider:
     """
 
     type = "maildev"
+    # `time` is the Date header when present: one-second resolution.
+    timestamp_precision = WHOLE_SECONDS
 
     def __init__(
         self,

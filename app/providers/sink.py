@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -12,38 +14,70 @@ from app.db.engine import transaction
 from app.errors import ProviderUnavailable
 from app.providers.base import ProviderMessage, SearchQuery
 
+# Rows per page when reading a window: a busy address is read whole, page by page.
+PAGE_SIZE = 500
+# Messages just before a window are only worth reporting as near misses: the
+# latest few per recipient are enough.
+BEFORE_WINDOW_PER_RECIPIENT = 20
+
 
 class SinkProvider:
     """`simulate_latency_seconds` slows every search: for fault drills (kill a
     worker mid-check) and demos, never needed in production."""
 
     type = "sink"
+    # The sink stamps arrival with the database's clock, to the microsecond.
+    timestamp_precision = timedelta(0)
 
     def __init__(self, name: str = "sink", simulate_latency_seconds: float = 0.0) -> None:
         self.name = name
         self.latency = float(simulate_latency_seconds)
 
     def search(self, query: SearchQuery) -> Sequence[ProviderMessage]:
+        """Every message to each recipient at or after its window (paged, so a
+        busy address hides nothing), plus the latest few just before it."""
         if self.latency:
             time.sleep(self.latency)
+        windows = sorted((query.windows or {r: query.since for r in query.recipients}).items())
+        if not windows:
+            return []
+        lookback = max(0.0, (min(t for _, t in windows) - query.since).total_seconds())
+        rows: dict[int, Any] = {}
         try:
             with transaction() as session:
-                rows = messages_repo.sink_message_search(
-                    session, since=query.since, recipients=sorted(query.recipients) or None
-                )
+                after: tuple[datetime, int] | None = None
+                while True:
+                    page = messages_repo.sink_message_page(
+                        session, windows=windows, after=after, limit=PAGE_SIZE
+                    )
+                    for r in page:
+                        rows[int(r["id"])] = r
+                    if len(page) < PAGE_SIZE:
+                        break
+                    after = (page[-1]["received_at"], int(page[-1]["id"]))
+                if lookback:
+                    for r in messages_repo.sink_message_before_windows(
+                        session,
+                        windows=windows,
+                        lookback_seconds=lookback,
+                        per_recipient=BEFORE_WINDOW_PER_RECIPIENT,
+                    ):
+                        rows.setdefault(int(r["id"]), r)
         except SQLAlchemyError as exc:
             raise ProviderUnavailable(
                 "sink storage unavailable", error_code="sink_unavailable"
             ) from exc
-        return [
+        found = [
             ProviderMessage(
                 provider_message_id=str(r["id"]),
                 received_at=r["received_at"],
                 raw=bytes(r["raw"]),
                 envelope_recipients=tuple(r["envelope_recipients"]),
             )
-            for r in rows
+            for r in rows.values()
         ]
+        found.sort(key=lambda m: (m.received_at, int(m.provider_message_id)))
+        return found
 
     def close(self) -> None:
         return None

@@ -68,3 +68,20 @@ def db_scalar(stack: Stack, sql: str, *params: object) -> Any:
     rows = db_rows(stack, sql, *params)
     assert rows, sql
     return rows[0][0]
+
+
+def insert_sink_message(stack: Stack, recipient: str, raw: bytes | None = None) -> int:
+    """Put a message into the sink's store WITHOUT the push an SMTP delivery
+    makes: the sink then behaves as a polled provider, and only a scheduled
+    check can see the message. Returns its sink id."""
+    data = raw if raw is not None else mail(recipient)
+    rows = db_rows(
+        stack,
+        "INSERT INTO sink_messages (mail_from, envelope_recipients, all_recipients, size, raw)"
+        " VALUES ('app@example.test', %s, %s, %s, %s) RETURNING id",
+        [recipient.lower()],
+        [recipient.lower()],
+        len(data),
+        data,
+    )
+    return int(rows[0][0])

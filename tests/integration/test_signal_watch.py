@@ -5,11 +5,19 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.integration.helpers import create_signal, db_rows, mail, wait_result
-from tests.stack_fixtures import Stack
+from tests.integration.helpers import (
+    create_signal,
+    db_rows,
+    insert_sink_message,
+    mail,
+    signal_view,
+    wait_result,
+)
+from tests.stack_fixtures import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -75,13 +83,34 @@ def test_signal_whose_message_never_comes_expires_at_its_deadline(stack: Stack) 
 
 
 def test_check_budget_exhausted_expires_with_check_budget(stack: Stack) -> None:
-    signal = create_signal(stack, expires_in_seconds=60, max_checks=2)
+    signal = create_signal(stack, expires_in_seconds=60, max_checks=1)
 
     view = wait_result(stack, signal["signal_id"], wait=20)
 
     assert view["status"] == "expired"
     assert view["expiry_reason"] == "check_budget"
+    assert view["checks"] == 1
+
+
+def test_the_last_check_of_the_budget_is_kept_for_the_deadline(stack: Stack) -> None:
+    """max_checks 2: one check at once, the other at the deadline, where it
+    still finds a mail delivered in the window's last second."""
+    signal = create_signal(stack, expires_in_seconds=6, max_checks=2)
+    wait_until(
+        lambda: signal_view(stack, signal["signal_id"])["checks"] == 1, 10, what="first check"
+    )
+    # No push reaches it: the mail goes straight into the sink's table, as a
+    # polled provider would hold it, and only the final look can see it.
+    expires_at = datetime.fromisoformat(signal["expires_at"].replace("Z", "+00:00"))
+    while datetime.now(UTC) < expires_at - timedelta(seconds=1):
+        time.sleep(0.05)
+    insert_sink_message(stack, signal["recipient"])
+
+    view = wait_result(stack, signal["signal_id"], wait=30)
+
+    assert view["status"] == "found", view
     assert view["checks"] == 2
+    assert view["last_check"]["outcome"] == "matched"
 
 
 def test_long_poll_wakes_when_the_signal_changes(stack: Stack) -> None:

@@ -121,6 +121,38 @@ def test_message_received_exactly_at_window_start_matches() -> None:
     assert evaluate(make_criteria(), make_candidate(at=WINDOW)).matched
 
 
+def test_whole_second_stamp_in_the_window_opening_second_is_inside_the_window() -> None:
+    """IMAP INTERNALDATE / a Date: header stamp 12:00:00 for a mail delivered
+    at 12:00:00.4, 0.4 s after a signal created at 12:00:00.0 + 0.3 s."""
+    opened = WINDOW + timedelta(milliseconds=300)
+    stamped = WINDOW  # the delivery second, truncated by the provider
+    whole = make_criteria(received_after=opened, precision=timedelta(seconds=1))
+    assert evaluate(whole, make_candidate(at=stamped)).matched
+    exact = make_criteria(received_after=opened)
+    assert evaluate(exact, make_candidate(at=stamped)).failures == (Why.RECEIVED_BEFORE_WINDOW,)
+
+
+def test_whole_second_stamp_of_the_second_before_is_before_the_window() -> None:
+    opened = WINDOW + timedelta(milliseconds=300)
+    whole = make_criteria(received_after=opened, precision=timedelta(seconds=1))
+    verdict = evaluate(whole, make_candidate(at=WINDOW - timedelta(seconds=1)))
+    assert verdict.failures == (Why.RECEIVED_BEFORE_WINDOW,)
+
+
+@given(
+    offset_us=st.integers(0, 999_999),
+    delivered_after_us=st.integers(0, 5_000_000),
+)
+def test_a_mail_delivered_after_the_window_opened_always_matches_at_one_second_precision(
+    offset_us: int, delivered_after_us: int
+) -> None:
+    opened = WINDOW + timedelta(microseconds=offset_us)
+    delivered = opened + timedelta(microseconds=delivered_after_us)
+    stamped = delivered.replace(microsecond=0)  # what a whole-second provider reports
+    criteria = make_criteria(received_after=opened, precision=timedelta(seconds=1))
+    assert evaluate(criteria, make_candidate(at=stamped)).matched
+
+
 def test_naive_datetimes_are_read_as_utc() -> None:
     naive_after = WINDOW.replace(tzinfo=None)
     assert evaluate(make_criteria(received_after=naive_after), make_candidate(at=WINDOW)).matched

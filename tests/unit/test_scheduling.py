@@ -110,3 +110,168 @@ def test_next_check_is_never_past_the_deadline(
         rand=rand,
     )
     assert NOW <= s.next_check_at <= deadline
+
+
+# --------------------------------------------------------------------------- budget by reason
+
+
+@pytest.mark.parametrize("reason", [CheckReason.PUSH, CheckReason.REDRIVE])
+def test_push_and_redrive_checks_never_spend_the_budget(reason: CheckReason) -> None:
+    s = after_check(
+        counters(checks_count=4, max_checks=5),
+        CheckOutcome.NO_MATCH,
+        reason=reason,
+        now=NOW,
+        retry_after=None,
+        policy=POLICY,
+        max_provider_errors=5,
+        rand=0.5,
+    )
+    assert not s.counts and s.expiry is None
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [CheckReason.FIRST, CheckReason.SCHEDULED, CheckReason.ERROR_RETRY, CheckReason.SWEEP],
+)
+def test_checks_the_schedule_asked_for_spend_the_budget(reason: CheckReason) -> None:
+    s = after_check(
+        counters(checks_count=4, max_checks=5),
+        CheckOutcome.NO_MATCH,
+        reason=reason,
+        now=NOW,
+        retry_after=None,
+        policy=POLICY,
+        max_provider_errors=5,
+        rand=0.5,
+    )
+    assert s.counts and s.expiry is ExpiryReason.CHECK_BUDGET
+
+
+def test_eight_pushes_from_other_runs_leave_a_five_check_budget_whole() -> None:
+    c = counters(checks_count=1, max_checks=5)
+    for _ in range(8):
+        s = after_check(
+            c,
+            CheckOutcome.NO_MATCH,
+            reason=CheckReason.PUSH,
+            now=NOW,
+            retry_after=None,
+            policy=POLICY,
+            max_provider_errors=5,
+            rand=0.5,
+        )
+        assert s.expiry is None
+        c = counters(checks_count=c.checks_count + int(s.counts), max_checks=5)
+    assert c.checks_count == 1
+
+
+# --------------------------------------------------------------------------- the final look
+
+
+def test_a_look_that_began_before_the_deadline_never_expires_it() -> None:
+    deadline = NOW + timedelta(seconds=10)
+    s = after_check(
+        counters(expires_at=deadline),
+        CheckOutcome.NO_MATCH,
+        looked_at=deadline - timedelta(milliseconds=1),
+        now=deadline + timedelta(seconds=5),  # the provider was slow
+        retry_after=None,
+        policy=POLICY,
+        max_provider_errors=5,
+        rand=0.5,
+    )
+    assert s.expiry is None
+    assert s.next_check_at == deadline  # the final look is due at once
+
+
+def test_a_look_that_began_at_the_deadline_expires_it() -> None:
+    deadline = NOW + timedelta(seconds=10)
+    s = after_check(
+        counters(expires_at=deadline),
+        CheckOutcome.NO_MATCH,
+        looked_at=deadline,
+        now=deadline + timedelta(milliseconds=40),
+        retry_after=None,
+        policy=POLICY,
+        max_provider_errors=5,
+        rand=0.5,
+    )
+    assert s.expiry is ExpiryReason.DEADLINE
+
+
+def test_the_last_check_of_the_budget_is_kept_for_the_deadline() -> None:
+    deadline = NOW + timedelta(minutes=10)
+    s = after_check(
+        counters(checks_count=3, max_checks=5, expires_at=deadline),
+        CheckOutcome.NO_MATCH,
+        now=NOW,
+        retry_after=None,
+        policy=POLICY,
+        max_provider_errors=5,
+        rand=0.5,
+    )
+    assert s.counts and s.expiry is None
+    assert s.next_check_at == deadline
+
+
+@given(
+    seconds=st.integers(1, 600),
+    max_checks=st.integers(1, 40),
+    pickup=st.lists(st.floats(0, 5), min_size=1, max_size=60),
+    durations=st.lists(st.floats(0, 45), min_size=1, max_size=60),
+    rands=st.lists(st.floats(0, 0.999), min_size=1, max_size=60),
+    outcomes=st.lists(
+        st.sampled_from([CheckOutcome.NO_MATCH, CheckOutcome.NO_MATCH, CheckOutcome.PROVIDER_ERROR]),
+        min_size=1,
+        max_size=60,
+    ),
+)
+def test_whatever_the_schedule_and_clock_the_last_look_covers_the_deadline(
+    seconds: int,
+    max_checks: int,
+    pickup: list[float],
+    durations: list[float],
+    rands: list[float],
+    outcomes: list[CheckOutcome],
+) -> None:
+    """Simulate a signal through its checks with arbitrary worker pick-up
+    delays and provider call durations: no check is scheduled past the
+    deadline, and a signal that expires on its deadline had a look that began
+    at or after it (so a mail stamped before the deadline was seen)."""
+    deadline = NOW + timedelta(seconds=seconds)
+    c = counters(max_checks=max_checks, expires_at=deadline)
+    due, reason = NOW, CheckReason.FIRST
+    for i in range(400):
+        looked_at = due + timedelta(seconds=pickup[i % len(pickup)])
+        now = looked_at + timedelta(seconds=durations[i % len(durations)])
+        outcome = outcomes[i % len(outcomes)]
+        s = after_check(
+            c,
+            outcome,
+            reason=reason,
+            looked_at=looked_at,
+            now=now,
+            retry_after=None,
+            policy=POLICY,
+            max_provider_errors=1000,
+            rand=rands[i % len(rands)],
+        )
+        assert s.next_check_at <= deadline
+        if s.expiry is ExpiryReason.DEADLINE:
+            assert looked_at >= deadline
+            return
+        if s.expiry is ExpiryReason.CHECK_BUDGET:
+            # The last check of a budget is kept for the deadline, so the
+            # budget ends a signal before it only when the budget is 1.
+            assert max_checks == 1 and looked_at < deadline
+            return
+        assert s.expiry is None
+        c = Counters(
+            checks_count=c.checks_count + int(s.counts),
+            max_checks=c.max_checks,
+            consecutive_errors=s.consecutive_errors,
+            expires_at=deadline,
+        )
+        due, reason = s.next_check_at, s.next_reason
+    pytest.fail("the signal neither expired nor stopped being checked")
