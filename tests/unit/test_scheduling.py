@@ -222,7 +222,9 @@ def test_the_last_check_of_the_budget_is_kept_for_the_deadline() -> None:
     durations=st.lists(st.floats(0, 45), min_size=1, max_size=60),
     rands=st.lists(st.floats(0, 0.999), min_size=1, max_size=60),
     outcomes=st.lists(
-        st.sampled_from([CheckOutcome.NO_MATCH, CheckOutcome.NO_MATCH, CheckOutcome.PROVIDER_ERROR]),
+        st.sampled_from(
+            [CheckOutcome.NO_MATCH, CheckOutcome.NO_MATCH, CheckOutcome.PROVIDER_ERROR]
+        ),
         min_size=1,
         max_size=60,
     ),
