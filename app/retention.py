@@ -9,7 +9,9 @@ Two horizons:
   resolved dead letters and terminal signals (with what cascades from them).
 
 A signal still in play (waiting, found, claimed) loses nothing: not its
-checks, not its message, not the mail it could still match. Open dead
+checks, not its message, not the mail it could still match. A `found`
+signal nobody claimed within the content horizon is no longer in play: it
+is deleted with its content. Open dead
 letters stay until an operator resolves them. Each batch is its own short
 transaction; a run stops after `max_batches` per kind so that one run never
 monopolises a worker, and the next run continues.
@@ -56,6 +58,8 @@ def purge(
         ("receipts", repo.receipt_delete_old, evidence),
         ("dead_letters", repo.dead_letter_delete_old, evidence),
         ("signals", repo.signal_delete_old, evidence),
+        # A found signal nobody claims ends with its content.
+        ("found_signals", repo.signal_delete_unclaimed_found, content),
         ("checks", repo.check_delete_old, content),
         ("message_bodies", repo.message_purge_consumed_raw, content),
         ("messages", repo.message_delete_old, content),

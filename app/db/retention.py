@@ -194,3 +194,23 @@ def signal_delete_old(session: Session, *, older_than_hours: float, limit: int) 
         secs=older_than_hours * 3600,
         limit=limit,
     )
+
+
+def signal_delete_unclaimed_found(session: Session, *, older_than_hours: float, limit: int) -> int:
+    """Delete `found` signals nobody claimed since before the cutoff: a found
+    signal is not eternal. What cascades from them goes with them, and their
+    message, no longer pointed at, ages out with the content."""
+    return _count(
+        session,
+        """
+        DELETE FROM signals WHERE id IN (
+            SELECT s.id FROM signals s
+             WHERE s.status = 'found'
+               AND s.updated_at < now() - make_interval(secs => :secs)
+             ORDER BY s.updated_at
+             LIMIT :limit
+             FOR UPDATE SKIP LOCKED)
+        """,
+        secs=older_than_hours * 3600,
+        limit=limit,
+    )

@@ -172,3 +172,56 @@ def test_retention_deletes_aged_content_then_evidence_but_never_a_waiting_signal
         count(stack, "SELECT count(*) FROM checks WHERE signal_id = %s", waiting["signal_id"])
         >= waiting_checks
     )
+
+
+def test_a_found_signal_nobody_claims_ends_with_its_content_at_the_retention_horizon(
+    stack: Stack,
+) -> None:
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    stale_to = f"stale-{uuid.uuid4().hex[:6]}@example.test"
+    fresh_to = f"fresh-{uuid.uuid4().hex[:6]}@example.test"
+    with stack.client() as api:
+        stale = api.post(
+            "/v1/signals", json={"run_id": run_id, "test_case": "stale", "recipient": stale_to}
+        ).json()
+        fresh = api.post(
+            "/v1/signals", json={"run_id": run_id, "test_case": "fresh", "recipient": fresh_to}
+        ).json()
+        stack.send(mail(stale_to, "Verify", run_id), [stale_to])
+        stack.send(mail(fresh_to, "Verify", run_id), [fresh_to])
+        for signal in (stale, fresh):
+            view = api.get(f"/v1/signals/{signal['signal_id']}", params={"wait": 20}).json()
+            assert view["status"] == "found"
+    stale_message = db_rows(
+        stack, "SELECT message_id FROM signals WHERE id = %s", stale["signal_id"]
+    )[0][0]
+    # Only the stale one is past SIGNALBOX_RETENTION_HOURS (72).
+    db_rows(
+        stack,
+        "UPDATE signals SET updated_at = now() - interval '100 hours' WHERE id = %s",
+        stale["signal_id"],
+    )
+    db_rows(
+        stack,
+        "UPDATE messages SET observed_at = now() - interval '100 hours' WHERE id = %s",
+        stale_message,
+    )
+    db_rows(
+        stack,
+        "UPDATE sink_messages SET received_at = now() - interval '100 hours'"
+        " WHERE %s = ANY(all_recipients)",
+        stale_to,
+    )
+
+    run_retention(stack)
+
+    assert db_rows(stack, "SELECT id, status FROM signals ORDER BY created_at") == [
+        (fresh["signal_id"], "found")
+    ]
+    assert count(stack, "SELECT count(*) FROM messages WHERE id = %s", stale_message) == 0
+    assert (
+        count(stack, "SELECT count(*) FROM sink_messages WHERE %s = ANY(all_recipients)", stale_to)
+        == 0
+    )
+    with stack.client() as api:
+        assert api.get(f"/v1/signals/{stale['signal_id']}").status_code == 404
