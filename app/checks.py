@@ -115,10 +115,10 @@ def run_check(
     report.provider, report.signals = provider_name, len(taken)
     fences = [(r["id"], r["check_fence"]) for r in taken]
     with _LeaseKeeper(fences, settings.check_lease_seconds):
-        provider, look = _provider(provider_for, provider_name)
+        provider, look = provider_or_error(provider_for, provider_name)
         precision = getattr(provider, "timestamp_precision", timedelta(0))
         if provider is not None:
-            look = _look(provider, breaker_for, _query(taken, precision))
+            look = ask_provider(provider, breaker_for, _query(taken, precision))
     report.outcome = look.outcome.value
     batch_id = new_id("chk")
     for attempt in range(1, TX_ATTEMPTS + 1):
@@ -220,7 +220,7 @@ class _LeaseKeeper:
                 )
 
 
-def _provider(provider_for: Any, provider_name: str) -> tuple[Provider | None, _Look]:
+def provider_or_error(provider_for: Any, provider_name: str) -> tuple[Provider | None, _Look]:
     """Build the provider; a missing or misconfigured one is an outcome."""
     try:
         provider: Provider = provider_for(provider_name)
@@ -237,7 +237,7 @@ def _provider(provider_for: Any, provider_name: str) -> tuple[Provider | None, _
     return provider, _Look(CheckOutcome.NO_MATCH)
 
 
-def _look(provider: Provider, breaker_for: Any, query: SearchQuery) -> _Look:
+def ask_provider(provider: Provider, breaker_for: Any, query: SearchQuery) -> _Look:
     """Ask the provider (through its breaker); every failure is an outcome."""
     provider_name = provider.name
     try:
@@ -361,7 +361,7 @@ def _parsed(provider: str, message: ProviderMessage) -> ParsedMail:
     return mail
 
 
-def _record_messages(
+def record_messages(
     session: Session, provider: str, messages: Sequence[ProviderMessage]
 ) -> list[tuple[str, ProviderMessage, ParsedMail]]:
     """Record each observed message once; return (our id, message, parsed)."""
@@ -428,9 +428,11 @@ def _write(
 ) -> None:
     """Transaction 2: record the messages, decide and write every signal."""
     provider_name = taken[0]["provider"]
-    candidates = _record_messages(session, provider_name, look.messages)
+    candidates = record_messages(session, provider_name, look.messages)
     now = repo.db_now(session)
-    owners = _owners(session, settings, {r["recipient"] for r in taken}) if candidates else {}
+    owners = (
+        recipient_owners(session, settings, {r["recipient"] for r in taken}) if candidates else {}
+    )
     # Earlier signals get first pick of a message both would match.
     for row in sorted(taken, key=lambda r: (r["created_at"], r["id"])):
         visible = (
@@ -451,7 +453,9 @@ def _write(
         )
 
 
-def _owners(session: Session, settings: Settings, recipients: set[str]) -> dict[str, str | None]:
+def recipient_owners(
+    session: Session, settings: Settings, recipients: set[str]
+) -> dict[str, str | None]:
     """recipient → owning namespace (None: shared)."""
     mailboxes = messages_repo.mailbox_owner_many(session, sorted(recipients))
     domains = settings.namespace_domain_owners

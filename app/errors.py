@@ -25,6 +25,14 @@ class ConfigurationError(SignalboxError):
     default_message = "A setting is missing or invalid."
 
 
+class ProviderMisconfigured(ConfigurationError):
+    """A signal names a provider this process cannot build (removed from the
+    providers file, secret unset): its checks are `provider_misconfigured`."""
+
+    code = "provider_misconfigured"
+    default_message = "The provider is not configured in this process."
+
+
 class NotFound(SignalboxError):
     code = "not_found"
     status_code = 404

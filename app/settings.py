@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     # How long after its deadline a signal waits for its final look before
     # the sweep expires it anyway (no worker took the final check).
     deadline_grace_seconds: float = Field(60.0, gt=0)
+    # How often providers are looked at for mail that arrives after its
+    # signal expired (within a day of the deadline): the dead letter's late_message.
+    late_watch_interval_seconds: float = Field(60.0, gt=0)
     # Celery time limits of a check task (soft: the provider call is given up
     # as a `timeout` provider error; hard: the process is replaced).
     check_soft_time_limit_seconds: float = Field(120.0, gt=0)

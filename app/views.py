@@ -82,6 +82,7 @@ def dead_letter_view(row: Mapping[Any, Any]) -> dict[str, Any]:
         "last_error_code": row["last_error_code"],
         "near_misses": row["near_misses"],
         "recommendation": row["recommendation"],
+        "late_message": row.get("late_message"),
         "note": row["note"],
     }
 

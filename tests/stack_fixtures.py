@@ -182,6 +182,7 @@ def base_env(database_url: str, broker_url: str, data_dir: Path) -> dict[str, st
             "SIGNALBOX_SWEEP_INTERVAL_SECONDS": "0.5",
             "SIGNALBOX_BACKOFF_BASE_SECONDS": "0.5",
             "SIGNALBOX_BACKOFF_CAP_SECONDS": "2",
+            "SIGNALBOX_LATE_WATCH_INTERVAL_SECONDS": "1",
             "SIGNALBOX_PROVIDERS_FILE": str(data_dir / "providers.toml"),
             "SIGNALBOX_LOG_LEVEL": "INFO",
             "PYTHONUNBUFFERED": "1",

@@ -61,6 +61,7 @@ def make_celery(settings: Settings) -> Celery:
             "signalbox.sweep": {"soft_time_limit": 60, "time_limit": 90},
             "signalbox.retention": {"soft_time_limit": 540, "time_limit": 600},
             "signalbox.dead_letter": {"soft_time_limit": 30, "time_limit": 60},
+            "signalbox.late_watch": {"soft_time_limit": 120, "time_limit": 180},
         },
         beat_scheduler="workers.beat:SignalboxScheduler",
         beat_schedule={
@@ -69,6 +70,11 @@ def make_celery(settings: Settings) -> Celery:
                 "task": "signalbox.sweep",
                 "schedule": timedelta(seconds=settings.sweep_interval_seconds),
                 "options": {"run_in_beat": True},
+            },
+            "late-watch": {
+                "task": "signalbox.late_watch",
+                "schedule": timedelta(seconds=settings.late_watch_interval_seconds),
+                "options": {"expires": settings.late_watch_interval_seconds},
             },
             "retention": {
                 "task": "signalbox.retention",

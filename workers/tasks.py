@@ -64,6 +64,18 @@ def sweep_task() -> dict[str, int]:
     return report.__dict__
 
 
+@shared_task(name="signalbox.late_watch", acks_late=True)
+def late_watch() -> dict[str, int]:
+    """Look for mail that arrived after its signal expired (one look per provider)."""
+    from app import late
+
+    settings = get_settings()
+    return {
+        name: late.look(settings, name, provider_for=provider_for, breaker_for=breaker_for)
+        for name in late.watched_providers()
+    }
+
+
 @shared_task(name="signalbox.retention", acks_late=True)
 def retention() -> dict[str, int]:
     from app import retention as retention_uc

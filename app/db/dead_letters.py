@@ -9,6 +9,8 @@ from sqlalchemy import RowMapping, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
+from app.db.repository import affected
+
 
 def dead_letter_insert(session: Session, values: Mapping[Any, Any]) -> str | None:
     """Record a dead letter once per (signal, generation); returns its id if new."""
@@ -148,3 +150,55 @@ def dead_letter_count_by_reason_state(session: Session) -> dict[tuple[str, str],
         text("SELECT reason, state, count(*) FROM dead_letters GROUP BY reason, state")
     ).all()
     return {(r[0], r[1]): int(r[2]) for r in rows}
+
+
+# ---------------------------------------------------------------- late mail
+
+# Dead letters whose signal may still receive its mail late: open, not yet
+# given a late message, and within a day of the deadline.
+_LATE_WATCH = """
+    FROM dead_letters d JOIN signals s ON s.id = d.signal_id AND s.generation = d.generation
+   WHERE d.state = 'open' AND d.late_message IS NULL
+     AND d.reason <> 'claims_exhausted' AND s.status = 'expired'
+     AND s.expires_at > now() - interval '24 hours'
+"""
+
+
+def dead_letter_late_providers(session: Session) -> list[str]:
+    """Providers that have dead letters whose mail may still arrive late."""
+    return list(session.execute(text("SELECT DISTINCT d.provider" + _LATE_WATCH)).scalars())
+
+
+def dead_letter_late_watch(session: Session, provider: str, limit: int) -> Sequence[RowMapping]:
+    """The watched dead letters of `provider` with what matching needs."""
+    return (
+        session.execute(
+            text(
+                """
+                SELECT d.id, d.signal_id, d.reason, d.checks_by_outcome, d.last_error_code,
+                       d.near_misses, s.namespace, s.run_id, s.recipient, s.received_after,
+                       s.subject_contains, s.body_contains, s.require_run_marker,
+                       s.expires_at, s.expired_at, s.provider
+                """
+                + _LATE_WATCH
+                + " AND d.provider = :p ORDER BY d.created_at DESC LIMIT :limit"
+            ),
+            {"p": provider, "limit": limit},
+        )
+        .mappings()
+        .all()
+    )
+
+
+def dead_letter_set_late(
+    session: Session, dead_letter_id: str, late_message: Mapping[str, Any], recommendation: str
+) -> bool:
+    """Link the late message (once) and restate the recommendation."""
+    result = session.execute(
+        text(
+            "UPDATE dead_letters SET late_message = :late, recommendation = :rec"
+            " WHERE id = :id AND late_message IS NULL"
+        ).bindparams(bindparam("late", type_=JSONB)),
+        {"id": dead_letter_id, "late": dict(late_message), "rec": recommendation},
+    )
+    return affected(result) == 1

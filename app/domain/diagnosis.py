@@ -54,6 +54,9 @@ class Diagnosis:
     last_error_code: str | None
     near_misses: Sequence[NearMiss]
     subject_contains: str | None = None
+    # A matching message that arrived after the signal expired: seconds
+    # after its deadline (negative when it expired earlier, on its budget).
+    late_seconds_after_deadline: float | None = None
 
 
 def recommend(d: Diagnosis) -> str:
@@ -76,6 +79,8 @@ def recommend(d: Diagnosis) -> str:
     errors = counts.get("provider_error", 0)
     circuit = counts.get("circuit_open", 0)
 
+    if d.late_seconds_after_deadline is not None and d.reason != "claims_exhausted":
+        return _late_sentence(d.late_seconds_after_deadline, d.reason)
     if d.reason == "claims_exhausted":
         return (
             "The consumer claimed the message but never consumed it within the lease, "
@@ -117,6 +122,23 @@ def recommend(d: Diagnosis) -> str:
         f"No message to this recipient reached provider '{provider}' {limit}: check that "
         "the application sent it to the right address and SMTP host (or provider), "
         f"or {fix}."
+    )
+
+
+def _late_sentence(seconds: float, reason: str) -> str:
+    if seconds >= 0:
+        when = f"{_format_gap(timedelta(seconds=seconds))} after the deadline"
+        if seconds < 1:
+            when = "just after the deadline"
+        return (
+            f"The matching message arrived {when}: raise expires_in_seconds "
+            "(or make the application send it sooner)."
+        )
+    early = _format_gap(timedelta(seconds=-seconds))
+    fix = "raise max_checks" if reason == "check_budget" else "restore the provider's health"
+    return (
+        f"The matching message arrived after the signal expired ({reason}), {early} before "
+        f"its deadline: {fix}, or redrive the signal."
     )
 
 

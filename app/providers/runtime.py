@@ -31,9 +31,12 @@ def provider_configs(settings: Settings) -> dict[str, ProviderConfig]:
 def get_provider(settings: Settings, name: str) -> Provider:
     """This process's instance of provider `name` (one per pid: never shared
     across a fork)."""
+    from app.errors import ProviderMisconfigured
     from app.providers.registry import build_provider
 
-    config = provider_configs(settings)[name]
+    config = provider_configs(settings).get(name)
+    if config is None:
+        raise ProviderMisconfigured(f"provider {name!r} is not in the providers file")
     key = (os.getpid(), name)
     with _lock:
         if key not in _instances:
