@@ -10,6 +10,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from app.db.repository import affected
+from app.domain.states import CLAIM, CONSUME, GIVE_BACK
 
 
 def signal_take_for_claim(
@@ -23,13 +24,13 @@ def signal_take_for_claim(
             text(
                 """
                 UPDATE signals
-                   SET status = 'claimed', claim_fence = claim_fence + 1,
+                   SET status = :dst, claim_fence = claim_fence + 1,
                        claims_used = claims_used + 1, updated_at = now()
-                 WHERE id = :id AND status = 'found' AND claims_used < max_claims
+                 WHERE id = :id AND status = :src AND claims_used < max_claims
                  RETURNING *, now() AS now, now() + make_interval(secs => :lease) AS lease_until
                 """
             ),
-            {"id": signal_id, "lease": lease_seconds},
+            {"id": signal_id, "lease": lease_seconds, **CLAIM.params},
         )
         .mappings()
         .first()
@@ -144,10 +145,10 @@ def signal_release_claim(session: Session, signal_id: str, fence: int) -> bool:
         affected(
             session.execute(
                 text(
-                    "UPDATE signals SET status = 'found', updated_at = now()"
-                    " WHERE id = :id AND status = 'claimed' AND claim_fence = :fence"
+                    "UPDATE signals SET status = :dst, updated_at = now()"
+                    " WHERE id = :id AND status = :src AND claim_fence = :fence"
                 ),
-                {"id": signal_id, "fence": fence},
+                {"id": signal_id, "fence": fence, **GIVE_BACK.params},
             )
         )
         == 1
@@ -159,10 +160,10 @@ def signal_mark_consumed(session: Session, signal_id: str, fence: int) -> bool:
         affected(
             session.execute(
                 text(
-                    "UPDATE signals SET status = 'consumed', updated_at = now()"
-                    " WHERE id = :id AND status = 'claimed' AND claim_fence = :fence"
+                    "UPDATE signals SET status = :dst, updated_at = now()"
+                    " WHERE id = :id AND status = :src AND claim_fence = :fence"
                 ),
-                {"id": signal_id, "fence": fence},
+                {"id": signal_id, "fence": fence, **CONSUME.params},
             )
         )
         == 1

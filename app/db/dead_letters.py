@@ -10,6 +10,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from app.db.repository import affected
+from app.domain.states import DeadLetterState, dead_letter_transition
 
 
 def dead_letter_insert(session: Session, values: Mapping[Any, Any]) -> str | None:
@@ -100,13 +101,14 @@ def dead_letter_resolve(
     session: Session, dead_letter_id: str, *, to_state: str, note: str | None
 ) -> RowMapping | None:
     """open → redriven | discarded; None if it was not open any more."""
+    src, dst = dead_letter_transition(DeadLetterState.OPEN, DeadLetterState(to_state))
     return (
         session.execute(
             text(
-                "UPDATE dead_letters SET state = :to, note = coalesce(:note, note),"
-                " resolved_at = now() WHERE id = :id AND state = 'open' RETURNING *"
+                "UPDATE dead_letters SET state = :dst, note = coalesce(:note, note),"
+                " resolved_at = now() WHERE id = :id AND state = :src RETURNING *"
             ),
-            {"id": dead_letter_id, "to": to_state, "note": note},
+            {"id": dead_letter_id, "src": src, "dst": dst, "note": note},
         )
         .mappings()
         .first()

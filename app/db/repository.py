@@ -15,6 +15,8 @@ from sqlalchemy import RowMapping, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
+from app.domain.states import FIND, REDRIVE, Status, transition
+
 Row = RowMapping
 
 
@@ -316,15 +318,16 @@ def signal_mark_found(
                 text(
                     """
                 UPDATE signals
-                   SET status = 'found', message_id = :mid, found_at = now(),
+                   SET status = :dst, message_id = :mid, found_at = now(),
                        checks_count = checks_count + :inc, consecutive_errors = 0,
                        last_check_at = now(), last_look_at = :looked, last_outcome = 'matched',
                        last_error_code = NULL, next_check_at = NULL,
                        check_lease_until = NULL, updated_at = now()
-                 WHERE id = :id AND check_fence = :fence AND status = 'waiting'
+                 WHERE id = :id AND check_fence = :fence AND status = :src
                 """
                 ),
                 {
+                    **FIND.params,
                     "id": signal_id,
                     "fence": fence,
                     "mid": message_id,
@@ -343,16 +346,21 @@ def signal_expire(
     """`expected` → expired with `reason`; returns the row, or None if it moved."""
     sql = """
         UPDATE signals
-           SET status = 'expired', expiry_reason = :reason, expired_at = now(),
+           SET status = :dst, expiry_reason = :reason, expired_at = now(),
                next_check_at = NULL, check_lease_until = NULL, updated_at = now()
-         WHERE id = :id AND status = :expected
+         WHERE id = :id AND status = :src
     """
     if fence is not None:
         sql += " AND check_fence = :fence"
     return (
         session.execute(
             text(sql + " RETURNING *"),
-            {"id": signal_id, "expected": expected, "reason": reason, "fence": fence},
+            {
+                **transition(Status(expected), Status.EXPIRED).params,
+                "id": signal_id,
+                "reason": reason,
+                "fence": fence,
+            },
         )
         .mappings()
         .first()
@@ -496,7 +504,7 @@ def signal_redrive(
             text(
                 """
                 UPDATE signals
-                   SET status = 'waiting', expiry_reason = NULL, expired_at = NULL,
+                   SET status = :dst, expiry_reason = NULL, expired_at = NULL,
                        generation = generation + 1,
                        -- A check still in flight for the old generation is fenced out.
                        check_fence = check_fence + 1, last_look_at = NULL,
@@ -507,11 +515,11 @@ def signal_redrive(
                        enqueued_at = now(), check_lease_until = NULL,
                        last_outcome = NULL, last_error_code = NULL,
                        updated_at = now()
-                 WHERE id = :id AND status = 'expired'
+                 WHERE id = :id AND status = :src
                  RETURNING *
                 """
             ),
-            {"id": signal_id, "exp": expires_in, "max_checks": max_checks},
+            {"id": signal_id, "exp": expires_in, "max_checks": max_checks, **REDRIVE.params},
         )
         .mappings()
         .first()

@@ -12,6 +12,7 @@ expired ◀──── deadline / check budget / provider errors / claims exhau
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -85,6 +86,41 @@ FINAL = frozenset({Status.CONSUMED})
 
 def can_transition(src: Status, dst: Status) -> bool:
     return (src, dst) in TRANSITIONS
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One allowed move of a signal. The repository's guarded UPDATEs take
+    their `WHERE status = :src` and `SET status = :dst` from one of these, so
+    no code can move a signal along an arrow the table does not draw."""
+
+    src: Status
+    dst: Status
+
+    @property
+    def params(self) -> dict[str, str]:
+        return {"src": self.src.value, "dst": self.dst.value}
+
+
+def transition(src: Status, dst: Status) -> Transition:
+    """The transition src → dst; ValueError if the state machine has no such arrow."""
+    if not can_transition(src, dst):
+        raise ValueError(f"no transition {src.value} → {dst.value} in the state machine")
+    return Transition(src, dst)
+
+
+FIND = transition(Status.WAITING, Status.FOUND)
+CLAIM = transition(Status.FOUND, Status.CLAIMED)
+GIVE_BACK = transition(Status.CLAIMED, Status.FOUND)
+CONSUME = transition(Status.CLAIMED, Status.CONSUMED)
+REDRIVE = transition(Status.EXPIRED, Status.WAITING)
+
+
+def dead_letter_transition(src: DeadLetterState, dst: DeadLetterState) -> tuple[str, str]:
+    """(src, dst) of a dead letter's move; ValueError if not allowed."""
+    if (src, dst) not in DEAD_LETTER_TRANSITIONS:
+        raise ValueError(f"no dead-letter transition {src.value} → {dst.value}")
+    return src.value, dst.value
 
 
 def result_of(status: Status, last_outcome: str | None) -> Result:

@@ -1,0 +1,64 @@
+"""The state machine drawn in docs/api.md is the one the repository enforces."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from app.domain.states import (
+    CLAIM,
+    CONSUME,
+    FIND,
+    GIVE_BACK,
+    REDRIVE,
+    TRANSITIONS,
+    DeadLetterState,
+    Status,
+    dead_letter_transition,
+    transition,
+)
+
+DB = Path(__file__).resolve().parents[2] / "app" / "db"
+
+
+def test_every_named_transition_is_an_arrow_of_the_table() -> None:
+    for t in (FIND, CLAIM, GIVE_BACK, CONSUME, REDRIVE):
+        assert (t.src, t.dst) in TRANSITIONS
+
+
+@pytest.mark.parametrize(
+    ("src", "dst"),
+    [
+        (Status.CONSUMED, Status.WAITING),
+        (Status.CONSUMED, Status.EXPIRED),
+        (Status.FOUND, Status.EXPIRED),
+        (Status.WAITING, Status.CLAIMED),
+        (Status.EXPIRED, Status.FOUND),
+    ],
+)
+def test_a_move_the_table_does_not_draw_is_refused(src: Status, dst: Status) -> None:
+    with pytest.raises(ValueError, match="no transition"):
+        transition(src, dst)
+
+
+def test_a_resolved_dead_letter_never_moves_again() -> None:
+    with pytest.raises(ValueError):
+        dead_letter_transition(DeadLetterState.REDRIVEN, DeadLetterState.DISCARDED)
+    assert dead_letter_transition(DeadLetterState.OPEN, DeadLetterState.DISCARDED) == (
+        "open",
+        "discarded",
+    )
+
+
+def test_no_sql_sets_a_status_the_table_did_not_hand_it() -> None:
+    """Every status change in the repository is `SET status = :dst` from a
+    Transition; a literal status in a SET would bypass the table."""
+    literal = re.compile(r"SET\s+(status|state)\s*=\s*'", re.IGNORECASE)
+    offenders = [
+        f"{path.name}: {m.group(0)}"
+        for path in sorted(DB.glob("*.py"))
+        for m in literal.finditer(path.read_text())
+    ]
+    assert offenders == []
