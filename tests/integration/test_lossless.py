@@ -24,7 +24,7 @@ from tests.integration.helpers import (
     signal_view,
     wait_result,
 )
-from tests.servers import MaildevServer, maildev_server
+from tests.servers import DovecotServer, MaildevServer, dovecot_server, maildev_server
 from tests.stack_fixtures import TOKENS, Stack, wait_until
 
 pytestmark = pytest.mark.integration
@@ -250,6 +250,40 @@ def test_maildev_mail_stamped_in_the_window_opening_second_is_found(
 
     assert view["status"] == "found", view
     assert view["message"]["received_at"] <= signal["received_after"]
+
+
+@pytest.fixture
+def dovecot(tmp_path: Path) -> Iterator[DovecotServer]:
+    with dovecot_server(tmp_path / "dovecot") as server:
+        yield server
+
+
+@pytest.mark.providers
+def test_imap_mail_with_an_internaldate_in_the_window_opening_second_is_found(
+    stack_factory: Callable[..., Stack], dovecot: DovecotServer
+) -> None:
+    """INTERNALDATE has whole seconds: a mail delivered in the same second
+    the signal was created, after it, is stamped up to a second earlier."""
+    stack = stack_factory({"TEST_IMAP_PASSWORD": dovecot.password})
+    (stack.logs.parent / "providers.toml").write_text(
+        "[providers.corp-imap]\n"
+        'type = "imap"\n'
+        f'host = "{dovecot.host}"\n'
+        f"port = {dovecot.port}\n"
+        "tls = false\n"
+        f'username = "{dovecot.username}"\n'
+        'password_env = "TEST_IMAP_PASSWORD"\n'
+    )
+    stack.start()
+    signal = create_signal(stack, provider="corp-imap", expires_in_seconds=60, max_checks=100)
+    created = db_scalar(
+        stack, "SELECT received_after FROM signals WHERE id = %s", signal["signal_id"]
+    )
+    dovecot.append(mail(signal["recipient"], run=signal["run_id"]), created.replace(microsecond=0))
+
+    view = wait_result(stack, signal["signal_id"], wait=40)
+
+    assert view["status"] == "found", view
 
 
 # --------------------------------------------------------------------------- claims budget
