@@ -10,6 +10,8 @@
 - dead_letters.late_message: matching mail that arrived after the deadline;
   dead_letters.publish_attempt_at: a lease on publishing, so two sweeps
   never publish one dead letter twice.
+- the long-poll trigger notifies only when a signal's status changes (the
+  only change that ends a long poll), not on every check.
 
 Revision ID: 0003
 Revises: 0002
@@ -30,7 +32,33 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+NOTIFY_ON_STATUS = """
+CREATE OR REPLACE FUNCTION signalbox_notify_signal() RETURNS trigger AS $$
+BEGIN
+    IF NEW.status IS DISTINCT FROM OLD.status THEN
+        PERFORM pg_notify('signalbox_signal', NEW.id);
+    END IF;
+    RETURN NEW;
+END;
+$$ LANGUAGE plpgsql
+"""
+
+NOTIFY_ON_ANY_CHECK = """
+CREATE OR REPLACE FUNCTION signalbox_notify_signal() RETURNS trigger AS $$
+BEGIN
+    IF NEW.status IS DISTINCT FROM OLD.status
+       OR NEW.last_outcome IS DISTINCT FROM OLD.last_outcome
+       OR NEW.checks_count IS DISTINCT FROM OLD.checks_count THEN
+        PERFORM pg_notify('signalbox_signal', NEW.id);
+    END IF;
+    RETURN NEW;
+END;
+$$ LANGUAGE plpgsql
+"""
+
+
 def upgrade() -> None:
+    op.execute(NOTIFY_ON_STATUS)
     op.add_column("signals", sa.Column("last_look_at", sa.DateTime(timezone=True)))
     op.drop_constraint("uq_signals_message_id", "signals", type_="unique")
     op.create_unique_constraint(
@@ -54,6 +82,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute(NOTIFY_ON_ANY_CHECK)
     op.drop_index("ix_dead_letters_late_watch", table_name="dead_letters")
     op.drop_column("dead_letters", "publish_attempt_at")
     op.drop_column("dead_letters", "late_message")
