@@ -117,6 +117,7 @@ def run_check(
     with _LeaseKeeper(fences, settings.check_lease_seconds):
         provider, look = provider_or_error(provider_for, provider_name)
         precision = getattr(provider, "timestamp_precision", timedelta(0))
+        pushes = bool(getattr(provider, "pushes", False))
         if provider is not None:
             look = ask_provider(provider, breaker_for, _query(taken, precision))
     report.outcome = look.outcome.value
@@ -131,6 +132,7 @@ def run_check(
                     taken,
                     look,
                     precision=precision,
+                    pushes=pushes,
                     started_at=looked_at,
                     batch_id=batch_id,
                     rng=rng,
@@ -421,6 +423,7 @@ def _write(
     look: _Look,
     *,
     precision: timedelta,
+    pushes: bool,
     started_at: datetime,
     batch_id: str,
     rng: random.Random,
@@ -445,6 +448,7 @@ def _write(
             look,
             visible,
             precision=precision,
+            pushes=pushes,
             now=now,
             started_at=started_at,
             batch_id=batch_id,
@@ -470,6 +474,7 @@ def _decide(
     candidates: list[tuple[str, ProviderMessage, ParsedMail]],
     *,
     precision: timedelta,
+    pushes: bool,
     now: datetime,
     started_at: datetime,
     batch_id: str,
@@ -543,6 +548,7 @@ def _decide(
         ),
         max_provider_errors=settings.max_consecutive_provider_errors,
         rand=rng.random(),
+        pushes=pushes,
     )
     record(look.outcome, look.error_code, step.counts)
     _, pushed = repo.signal_record_check(

@@ -73,6 +73,7 @@ def after_check(
     policy: BackoffPolicy,
     max_provider_errors: int,
     rand: float,
+    pushes: bool = False,
 ) -> NextStep:
     """Decide what follows a check whose outcome is not `matched`.
 
@@ -83,7 +84,9 @@ def after_check(
     the check budget nor the provider-error allowance. `retry_after`
     (seconds) is a floor for the next delay; the next check is never past
     the deadline, and when one check of the budget is left it is kept for
-    the deadline itself.
+    the deadline itself. A provider that `pushes` every arrival (the sink)
+    needs no scheduled look between the first and the final one: after a
+    look that found nothing, the next scheduled one is the deadline's.
     """
     if outcome is CheckOutcome.MATCHED:
         raise ValueError("a matched check has no next step")
@@ -114,7 +117,7 @@ def after_check(
     if retry_after is not None:
         delay = max(delay, retry_after)
     when = next_check_at(now, delay, counters.expires_at)
-    if counters.max_checks - checks_done == 1:
+    if counters.max_checks - checks_done == 1 or (pushes and outcome is CheckOutcome.NO_MATCH):
         # The last check the budget allows is the one at the deadline.
         when = max(when, counters.expires_at)
     return NextStep(

@@ -67,6 +67,9 @@ class Provider(Protocol):
     # Resolution of `ProviderMessage.received_at`: a message stamped in the
     # same tick as a signal's `received_after` is inside its window.
     timestamp_precision: timedelta
+    # True when every arrival is pushed to Signalbox (the sink): scheduled
+    # looks are then only the first and the final one.
+    pushes: bool
 
     def search(self, query: SearchQuery) -> Sequence[ProviderMessage]:
         """Messages received at or after `query.since` (oldest first)."""

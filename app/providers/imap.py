@@ -77,6 +77,7 @@ class ImapProvider:
     type = "imap"
     # INTERNALDATE has a resolution of one second.
     timestamp_precision = WHOLE_SECONDS
+    pushes = False
 
     def __init__(
         self,

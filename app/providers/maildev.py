@@ -66,6 +66,7 @@ class MaildevProvider:
     type = "maildev"
     # `time` is the Date header when present: one-second resolution.
     timestamp_precision = WHOLE_SECONDS
+    pushes = False
 
     def __init__(
         self,

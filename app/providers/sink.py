@@ -28,6 +28,8 @@ class SinkProvider:
     type = "sink"
     # The sink stamps arrival with the database's clock, to the microsecond.
     timestamp_precision = timedelta(0)
+    # Every SMTP delivery pushes a check of its recipients' signals.
+    pushes = True
 
     def __init__(self, name: str = "sink", simulate_latency_seconds: float = 0.0) -> None:
         self.name = name

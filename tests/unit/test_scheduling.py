@@ -277,3 +277,34 @@ def test_whatever_the_schedule_and_clock_the_last_look_covers_the_deadline(
         )
         due, reason = s.next_check_at, s.next_reason
     pytest.fail("the signal neither expired nor stopped being checked")
+
+
+def test_a_pushing_provider_is_looked_at_next_only_at_the_deadline() -> None:
+    deadline = NOW + timedelta(minutes=10)
+    s = after_check(
+        counters(expires_at=deadline),
+        CheckOutcome.NO_MATCH,
+        reason=CheckReason.FIRST,
+        now=NOW,
+        retry_after=None,
+        policy=POLICY,
+        max_provider_errors=5,
+        rand=0.5,
+        pushes=True,
+    )
+    assert s.expiry is None and s.next_check_at == deadline
+
+
+def test_a_pushing_provider_that_failed_is_retried_on_the_backoff() -> None:
+    deadline = NOW + timedelta(minutes=10)
+    s = after_check(
+        counters(expires_at=deadline),
+        CheckOutcome.PROVIDER_ERROR,
+        now=NOW,
+        retry_after=None,
+        policy=POLICY,
+        max_provider_errors=5,
+        rand=0.5,
+        pushes=True,
+    )
+    assert s.next_check_at < deadline and s.next_reason is CheckReason.ERROR_RETRY
