@@ -28,6 +28,7 @@ from app import dispatch
 from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.db.engine import transaction
+from app.db.repository import CheckRecord
 from app.domain.backoff import BackoffPolicy
 from app.domain.ids import new_id, recipient_hash
 from app.domain.mail import ParsedMail, parse_mail
@@ -429,24 +430,32 @@ def _write(
     rng: random.Random,
     effects: _Effects,
 ) -> None:
-    """Transaction 2: record the messages, decide and write every signal."""
+    """Transaction 2: record the messages, decide and write every signal.
+
+    Each signal is decided on the row its check took (under the check's
+    lease and fence, nobody else changes what the decision reads) and
+    written by one fenced statement: no row is held locked while Python
+    decides."""
     provider_name = taken[0]["provider"]
     candidates = record_messages(session, provider_name, look.messages)
     now = repo.db_now(session)
-    owners = (
-        recipient_owners(session, settings, {r["recipient"] for r in taken}) if candidates else {}
-    )
+    owners: dict[str, str | None] = {}
+    taken_by: dict[str, dict[str, str]] = {}
+    if candidates:
+        owners = recipient_owners(session, settings, {r["recipient"] for r in taken})
+        ids = [mid for mid, _, _ in candidates]
+        for namespace in sorted({r["namespace"] for r in taken}):
+            taken_by[namespace] = messages_repo.message_taken(session, ids, namespace)
     # Earlier signals get first pick of a message both would match.
     for row in sorted(taken, key=lambda r: (r["created_at"], r["id"])):
-        visible = (
-            [] if not visible_to(row["namespace"], owners.get(row["recipient"])) else candidates
-        )
+        visible = candidates if visible_to(row["namespace"], owners.get(row["recipient"])) else []
         _decide(
             session,
             settings,
             row,
             look,
             visible,
+            taken_by.get(row["namespace"], {}),
             precision=precision,
             pushes=pushes,
             now=now,
@@ -469,9 +478,10 @@ def recipient_owners(
 def _decide(
     session: Session,
     settings: Settings,
-    taken_row: Mapping[Any, Any],
+    row: Mapping[Any, Any],
     look: _Look,
     candidates: list[tuple[str, ProviderMessage, ParsedMail]],
+    taken_by: dict[str, str],
     *,
     precision: timedelta,
     pushes: bool,
@@ -481,10 +491,7 @@ def _decide(
     rng: random.Random,
     effects: _Effects,
 ) -> None:
-    signal_id, fence = taken_row["id"], taken_row["check_fence"]
-    row = repo.signal_lock_fenced(session, signal_id, fence)
-    if row is None:  # expired, redriven or re-checked meanwhile: not ours to write
-        return
+    signal_id, fence = row["id"], row["check_fence"]
     reason = CheckReason(row["next_check_reason"] or CheckReason.SCHEDULED.value)
     provider = row["provider"]
     log_extra = {
@@ -495,13 +502,8 @@ def _decide(
         "reason": reason.value,
     }
 
-    def record(outcome: CheckOutcome, error_code: str | None, counted: bool) -> None:
-        repo.check_insert(
-            session,
-            signal_id=signal_id,
-            generation=row["generation"],
-            fence=fence,
-            provider=provider,
+    def check_record(outcome: CheckOutcome, error_code: str | None, counted: bool) -> CheckRecord:
+        return CheckRecord(
             reason=reason.value,
             outcome=outcome.value,
             error_code=error_code,
@@ -509,22 +511,16 @@ def _decide(
             started_at=started_at,
             counted=counted,
         )
-        effects.checks.append((provider, outcome.value))
 
     if look.outcome is CheckOutcome.NO_MATCH and candidates:
-        counted = spends_budget(reason, CheckOutcome.MATCHED, None)
+        record = check_record(
+            CheckOutcome.MATCHED, None, spends_budget(reason, CheckOutcome.MATCHED, None)
+        )
         winner = _match(
-            session,
-            row,
-            candidates,
-            fence=fence,
-            precision=precision,
-            counted=counted,
-            looked_at=started_at,
-            effects=effects,
+            session, row, candidates, taken_by, precision=precision, record=record, effects=effects
         )
         if winner is not None:
-            record(CheckOutcome.MATCHED, None, counted)
+            effects.checks.append((provider, CheckOutcome.MATCHED.value))
             effects.found.append((provider, (now - row["created_at"]).total_seconds()))
             effects.logs.append(
                 ("signal found", {"event": "signal_found", **log_extra, "message_id": winner})
@@ -550,19 +546,18 @@ def _decide(
         rand=rng.random(),
         pushes=pushes,
     )
-    record(look.outcome, look.error_code, step.counts)
-    _, pushed = repo.signal_record_check(
+    written, pushed = repo.signal_record_check(
         session,
         signal_id,
         fence,
-        outcome=look.outcome.value,
-        error_code=look.error_code,
-        counts=step.counts,
+        check_record(look.outcome, look.error_code, step.counts),
         consecutive_errors=step.consecutive_errors,
         next_check_at=step.next_check_at,
         next_check_reason=step.next_reason.value,
-        started_at=started_at,
     )
+    if not written:  # expired, redriven or re-checked meanwhile: not ours to write
+        return
+    effects.checks.append((provider, look.outcome.value))
     if step.expiry is None:
         if pushed:
             effects.pushed.append(signal_id)
@@ -578,11 +573,10 @@ def _match(
     session: Session,
     row: Mapping[Any, Any],
     candidates: list[tuple[str, ProviderMessage, ParsedMail]],
+    taken_by: dict[str, str],
     *,
-    fence: int,
     precision: timedelta,
-    counted: bool,
-    looked_at: datetime,
+    record: CheckRecord,
     effects: _Effects,
 ) -> str | None:
     """Pick the earliest matching message and take it for the signal.
@@ -599,9 +593,6 @@ def _match(
         body_contains=row["body_contains"],
         require_run_marker=row["require_run_marker"],
         precision=precision,
-    )
-    taken_by = messages_repo.message_taken(
-        session, [mid for mid, _, _ in candidates], row["namespace"]
     )
     excluded: set[str] = set()
     while True:
@@ -627,10 +618,9 @@ def _match(
         mid = result.winner.message_id
         try:
             with session.begin_nested():
-                if not repo.signal_mark_found(
-                    session, row["id"], fence, mid, counts=counted, looked_at=looked_at
-                ):
+                if not repo.signal_mark_found(session, row["id"], row["check_fence"], mid, record):
                     return None
+            taken_by[mid] = row["id"]  # later signals of this batch see it taken
             return mid
         except IntegrityError:
             excluded.add(mid)

@@ -432,7 +432,12 @@ def shared_stack(
     logs.mkdir()
     env = base_env(url, redis_url.rsplit("/", 1)[0] + "/1", data)
     _flush(env["SIGNALBOX_BROKER_URL"])
-    stack = Stack(env=env, logs=logs).start()
+    stack = Stack(env=env, logs=logs)
+    try:
+        stack.start()
+    except BaseException:
+        stack.stop()  # never leave half a stack running after a failed start
+        raise
     yield stack
     stack.stop()
     pg_server.drop_database(url)

@@ -8,6 +8,7 @@ means someone else moved first, which is a normal outcome (None / False).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -232,112 +233,130 @@ def signal_extend_check_leases(
     )
 
 
-def signal_lock_fenced(session: Session, signal_id: str, fence: int) -> Row | None:
-    """Re-take a signal for writing a check's result, if the fence still holds."""
-    return (
-        session.execute(
-            text(
-                "SELECT * FROM signals WHERE id = :id AND check_fence = :fence"
-                " AND status = 'waiting' FOR UPDATE"
-            ),
-            {"id": signal_id, "fence": fence},
-        )
-        .mappings()
-        .first()
+@dataclass(frozen=True)
+class CheckRecord:
+    """The check row a check's write adds beside the signal's update."""
+
+    reason: str
+    outcome: str
+    error_code: str | None
+    batch_id: str | None
+    started_at: datetime
+    counted: bool
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "c_reason": self.reason,
+            "c_outcome": self.outcome,
+            "c_error": self.error_code,
+            "c_batch": self.batch_id,
+            "c_started": self.started_at,
+            "c_counted": self.counted,
+        }
+
+
+# Appended to a fenced `UPDATE signals … RETURNING id, generation, provider`
+# named `upd`: the check row is written by the same statement, and only when
+# the fence held (one row per fence: a second write is a no-op).
+_CHECK_ROW = """
+    , chk AS (
+        INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,
+                            error_code, batch_id, started_at, counted)
+        SELECT upd.id, upd.generation, :fence, upd.provider, :c_reason, :c_outcome,
+               :c_error, :c_batch, :c_started, :c_counted
+          FROM upd
+        ON CONFLICT (signal_id, fence) DO NOTHING
     )
+"""
 
 
 def signal_record_check(
     session: Session,
     signal_id: str,
     fence: int,
+    check: CheckRecord,
     *,
-    outcome: str,
-    error_code: str | None,
-    counts: bool,
     consecutive_errors: int,
     next_check_at: datetime | None,
     next_check_reason: str,
-    started_at: datetime,
 ) -> tuple[bool, bool]:
-    """Write a check's effect on the signal, guarded by the fence.
+    """Write a check that found nothing (its row and its effect on the
+    signal) in one statement, guarded by the fence.
 
     Returns (written, pushed): `pushed` says a push arrived while the check
-    ran (it stamped `enqueued_at` after `started_at`); the push is kept
+    ran (it stamped `enqueued_at` after the check began); the push is kept
     (due now, reason `push`) instead of being overwritten by the backoff,
     and the caller must send the task again.
     """
     row = session.execute(
         text(
             """
-            UPDATE signals
-               SET checks_count = checks_count + :inc,
-                   consecutive_errors = :errors,
-                   last_check_at = now(), last_look_at = :started,
-                   last_outcome = :outcome,
-                   last_error_code = :error_code,
-                   next_check_at = CASE WHEN enqueued_at > :started THEN now() ELSE :next_at END,
-                   next_check_reason = CASE WHEN enqueued_at > :started THEN 'push'
-                                            ELSE :next_reason END,
-                   check_lease_until = NULL,
-                   updated_at = now()
-             WHERE id = :id AND check_fence = :fence AND status = 'waiting'
-            RETURNING coalesce(enqueued_at > :started, false)
-            """
+            WITH upd AS (
+                UPDATE signals
+                   SET checks_count = checks_count + :inc,
+                       consecutive_errors = :errors,
+                       last_check_at = now(), last_look_at = :c_started,
+                       last_outcome = :c_outcome,
+                       last_error_code = :c_error,
+                       next_check_at = CASE WHEN enqueued_at > :c_started THEN now()
+                                            ELSE :next_at END,
+                       next_check_reason = CASE WHEN enqueued_at > :c_started THEN 'push'
+                                                ELSE :next_reason END,
+                       check_lease_until = NULL,
+                       updated_at = now()
+                 WHERE id = :id AND check_fence = :fence AND status = 'waiting'
+                RETURNING id, generation, provider,
+                          coalesce(enqueued_at > :c_started, false) AS pushed
+            )"""
+            + _CHECK_ROW
+            + "SELECT pushed FROM upd"
         ),
         {
+            **check.params(),
             "id": signal_id,
             "fence": fence,
-            "inc": 1 if counts else 0,
+            "inc": 1 if check.counted else 0,
             "errors": consecutive_errors,
-            "outcome": outcome,
-            "error_code": error_code,
             "next_at": next_check_at,
             "next_reason": next_check_reason,
-            "started": started_at,
         },
     ).first()
     return (row is not None, bool(row[0]) if row is not None else False)
 
 
 def signal_mark_found(
-    session: Session,
-    signal_id: str,
-    fence: int,
-    message_id: str,
-    *,
-    counts: bool,
-    looked_at: datetime,
+    session: Session, signal_id: str, fence: int, message_id: str, check: CheckRecord
 ) -> bool:
-    """waiting → found with `message_id`. The unique index on (namespace,
+    """waiting → found with `message_id`, and the matched check's row, in one
+    statement guarded by the fence. The unique index on (namespace,
     message_id) raises IntegrityError if another signal of the namespace
     took the message first."""
-    return (
-        affected(
-            session.execute(
-                text(
-                    """
+    row = session.execute(
+        text(
+            """
+            WITH upd AS (
                 UPDATE signals
                    SET status = :dst, message_id = :mid, found_at = now(),
                        checks_count = checks_count + :inc, consecutive_errors = 0,
-                       last_check_at = now(), last_look_at = :looked, last_outcome = 'matched',
-                       last_error_code = NULL, next_check_at = NULL,
+                       last_check_at = now(), last_look_at = :c_started,
+                       last_outcome = 'matched', last_error_code = NULL, next_check_at = NULL,
                        check_lease_until = NULL, updated_at = now()
                  WHERE id = :id AND check_fence = :fence AND status = :src
-                """
-                ),
-                {
-                    **FIND.params,
-                    "id": signal_id,
-                    "fence": fence,
-                    "mid": message_id,
-                    "inc": 1 if counts else 0,
-                    "looked": looked_at,
-                },
-            )
-        )
-        == 1
-    )
+                RETURNING id, generation, provider
+            )"""
+            + _CHECK_ROW
+            + "SELECT count(*) FROM upd"
+        ),
+        {
+            **check.params(),
+            **FIND.params,
+            "id": signal_id,
+            "fence": fence,
+            "mid": message_id,
+            "inc": 1 if check.counted else 0,
+        },
+    ).scalar_one()
+    return int(row) == 1
 
 
 def signal_expire(
@@ -527,51 +546,6 @@ def signal_redrive(
 
 
 # ---------------------------------------------------------------- checks
-
-
-def check_insert(
-    session: Session,
-    *,
-    signal_id: str,
-    generation: int,
-    fence: int,
-    provider: str,
-    reason: str,
-    outcome: str,
-    error_code: str | None,
-    batch_id: str | None,
-    started_at: datetime,
-    counted: bool = False,
-) -> bool:
-    """Record one check; a second write for the same fence is a no-op."""
-    return (
-        affected(
-            session.execute(
-                text(
-                    """
-                INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,
-                                    error_code, batch_id, started_at, counted)
-                VALUES (:sid, :gen, :fence, :provider, :reason, :outcome, :err, :batch,
-                        :started, :counted)
-                ON CONFLICT (signal_id, fence) DO NOTHING
-                """
-                ),
-                {
-                    "sid": signal_id,
-                    "gen": generation,
-                    "fence": fence,
-                    "provider": provider,
-                    "reason": reason,
-                    "outcome": outcome,
-                    "err": error_code,
-                    "batch": batch_id,
-                    "started": started_at,
-                    "counted": counted,
-                },
-            )
-        )
-        == 1
-    )
 
 
 def check_counts_by_outcome(
