@@ -448,7 +448,15 @@ def _write(
             taken_by[namespace] = messages_repo.message_taken(session, ids, namespace)
     # Earlier signals get first pick of a message both would match.
     for row in sorted(taken, key=lambda r: (r["created_at"], r["id"])):
-        visible = candidates if visible_to(row["namespace"], owners.get(row["recipient"])) else []
+        # Mail received after the deadline is late mail (the dead letter's
+        # late_message), never the signal's: a final look that ran late must
+        # not take it.
+        visible = [
+            c
+            for c in candidates
+            if c[1].received_at <= row["expires_at"]
+            and visible_to(row["namespace"], owners.get(row["recipient"]))
+        ]
         _decide(
             session,
             settings,
