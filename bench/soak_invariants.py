@@ -179,16 +179,23 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
     fence_dupes = conn.execute(
         "SELECT signal_id, fence, count(*) FROM checks GROUP BY 1, 2 HAVING count(*) > 1"
     ).fetchall()
+    # A scheduled check that matched may count or not (either reading of the
+    # budget is fair); a push's or a redrive's never does.
+    counted = (
+        "c.reason = ANY(%(reasons)s) AND c.outcome NOT IN ('circuit_open', 'matched')"
+        " AND c.error_code IS DISTINCT FROM 'rate_limited'"
+    )
     reconcile = conn.execute(
-        "SELECT s.id, s.checks_count,"
-        " count(c.id) FILTER (WHERE c.reason = ANY(%s) AND c.outcome <> 'circuit_open'"
-        "   AND c.error_code IS DISTINCT FROM 'rate_limited'),"
-        " count(c.id) FILTER (WHERE c.reason NOT IN ('first', 'scheduled', 'error_retry', 'sweep')"
-        "   AND c.outcome <> 'circuit_open')"
-        " FROM signals s LEFT JOIN checks c ON c.signal_id = s.id GROUP BY s.id, s.checks_count"
-        " HAVING s.checks_count <> count(c.id) FILTER (WHERE c.reason = ANY(%s)"
-        "   AND c.outcome <> 'circuit_open' AND c.error_code IS DISTINCT FROM 'rate_limited')",
-        (list(COUNTED_REASONS), list(COUNTED_REASONS)),
+        "SELECT id, checks_count, counted, counted_matched, other FROM ("
+        " SELECT s.id, s.checks_count,"
+        f" count(c.id) FILTER (WHERE {counted}) AS counted,"
+        " count(c.id) FILTER (WHERE c.reason = ANY(%(reasons)s) AND c.outcome = 'matched')"
+        "   AS counted_matched,"
+        " count(c.id) FILTER (WHERE NOT c.reason = ANY(%(reasons)s)"
+        "   AND c.outcome <> 'circuit_open') AS other"
+        " FROM signals s LEFT JOIN checks c ON c.signal_id = s.id GROUP BY s.id) t"
+        " WHERE checks_count NOT IN (counted, counted + counted_matched)",
+        {"reasons": list(COUNTED_REASONS)},
     ).fetchall()
 
     # 4. Dead letters: one per expiry, each handled once by the queue's consumer.
@@ -237,8 +244,9 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
             "checks_count differs from its counted check rows",
             len(reconcile),
             [
-                f"{sid}: checks_count {cc}, counted rows {rows_}, push/redrive rows {other}"
-                for sid, cc, rows_, other in reconcile
+                f"{sid}: checks_count {cc}, counted rows {rows_} (+{matched} matched),"
+                f" push/redrive rows {other}"
+                for sid, cc, rows_, matched, other in reconcile
             ],
         ),
         Row(

@@ -19,6 +19,7 @@ owned by a script instead of a pytest fixture.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import shutil
@@ -85,6 +86,24 @@ class Tuning:
             "SIGNALBOX_BREAKER_FAILURE_THRESHOLD": str(self.breaker_threshold),
             "SIGNALBOX_LOG_LEVEL": "INFO",
         }
+
+
+START_TIMEOUT = 240.0
+
+
+def _wait(predicate: Callable[[], Any], timeout: float, what: str, stack: Stack) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        dead = [n for n, p in stack.procs.items() if p.poll() is not None]
+        if dead:
+            raise RuntimeError(f"{', '.join(dead)} exited while starting:\n{stack.log_text()}")
+        if time.monotonic() > end:
+            raise TimeoutError(f"{what} not ready after {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def _says_ready(log_path: Path) -> bool:
+    return log_path.exists() and b" ready." in log_path.read_bytes()
 
 
 # -- PostgreSQL ---------------------------------------------------------------------
@@ -358,11 +377,19 @@ class World:
             # lines are the trace of each publication.
             stack.spawn_worker(DLQ_WORKER, concurrency=1, queues="dead_letter")
             stack.start_beat()
-            stack.wait_api()
-            stack.wait_smtp()
+            # Longer than the test fixtures' waits: six Python processes start
+            # at once, on a machine that may be busy.
+            _wait(stack._api_ready, START_TIMEOUT, "the API", stack)
+            wait_for_port("127.0.0.1", stack.smtp_port, timeout=START_TIMEOUT)
             step("api and smtp answer")
             for name in (*WORKERS, DLQ_WORKER):
-                stack.wait_worker(name)
+                log_path = stack.logs / f"{name}.log"
+                _wait(
+                    functools.partial(_says_ready, log_path),
+                    START_TIMEOUT,
+                    f"worker {name}",
+                    stack,
+                )
             step("workers ready")
             return world
         except BaseException:
