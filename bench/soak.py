@@ -37,6 +37,7 @@ import heapq
 import imaplib
 import itertools
 import json
+import math
 import random
 import shutil
 import smtplib
@@ -320,6 +321,23 @@ class Soak:
         }
         if ps.subject_contains:
             payload["subject_contains"] = ps.subject_contains
+        sent_early: set[str] = set()
+        if ps.fate == "early":
+            # The window opens at an instant we choose, half-way through a
+            # second, and the mail comes within that same second: a provider
+            # that stamps whole seconds (a Date header, INTERNALDATE) puts it
+            # before `received_after`. Scheduled now, not after the answer,
+            # so a slow API does not push it into the next second.
+            server_now = time.time() + self.clock_offset
+            opens = math.floor(server_now + 1.0) + 0.5
+            payload["received_after"] = (
+                datetime.fromtimestamp(opens, UTC).isoformat(timespec="microseconds")
+            ).replace("+00:00", "Z")
+            for m in ps.mails:
+                if m.kind == "match" and m.after_created is not None:
+                    when = opens - self.clock_offset + min(m.after_created, 0.4)
+                    self.scheduler.at(when, functools.partial(self._deliver_at, m, when))
+                    sent_early.add(m.mail_id)
         entry: dict[str, Any] = {
             **{k: v for k, v in asdict(ps).items() if k != "mails"},
             "signal_id": None,
@@ -361,8 +379,9 @@ class Soak:
             datetime.fromisoformat(view["received_after"].replace("Z", "+00:00")).timestamp()
             - self.clock_offset
         )
+        entry["opened_wall"] = opened
         for m in ps.mails:
-            if m.before_created is not None:
+            if m.before_created is not None or m.mail_id in sent_early:
                 continue
             if m.after_created is not None:
                 # Never before the answer: the mail must be inside the window.

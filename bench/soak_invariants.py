@@ -129,7 +129,9 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
         if row is None:
             continue
         deadline = row["expires_at"] - offset
-        created = float(s["created_wall"])
+        # The window opens at the server's received_after (our clock), which
+        # the soak sets ahead of the request for some signals.
+        created = max(float(s["created_wall"]), float(s.get("opened_wall") or 0.0))
         delivered = [
             m
             for m in mails_of.get(s["key"], [])
