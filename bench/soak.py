@@ -93,7 +93,10 @@ class Options:
     busy_maildev: int = 0
     grace: float = 10.0
     dlq_drain: float = 20.0
-    threads: int = 32
+    # Deliveries and creations block a thread each for a round trip; too few
+    # threads and the harness, not the product, delivers late (the report's
+    # "delivery lag" shows it).
+    threads: int = 96
     keep: bool = False
     tuning: Tuning = field(default_factory=Tuning)
 
@@ -668,6 +671,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     )
     parser.add_argument("--grace", type=float, default=10.0)
     parser.add_argument("--check-lease", type=float, default=8.0)
+    parser.add_argument("--threads", type=int, default=96, help="harness threads")
     parser.add_argument("--keep", action="store_true")
     a = parser.parse_args(argv)
     wmin, _, wmax = a.window.partition("-")
@@ -695,6 +699,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         busy_maildev=a.busy_maildev,
         grace=a.grace,
         keep=a.keep,
+        threads=a.threads,
         tuning=Tuning(check_lease=a.check_lease),
     )
 

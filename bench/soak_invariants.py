@@ -51,7 +51,7 @@ class Report:
     def violations(self) -> int:
         return sum(r.violations for r in self.rows)
 
-    def render(self, examples: int = 5) -> str:
+    def render(self, examples: int = 8) -> str:
         width = max(len(r.name) for r in self.rows)
         lines = [f"  {'invariant':<{width}}  violations", f"  {'-' * width}  ----------"]
         for row in self.rows:
@@ -122,6 +122,7 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
 
     # 1. Nothing held before the deadline is lost.
     lost: list[str] = []
+    lost_by: Counter[str] = Counter()
     excused = expected = 0
     last_second = last_second_found = 0
     for s in signals:
@@ -154,6 +155,7 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
         ):
             excused += 1
             continue
+        lost_by[f"{s['provider']}/{s['fate']}"] += 1
         lost.append(
             f"{s['signal_id']} ({s['provider']}, {s['group']}, fate {s['fate']}):"
             f" mail acked {deadline - first:.1f} s before the deadline,"
@@ -278,7 +280,7 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
         ("signals", f"{len(signals)} created ({dict(sorted(statuses.items()))})"),
         ("expiry reasons", str(dict(sorted(reasons.items())))),
         ("expected found", f"{expected} (matching mail held >= 1 s before the deadline)"),
-        ("lost", str(len(lost))),
+        ("lost", f"{len(lost)} by provider/fate: {dict(sorted(lost_by.items()))}"),
         ("excused", f"{excused} (their provider was down between the mail and the deadline)"),
         ("duplicated", str(len(dupes))),
         ("last second", f"{last_second_found}/{last_second} found (mail < 1 s before deadline)"),

@@ -43,7 +43,7 @@ CI_SOAK = Options(
     busy_maildev=150,
     grace=8.0,
     dlq_drain=10.0,
-    threads=16,
+    threads=48,
     tuning=Tuning(check_lease=6.0),
 )
 
