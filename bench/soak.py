@@ -433,7 +433,8 @@ class Soak:
             try:
                 detail = self._fault(kind)
             except Exception as exc:  # a fault that failed is recorded, the soak goes on
-                detail = f"FAILED: {type(exc).__name__}: {exc}"
+                first_line = str(exc).splitlines()[0] if str(exc) else ""
+                detail = f"FAILED: {type(exc).__name__}: {first_line}"
             self.faults.append(
                 {"kind": kind, "at": started, "ended": self.elapsed(), "detail": detail}
             )
