@@ -73,6 +73,8 @@ class Tuning:
     breaker_open: float = 3.0
     breaker_threshold: int = 5
     worker_concurrency: int = 2
+    # How long expiry waits for a signal's final look before giving up on it.
+    deadline_grace: float = 6.0
 
     def env(self) -> dict[str, str]:
         return {
@@ -82,6 +84,7 @@ class Tuning:
             "SIGNALBOX_SWEEP_INTERVAL_SECONDS": str(self.sweep_interval),
             "SIGNALBOX_REQUEUE_AFTER_SECONDS": str(self.requeue_after),
             "SIGNALBOX_CHECK_LEASE_SECONDS": str(self.check_lease),
+            "SIGNALBOX_DEADLINE_GRACE_SECONDS": str(self.deadline_grace),
             "SIGNALBOX_BREAKER_OPEN_SECONDS": str(self.breaker_open),
             "SIGNALBOX_BREAKER_FAILURE_THRESHOLD": str(self.breaker_threshold),
             "SIGNALBOX_LOG_LEVEL": "INFO",
