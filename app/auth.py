@@ -8,6 +8,9 @@ claims, consumes or reads content (docs/api.md, "Operators").
 from __future__ import annotations
 
 import hmac
+import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from app.db import repository as repo
@@ -53,6 +56,37 @@ def principal_for_token(settings: Settings, token: str) -> Principal | None:
     namespace = _lookup(settings.token_map, token)
     if namespace is not None:
         return Principal(namespace=namespace)
-    with transaction() as session:
-        namespace = repo.token_namespace(session, token_hash(token))
+    digest = token_hash(token)
+    namespace = _cached(digest)
+    if namespace is None:
+        with transaction() as session:
+            namespace = repo.token_namespace(session, digest)
+        if namespace is not None:
+            _remember(digest, namespace)
     return Principal(namespace=namespace) if namespace is not None else None
+
+
+# Tokens created with `signalbox-server token create` live in the database;
+# a request should not cost a transaction to find its namespace. A known
+# token is remembered for TOKEN_CACHE_SECONDS (unknown ones never are, so a
+# new token works at once).
+TOKEN_CACHE_SECONDS = 30.0
+TOKEN_CACHE_ENTRIES = 1024
+_tokens: OrderedDict[str, tuple[str, float]] = OrderedDict()
+_tokens_lock = threading.Lock()
+
+
+def _cached(digest: str) -> str | None:
+    with _tokens_lock:
+        entry = _tokens.get(digest)
+        if entry is None or entry[1] < time.monotonic():
+            return None
+        return entry[0]
+
+
+def _remember(digest: str, namespace: str) -> None:
+    with _tokens_lock:
+        _tokens[digest] = (namespace, time.monotonic() + TOKEN_CACHE_SECONDS)
+        _tokens.move_to_end(digest)
+        while len(_tokens) > TOKEN_CACHE_ENTRIES:
+            _tokens.popitem(last=False)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from app import claims, dispatch, expiry
+from app import checks, claims, dispatch, expiry
 from app.db import repository as repo
 from app.db.engine import transaction
 from app.settings import Settings
@@ -45,12 +45,18 @@ def sweep(settings: Settings, limit: int = 500) -> SweepReport:
             resend_lost=not waiting_tasks,
             limit=limit,
         )
-    for signal_id, reason in due:
+    # One check takes every due signal of its provider (up to a batch), so
+    # one task per provider and batch is enough: the others ride along.
+    per_provider: dict[str, int] = {}
+    for signal_id, reason, provider in due:
         if reason == "sweep":
             log.info(
                 "re-sending a lost check task",
                 extra={"event": "check_requeued", "signal_id": signal_id},
             )
-        dispatch.enqueue_check(signal_id)
+        seen = per_provider.get(provider, 0)
+        per_provider[provider] = seen + 1
+        if seen % checks.BATCH_LIMIT == 0:
+            dispatch.enqueue_check(signal_id)
     republished = expiry.republish_unsent()
     return SweepReport(expired=expired, lapsed=lapsed, enqueued=len(due), republished=republished)

@@ -45,9 +45,10 @@ def make_celery(settings: Settings) -> Celery:
         task_ignore_result=True,
         task_serializer="json",
         accept_content=["json"],
-        # Flower shows tasks and workers from these events.
+        # Flower shows tasks and workers from the workers' events. Producers
+        # (API, sink) send no `task-sent` event: one message less per task.
         worker_send_task_events=True,
-        task_send_sent_event=True,
+        task_send_sent_event=False,
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": 3600},
         worker_hijack_root_logger=False,

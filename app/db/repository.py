@@ -415,8 +415,9 @@ def signal_mark_due_enqueued(
     requeue_after_seconds: float,
     resend_lost: bool,
     limit: int,
-) -> list[tuple[str, str]]:
-    """Stamp and return the due signals that need a task sent.
+) -> list[tuple[str, str, str]]:
+    """Stamp and return (id, reason, provider) of the due signals that need a
+    task sent.
 
     A signal needs one when its next check is due (the final look at the
     deadline included) and no task was sent for it since. With `resend_lost`
@@ -445,7 +446,7 @@ def signal_mark_due_enqueued(
                        THEN 'sweep' ELSE s.next_check_reason END,
                    enqueued_at = now()
               FROM due WHERE s.id = due.id
-            RETURNING s.id, s.next_check_reason
+            RETURNING s.id, s.next_check_reason, s.provider
             """
         ),
         {
@@ -453,7 +454,7 @@ def signal_mark_due_enqueued(
             "limit": limit,
         },
     ).all()
-    return [(r[0], r[1]) for r in rows]
+    return [(r[0], r[1], r[2]) for r in rows]
 
 
 def signal_push_due(
