@@ -21,17 +21,19 @@ part that crossed it) and ``ParsedMail.defects`` names each bound hit as
 ``BoundExceeded:<bound>`` (``header_bytes``, ``header_lines``,
 ``header_length``, ``body_lines``, ``parts``, ``depth``, ``time``).
 
-On top of the bounds, each parse has a hard time budget
-(``PARSE_TIME_BUDGET_SECONDS``), enforced where it can be:
+On top of the bounds, each parse has a hard budget of CPU time
+(``PARSE_TIME_BUDGET_SECONDS``; CPU, not wall time, so a loaded machine does not
+cut legitimate mail short), enforced where it can be:
 
 - in a process's main thread (a Celery prefork child runs its tasks there, and
-  so does a ``ProcessPoolExecutor`` worker), ``signal.setitimer`` interrupts
-  the parse; the result then holds the headers read by a linear fallback and
-  ``BoundExceeded:time``. An outer timer that would fire sooner (pytest-timeout,
-  for one) is left alone, and one that would fire later is re-armed after;
+  so does a ``ProcessPoolExecutor`` worker), ``signal.setitimer(ITIMER_VIRTUAL)``
+  interrupts the parse; the result then holds the headers read by a linear
+  fallback and ``BoundExceeded:time``. An outer virtual timer that would fire
+  sooner is left alone, and one that would fire later is re-armed after;
 - the SMTP sink never parses on its event loop: it stores the raw bytes,
-  answers, and parses in a worker process (``app/smtp/handler.py``), where the
-  first rule applies and the sink also stops waiting after the budget;
+  answers, and parses in a worker process (``app/smtp/parsing.py``), where the
+  first rule applies, and the sink stops waiting for a parse stuck past a
+  generous wall-clock limit;
 - in any other thread (the API's request threads) signals cannot interrupt,
   and the bounds alone keep a parse short.
 
@@ -448,37 +450,45 @@ def _raise_timeout(signum: int, frame: object) -> None:
     raise _ParseTimeout
 
 
+# The budget counts CPU time this process spends (ITIMER_VIRTUAL), not wall
+# time: on a loaded machine a parse waits for a core without being any more
+# hostile, and a legitimate message must not lose its body for that.
+_TIMER = getattr(signal, "ITIMER_VIRTUAL", None)
+_TIMER_SIGNAL = getattr(signal, "SIGVTALRM", None)
+
+
 @contextmanager
 def _time_budget(seconds: float | None) -> Iterator[None]:
-    """Interrupt the body after ``seconds`` when this is a main thread whose
-    SIGALRM timer is free or set to fire later; otherwise do nothing."""
+    """Interrupt the body after ``seconds`` of CPU time when this is a main
+    thread whose virtual timer is free or set to fire later; else do nothing."""
     if (
         seconds is None
         or seconds <= 0
-        or not hasattr(signal, "setitimer")
+        or _TIMER is None
+        or _TIMER_SIGNAL is None
         or threading.current_thread() is not threading.main_thread()
     ):
         yield
         return
-    outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    outer_delay, outer_interval = signal.getitimer(_TIMER)
     if outer_delay and outer_delay <= seconds:
         yield  # the outer timer fires first: it is the tighter budget
         return
     try:
-        previous = signal.signal(signal.SIGALRM, _raise_timeout)
+        previous = signal.signal(_TIMER_SIGNAL, _raise_timeout)
     except ValueError:  # not the main interpreter
         yield
         return
-    started = time.monotonic()
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    started = time.process_time()
+    signal.setitimer(_TIMER, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(_TIMER, 0)
+        signal.signal(_TIMER_SIGNAL, previous)
         if outer_delay:
-            left = max(outer_delay - (time.monotonic() - started), 0.001)
-            signal.setitimer(signal.ITIMER_REAL, left, outer_interval)
+            left = max(outer_delay - (time.process_time() - started), 0.001)
+            signal.setitimer(_TIMER, left, outer_interval)
 
 
 def _headers_only(view: BoundedView, bound: str) -> ParsedMail:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -55,6 +56,11 @@ class SinkController(Controller):
 
     def factory(self) -> SMTP:
         return _CappedSMTP(self.handler, gate=self.gate, **self.SMTP_kwargs)
+
+    def start(self) -> None:
+        super().start()
+        # Start the parse processes now, not with the first message.
+        self._warming = asyncio.run_coroutine_threadsafe(self.sink.parser.warm(), self.loop)
 
     def stop(self, no_assert: bool = False) -> None:
         super().stop(no_assert=no_assert)

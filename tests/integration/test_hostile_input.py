@@ -3,6 +3,7 @@ content from a subject never leaks into evidence or dead letters."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import smtplib
@@ -10,6 +11,8 @@ import uuid
 
 import pytest
 
+from app.domain.mail import ParsedMail
+from app.smtp.parsing import ParsePool
 from tests.integration.helpers import create_signal, db_rows, mail, wait_result
 from tests.stack_fixtures import Stack, wait_until
 
@@ -124,6 +127,23 @@ def test_a_normal_signal_is_found_while_hostile_mail_floods_the_sink(stack: Stac
             smtp.sendmail("app@example.test", ["list@example.test"], raw)
         smtp.sendmail("app@example.test", [normal["recipient"]], mail(normal["recipient"]))
     assert wait_result(stack, normal["signal_id"])["status"] == "found"
+
+
+def test_parse_pool_gives_up_on_a_parse_past_its_limit_and_recovers() -> None:
+    async def go() -> tuple[ParsedMail | None, ParsedMail | None]:
+        pool = ParsePool(workers=1, hard_timeout_seconds=0.000_001)
+        try:
+            await pool.warm()
+            stuck = await pool.parse(hostile("cc@example.test"))
+            pool.hard_timeout = 120.0  # a fresh pool takes over
+            fine = await pool.parse(mail("user@example.test"))
+        finally:
+            pool.close()
+        return stuck, fine
+
+    stuck, fine = asyncio.run(go())
+    assert stuck is None
+    assert fine is not None and fine.to == ("user@example.test",)
 
 
 # --------------------------------------------------------------------------- masking

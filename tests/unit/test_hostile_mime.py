@@ -134,17 +134,26 @@ def test_a_parse_past_its_time_budget_gives_the_headers_and_names_the_bound() ->
     assert mail.text == ""
 
 
-def test_the_time_budget_restores_the_outer_timer_and_handler() -> None:
-    handler = signal.getsignal(signal.SIGALRM)
-    outer = signal.getitimer(signal.ITIMER_REAL)[0]
+def test_the_time_budget_restores_the_timer_and_handler() -> None:
+    handler = signal.getsignal(signal.SIGVTALRM)
     parse_mail(flat_parts(90), time_budget=0.001)
     parse_mail(flat_parts(3), time_budget=5.0)
-    assert signal.getsignal(signal.SIGALRM) is handler
-    after = signal.getitimer(signal.ITIMER_REAL)[0]
-    if outer:  # pytest-timeout's own timer keeps running
-        assert 0 < after <= outer
-    else:
-        assert after == 0
+    assert signal.getsignal(signal.SIGVTALRM) is handler
+    assert signal.getitimer(signal.ITIMER_VIRTUAL) == (0.0, 0.0)
+
+
+def test_an_outer_cpu_timer_that_fires_later_is_re_armed() -> None:
+    fired: list[int] = []
+    previous = signal.signal(signal.SIGVTALRM, lambda signum, frame: fired.append(signum))
+    signal.setitimer(signal.ITIMER_VIRTUAL, 100.0)
+    try:
+        parse_mail(flat_parts(90), time_budget=0.001)
+        left = signal.getitimer(signal.ITIMER_VIRTUAL)[0]
+    finally:
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.signal(signal.SIGVTALRM, previous)
+    assert 0 < left <= 100.1  # timer granularity
+    assert fired == []
 
 
 def test_outside_the_main_thread_the_bounds_alone_apply() -> None:
