@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiosmtpd.smtp import SMTP, Envelope, Session
@@ -19,6 +20,11 @@ from app.settings import Settings
 from app.smtp.parsing import ParsePool
 
 log = logging.getLogger("signalbox.smtp")
+
+# Messages stored but not parsed yet, each held in memory (up to the size
+# limit). Past this, a new message is still stored, answered and pushed, but
+# not parsed: it keeps its envelope recipients (a flood cannot exhaust memory).
+MAX_PENDING_PARSES = 64
 
 
 class SinkHandler:
@@ -31,6 +37,10 @@ class SinkHandler:
         self.settings = settings
         self.domains = settings.accepted_domains
         self.parser = parser or ParsePool()
+        # Stores have threads of their own: a slow broker holding every push
+        # thread must never delay the next message's 250.
+        self._store_threads = ThreadPoolExecutor(8, thread_name_prefix="sink-store")
+        self._after_threads = ThreadPoolExecutor(4, thread_name_prefix="sink-after")
         # Parses in flight; kept referenced so none is garbage-collected midway.
         self.pending: set[asyncio.Task[None]] = set()
 
@@ -62,27 +72,44 @@ class SinkHandler:
         rcpts = list(envelope.rcpt_tos)
         try:
             sink_id = await asyncio.get_running_loop().run_in_executor(
-                None, intake.store, self.settings, envelope.mail_from, rcpts, data
+                self._store_threads, intake.store, self.settings, envelope.mail_from, rcpts, data
             )
         except Exception:
             log.exception("message could not be stored", extra={"event": "sink_store_failed"})
             return "451 4.3.0 Temporary failure storing the message; try again"
-        task = asyncio.get_running_loop().create_task(self._parse_later(sink_id, rcpts, data))
+        parse = sum(1 for t in self.pending if not t.done()) < MAX_PENDING_PARSES
+        task = asyncio.get_running_loop().create_task(
+            self._parse_later(sink_id, rcpts, data if parse else None)
+        )
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
         return f"250 OK queued as {sink_id}"
 
-    async def _parse_later(self, sink_id: int, rcpts: Sequence[str], raw: bytes) -> None:
+    async def _parse_later(self, sink_id: int, rcpts: Sequence[str], raw: bytes | None) -> None:
         """After the answer: push the envelope recipients' signals, parse, then add
         the To/Cc recipients to the stored row (and push theirs)."""
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(None, intake.push, self.settings, sink_id, rcpts)
+            await loop.run_in_executor(
+                self._after_threads, intake.push, self.settings, sink_id, rcpts
+            )
+            if raw is None:
+                log.warning(
+                    "too many messages waiting to be parsed; "
+                    "this one keeps its envelope recipients",
+                    extra={"event": "sink_parse_skipped", "sink_message_id": sink_id},
+                )
+                return
             mail = await self.parser.parse(raw)
             if mail is None:
                 return
             await loop.run_in_executor(
-                None, intake.add_header_recipients, self.settings, sink_id, rcpts, mail
+                self._after_threads,
+                intake.add_header_recipients,
+                self.settings,
+                sink_id,
+                rcpts,
+                mail,
             )
         except Exception as exc:  # the message is stored; its envelope recipients stand
             log.warning(
@@ -96,3 +123,5 @@ class SinkHandler:
 
     def close(self) -> None:
         self.parser.close()
+        self._after_threads.shutdown(wait=False, cancel_futures=True)
+        self._store_threads.shutdown(wait=False)
