@@ -122,8 +122,15 @@ def test_connections_past_the_cap_get_421_and_a_freed_slot_is_reused(
 ) -> None:
     capped = stack_factory({"SIGNALBOX_SMTP_MAX_CONNECTIONS": "2"})
     capped.start_smtp()
-    first = smtplib.SMTP(capped.smtp_host, capped.smtp_port, timeout=10)
-    second = smtplib.SMTP(capped.smtp_host, capped.smtp_port, timeout=10)
+
+    def welcome() -> smtplib.SMTP | None:
+        try:
+            return smtplib.SMTP(capped.smtp_host, capped.smtp_port, timeout=10)
+        except smtplib.SMTPConnectError:
+            return None  # a probe's session (the readiness check) may still count
+
+    first = wait_until(welcome, 20, what="a first session")
+    second = wait_until(welcome, 20, what="a second session")
     try:
         with pytest.raises(smtplib.SMTPConnectError) as refused:
             smtplib.SMTP(capped.smtp_host, capped.smtp_port, timeout=10)
@@ -131,16 +138,8 @@ def test_connections_past_the_cap_get_421_and_a_freed_slot_is_reused(
         assert first.noop()[0] == 250  # the open sessions are not disturbed
     finally:
         first.quit()
-
-    def third_is_welcome() -> bool:
-        try:
-            smtp = smtplib.SMTP(capped.smtp_host, capped.smtp_port, timeout=10)
-        except smtplib.SMTPConnectError:
-            return False
-        smtp.quit()
-        return True
-
     try:
-        wait_until(third_is_welcome, 20, what="a freed connection slot")
+        third = wait_until(welcome, 20, what="a freed connection slot")
+        third.quit()
     finally:
         second.quit()
