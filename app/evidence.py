@@ -1,7 +1,7 @@
 """The run's evidence artifact for CI: what happened, provably, and nothing secret.
 
-It holds no body, no link, no code and no token; recipients appear only as
-their 12-hex hash.
+It holds no body, no link, no code and no token (subjects are masked);
+recipients appear only as their 12-hex hash.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.db.engine import transaction
 from app.domain.ids import recipient_hash
+from app.domain.masking import mask_subject
 from app.domain.states import CheckOutcome, Status, result_of
 from app.errors import NotFound
 
@@ -90,7 +91,8 @@ def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
                     {
                         "message_id": message["id"],
                         "received_at": views.iso(message["received_at"]),
-                        "subject": message["subject"],
+                        # Evidence leaves the signal's own view: no code or link token.
+                        "subject": mask_subject(message["subject"] or ""),
                         "run_marker": message["run_marker"],
                     }
                     if message

@@ -20,6 +20,7 @@ from app.db import repository as repo
 from app.db.engine import transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
 from app.domain.ids import new_id, recipient_hash
+from app.domain.masking import mask_subject
 from app.domain.states import CheckOutcome, DeadLetterState, Status
 from app.errors import Conflict, NotFound
 from app.inputs import Discard, Redrive
@@ -88,7 +89,7 @@ def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -
                 {
                     "message_id": n.message_id,
                     "received_at": views.iso(n.received_at),
-                    "subject": n.subject,
+                    "subject": mask_subject(n.subject or ""),
                     "why": n.why,
                 }
                 for n in near

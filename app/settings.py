@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     # Empty means: accept mail for any domain.
     smtp_domains: str = ""
     smtp_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    # Hostile senders: RCPTs past this get 452, connections past that get 421.
+    smtp_max_recipients: int = Field(100, ge=1)
+    smtp_max_connections: int = Field(64, ge=1)
     api_tokens: str = ""
     # `namespace:domain,…`: mail to an owned domain is visible to its namespace only.
     namespace_domains: str = ""

@@ -18,6 +18,7 @@ from app.db import dead_letters as dlq_repo
 from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.domain.backoff import retry_after_seconds
+from app.domain.masking import mask_subject
 from app.domain.states import Result, Status, result_of
 
 
@@ -80,11 +81,18 @@ def dead_letter_view(row: Mapping[Any, Any]) -> dict[str, Any]:
         "provider": row["provider"],
         "checks": {"total": row["checks_total"], "by_outcome": row["checks_by_outcome"]},
         "last_error_code": row["last_error_code"],
-        "near_misses": row["near_misses"],
+        # Masked again on the way out: rows written before subjects were masked.
+        "near_misses": [_masked_near_miss(n) for n in row["near_misses"] or []],
         "recommendation": row["recommendation"],
         "late_message": row.get("late_message"),
         "note": row["note"],
     }
+
+
+def _masked_near_miss(near: Any) -> Any:
+    if isinstance(near, dict) and isinstance(near.get("subject"), str):
+        return {**near, "subject": mask_subject(near["subject"])}
+    return near
 
 
 def claim_summary(row: Mapping[Any, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from app.domain.masking import mask_subject
 from app.domain.matching import Why
 
 __all__ = ["Diagnosis", "NearMiss", "recommend"]
@@ -205,20 +206,14 @@ def _near_miss_sentence(near: NearMiss, d: Diagnosis) -> str:
 
 # Anything that could be a link, an address or a one-time code is masked before a
 # subject is quoted: the recommendation travels to places a code must never reach.
-_LINK_RE = re.compile(r"(?:\b[a-z][a-z0-9+.-]*://|\bwww\.)\S+", re.IGNORECASE)
-_ADDRESS_RE = re.compile(r"\S+@\S+")
-_CODE_RE = re.compile(r"[A-Za-z0-9]*[0-9][A-Za-z0-9]*")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 _SUBJECT_MAX = 80
 
 
 def _quote_subject(subject: str) -> str:
     # Only the first _SUBJECT_MAX characters are shown; cutting first also keeps the
-    # masking regexes linear on a hostile megabyte-long subject.
-    text = _CONTROL_RE.sub(" ", subject[: _SUBJECT_MAX * 4])
-    text = _LINK_RE.sub("<link>", text)
-    text = _ADDRESS_RE.sub("<address>", text)
-    text = _CODE_RE.sub(lambda m: "<code>" if len(m.group()) >= 4 else m.group(), text)
+    # masking linear and short on a hostile megabyte-long subject. A code cut in two
+    # at the edge is still masked: any 4+ characters with a digit are.
+    text = mask_subject(subject[: _SUBJECT_MAX * 4])
     # The subject is shown inside single quotes; keep the quoting unambiguous.
     text = " ".join(text.replace("'", "\u2019").split())
     if len(text) > _SUBJECT_MAX:

@@ -129,6 +129,26 @@ def lease_lapsed(namespace: str) -> None:
     LEASES_LAPSED.labels(namespace=namespace).inc()
 
 
+# Hostile mail: messages parsed on a bounded view, by the bound they hit
+# (app.domain.mail reports every parse of this process to the observer).
+MAIL_BOUNDS_EXCEEDED = Counter(
+    "signalbox_mail_bounds_exceeded", "Messages parsed on a bounded view, by bound.", ["bound"]
+)
+
+
+def mail_bound_exceeded(bound: str) -> None:
+    MAIL_BOUNDS_EXCEEDED.labels(bound=bound).inc()
+
+
+def _observe_mail_bounds() -> None:
+    from app.domain.mail import on_bound_exceeded
+
+    on_bound_exceeded(mail_bound_exceeded)
+
+
+_observe_mail_bounds()
+
+
 # ---------------------------------------------------------------- the files
 
 

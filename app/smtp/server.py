@@ -2,15 +2,75 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from typing import Any
+
 from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP
 
 from app.settings import Settings
 from app.smtp.handler import SinkHandler
 
+log = logging.getLogger("signalbox.smtp")
 
-def make_controller(settings: Settings) -> Controller:
-    return Controller(
+
+class _ConnectionGate:
+    """Counts open SMTP sessions; all of them run on the sink's one event loop."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+
+
+class _CappedSMTP(SMTP):
+    """An SMTP session that answers 421 and closes when the sink already has
+    `SIGNALBOX_SMTP_MAX_CONNECTIONS` sessions open."""
+
+    def __init__(self, handler: Any, *, gate: _ConnectionGate, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self._gate = gate
+
+    async def _handle_client(self) -> None:
+        if self._gate.open >= self._gate.limit:
+            log.warning(
+                "connection refused: too many open SMTP sessions",
+                extra={"event": "smtp_connection_refused", "count": self._gate.open},
+            )
+            await self.push("421 4.7.0 Too many connections, try again later")
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self._gate.open += 1
+        try:
+            await super()._handle_client()
+        finally:
+            self._gate.open -= 1
+
+
+class SinkController(Controller):
+    def __init__(self, handler: SinkHandler, settings: Settings, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self.sink = handler
+        self.gate = _ConnectionGate(settings.smtp_max_connections)
+
+    def factory(self) -> SMTP:
+        return _CappedSMTP(self.handler, gate=self.gate, **self.SMTP_kwargs)
+
+    def start(self) -> None:
+        super().start()
+        # Start the parse processes now, not with the first message.
+        self._warming = asyncio.run_coroutine_threadsafe(self.sink.parser.warm(), self.loop)
+
+    def stop(self, no_assert: bool = False) -> None:
+        super().stop(no_assert=no_assert)
+        self.sink.close()
+
+
+def make_controller(settings: Settings) -> SinkController:
+    return SinkController(
         SinkHandler(settings),
+        settings,
         hostname=settings.smtp_host,
         port=settings.smtp_port,
         data_size_limit=settings.smtp_max_bytes,

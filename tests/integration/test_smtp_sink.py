@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from tests.integration.helpers import mail, wait_result
-from tests.stack_fixtures import Stack
+from tests.stack_fixtures import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -94,3 +94,52 @@ def test_mail_to_a_cc_recipient_matches_the_signal(stack: Stack) -> None:
     raw = f"To: main@example.test\r\nCc: {recipient}\r\nSubject: hi\r\n\r\nhello\r\n"
     stack.send(raw, ["main@example.test"])
     assert wait_result(stack, signal["signal_id"])["status"] == "found"
+
+
+def test_the_101st_recipient_of_one_message_gets_452(stack: Stack) -> None:
+    recipients = [f"r{i}-{uuid.uuid4().hex[:4]}@example.test" for i in range(101)]
+    with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=10) as smtp:
+        smtp.ehlo()
+        smtp.mail("app@example.test")
+        codes = [smtp.rcpt(r)[0] for r in recipients]
+        smtp.rset()
+    assert codes[:100] == [250] * 100
+    assert codes[100] == 452
+    assert sink_count(stack) == 0
+
+
+def test_a_message_to_the_allowed_recipients_is_stored_after_a_452(stack: Stack) -> None:
+    recipients = [f"ok{i}-{uuid.uuid4().hex[:4]}@example.test" for i in range(101)]
+    with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=10) as smtp:
+        refused = smtp.sendmail("app@example.test", recipients, mail(recipients[0]))
+    assert list(refused) == [recipients[100]]
+    assert refused[recipients[100]][0] == 452
+    assert sink_count(stack) == 1
+
+
+def test_connections_past_the_cap_get_421_and_a_freed_slot_is_reused(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    capped = stack_factory({"SIGNALBOX_SMTP_MAX_CONNECTIONS": "2"})
+    capped.start_smtp()
+
+    def welcome() -> smtplib.SMTP | None:
+        try:
+            return smtplib.SMTP(capped.smtp_host, capped.smtp_port, timeout=10)
+        except smtplib.SMTPConnectError:
+            return None  # a probe's session (the readiness check) may still count
+
+    first = wait_until(welcome, 20, what="a first session")
+    second = wait_until(welcome, 20, what="a second session")
+    try:
+        with pytest.raises(smtplib.SMTPConnectError) as refused:
+            smtplib.SMTP(capped.smtp_host, capped.smtp_port, timeout=10)
+        assert refused.value.smtp_code == 421
+        assert first.noop()[0] == 250  # the open sessions are not disturbed
+    finally:
+        first.quit()
+    try:
+        third = wait_until(welcome, 20, what="a freed connection slot")
+        third.quit()
+    finally:
+        second.quit()

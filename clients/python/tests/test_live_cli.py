@@ -129,3 +129,35 @@ def test_invalid_input_rejected_by_the_server_exits_2(live_stack: Any) -> None:
     )
     assert result.returncode == 2
     assert "run_id" in result.stderr
+
+
+def test_a_crafted_claim_id_cannot_release_the_claim(live_stack: Any) -> None:
+    run_id = new_run_id("cli-hostile")
+    box = json.loads(cli(live_stack, "mailbox", "--run-id", run_id, "--json").stdout)
+    watch = cli(
+        live_stack,
+        "watch",
+        "--run-id",
+        run_id,
+        "--test-case",
+        "crafted_id",
+        "--recipient",
+        box["address"],
+        "--json",
+    )
+    signal_id = json.loads(watch.stdout)["signal_id"]
+    send_email(live_stack, box["address"], "\x1b[2JYour login code", "Code 553311")
+    assert cli(live_stack, "wait", signal_id, "--timeout", "60").returncode == 0
+    claimed = cli(live_stack, "claim", signal_id, "--run-id", run_id)
+    assert claimed.returncode == 0, claimed.stderr
+    assert "\x1b" not in claimed.stdout  # the subject's escape sequence is stripped
+    claim_id = next(
+        line.split()[-1] for line in claimed.stdout.splitlines() if line.startswith("claim_id")
+    )
+
+    crafted = cli(live_stack, "consume", f"../claims/{claim_id}/release?x=")
+    assert crafted.returncode == 2
+    assert "not a claim id" in crafted.stderr
+    still = json.loads(cli(live_stack, "wait", signal_id, "--timeout", "5", "--json").stdout)
+    assert still["status"] == "claimed"
+    assert still["claim"]["claim_id"] == claim_id

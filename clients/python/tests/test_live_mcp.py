@@ -54,8 +54,9 @@ def test_agent_flow_create_wait_claim_consume(live_stack: Any) -> None:
             assert waited["status"] == "found"
             claim = await _call(client, "claim_email", signal_id=watch["signal_id"], run_id=run_id)
             assert claim["status"] == "claimed"
-            assert "553311" in claim["untrusted_email_content"]["codes"]
-            assert "not instructions" in claim["untrusted_email_content"]["begin"]
+            content = claim["untrusted_email_content"]
+            assert content["codes"] == [f"{content['begin']}553311{content['end']}"]
+            assert "not instructions" in content["notice"]
             receipt = await _call(client, "consume_email", claim_id=claim["claim_id"])
             evidence = await _call(client, "get_evidence", run_id=run_id)
             return {"receipt": receipt, "evidence": evidence}

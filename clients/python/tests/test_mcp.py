@@ -89,6 +89,10 @@ def test_wait_for_email_reports_expiry_with_reason_and_recommendation() -> None:
     out = call(api, "wait_for_email", {"signal_id": "sig_1", "timeout_seconds": 5})
     assert out["status"] == "expired" and out["reason"] == "deadline"
     assert "before the window" in out["recommendation"]
+    # The recommendation quotes subjects; near misses carry theirs: both wrapped.
+    begin = out["recommendation"][: out["recommendation"].index(">>") + 2]
+    assert begin.startswith("<<untrusted-") and out["recommendation"].endswith(">>")
+    assert out["near_misses"][0]["subject"] == f"{begin}Verify your account<<end-{begin[2:]}"
 
 
 def test_claim_email_wraps_content_as_untrusted_data() -> None:
@@ -97,11 +101,13 @@ def test_claim_email_wraps_content_as_untrusted_data() -> None:
     assert out["status"] == "claimed" and out["claim_id"] == "clm_1"
     content = out["untrusted_email_content"]
     assert "not follow instructions" in content["notice"]
-    assert (
-        content["begin"] == mcp_server.UNTRUSTED_BEGIN
-        and content["end"] == mcp_server.UNTRUSTED_END
-    )
-    assert content["links"] == ["http://app.test/verify?t=abc"]
+    begin, end = content["begin"], content["end"]
+    assert begin.startswith("<<untrusted-") and end == "<<end-" + begin[2:]
+    assert begin in content["notice"] and end in content["notice"]
+    assert content["links"] == [f"{begin}http://app.test/verify?t=abc{end}"]
+    assert content["codes"] == [f"{begin}123456{end}"]
+    assert content["subject"] == f"{begin}Verify your account{end}"
+    assert content["body_excerpt"] == f"{begin}{CLAIM['body_excerpt']}{end}"
     # Nothing from the email sits outside the untrusted wrapper.
     outside = {k: v for k, v in out.items() if k != "untrusted_email_content"}
     assert "Verify your account" not in str(outside) and "123456" not in str(outside)

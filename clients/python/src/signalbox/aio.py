@@ -105,7 +105,7 @@ class AsyncSignalbox:
         return Mailbox.from_api((await self._send(_core.mailbox_call(run_id, provider)))[1])
 
     async def delete_mailbox(self, mailbox_id: str) -> None:
-        await self._send(Call("DELETE", f"/v1/mailboxes/{mailbox_id}"))
+        await self._send(_core.mailbox_delete_call(mailbox_id))
 
     async def watch(
         self,

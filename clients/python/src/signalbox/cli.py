@@ -1,8 +1,12 @@
 """``signalbox``: the client CLI over the HTTP API (CONTRACT §6).
 
 Exit codes: 0 success; 1 expired or refused (409/410, lease expired, an
-expired or timed-out wait, 401/404); 2 usage error (bad arguments, 422);
-3 service unreachable (connection refused, timeouts, 5xx after retries).
+expired or timed-out wait, 401/404); 2 usage error (bad arguments, a malformed
+id, 422); 3 service unreachable (connection refused, timeouts, 5xx after retries).
+
+Everything printed as text goes through :func:`signalbox.render.printable`:
+terminal escape sequences and control characters from the server or an email
+never reach the terminal.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ EPILOG = """\
 exit codes:
   0  success
   1  expired or refused (409/410, lease expired, expired or timed-out wait, 401/404)
-  2  usage error (bad arguments, 422 invalid input)
+  2  usage error (bad arguments, a malformed id, 422 invalid input)
   3  service unreachable (connection refused, timeouts, 5xx after retries)
 """
 
@@ -152,13 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def printable_label(text: str) -> str:
+    return " ".join(render.printable(text).split())
+
+
 class Spinner:
     """A progress line on ``stream`` while a wait blocks, only when it is a TTY."""
 
     FRAMES = "|/-\\"
 
     def __init__(self, label: str, stream: TextIO) -> None:
-        self.label = label
+        self.label = printable_label(label)
         self.status = "waiting"
         self.stream = stream
         self.enabled = bool(getattr(stream, "isatty", lambda: False)())
@@ -196,9 +204,10 @@ class _Output:
 
     def emit(self, raw: Any, text: str) -> None:
         if self.as_json:
+            # json.dumps escapes every control character (ensure_ascii).
             self.out.write(json.dumps(raw, indent=2, sort_keys=True) + "\n")
         else:
-            self.out.write(text + "\n")
+            self.out.write(render.printable(text) + "\n")
 
 
 def _run(args: argparse.Namespace, client: Signalbox, out: _Output, err: TextIO) -> int:
@@ -252,9 +261,9 @@ def _run(args: argparse.Namespace, client: Signalbox, out: _Output, err: TextIO)
 
 
 def _report(exc: SignalboxError, out: _Output, err: TextIO) -> int:
-    err.write(f"signalbox: {exc.message}\n")
+    err.write(render.printable(f"signalbox: {exc.message}") + "\n")
     if isinstance(exc, SignalExpired) and exc.dead_letter is not None and not out.as_json:
-        err.write(render.dead_letter(exc.dead_letter) + "\n")
+        err.write(render.printable(render.dead_letter(exc.dead_letter)) + "\n")
     if out.as_json:
         body = exc.body
         if isinstance(exc, SignalExpired | WaitTimeout) and exc.signal is not None:

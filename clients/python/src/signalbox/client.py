@@ -126,7 +126,7 @@ class Signalbox:
 
     def delete_mailbox(self, mailbox_id: str) -> None:
         """Purge a mailbox's messages (receipts and evidence stay)."""
-        self._send(Call("DELETE", f"/v1/mailboxes/{mailbox_id}"))
+        self._send(_core.mailbox_delete_call(mailbox_id))
 
     # --- signals ---------------------------------------------------------------
 

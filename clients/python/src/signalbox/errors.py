@@ -54,6 +54,17 @@ class InvalidRequest(SignalboxError):
         self.field = field
 
 
+class InvalidId(InvalidRequest, ValueError):
+    """An id or run id given to the client is not well formed; nothing was sent.
+
+    Ids are checked by prefix (``sig_``, ``clm_``, ``dlq_``, ``mbx_``) and
+    character set before they go into a URL, so a crafted id can never reach
+    another route.
+    """
+
+    default_message = "invalid id"
+
+
 class Conflict(SignalboxError):
     """The request conflicts with the signal's state (HTTP 409); ``code`` says which."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
@@ -25,9 +26,29 @@ def fmt(value: object) -> str:
     return str(value)
 
 
+# Terminal escape sequences (CSI, OSC, DCS/SOS/PM/APC, two-character, 8-bit CSI):
+# an email subject could otherwise recolour, retitle or rewrite the terminal.
+_ESCAPE_RE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\|$)"
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\|$)"
+    r"|\x1b[@-Z\\-_]"
+    r"|\x9b[0-?]*[ -/]*[@-~]"
+)
+# Every other control character but tab and newline (carriage return and
+# backspace rewrite what is shown), and the invisible bidirectional controls.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` without terminal escape sequences or control characters (tab
+    and newline kept): safe to print whatever the server or an email sent."""
+    return _CONTROL_RE.sub("", _ESCAPE_RE.sub("", text))
+
+
 def _clean(text: str) -> str:
     # Keep one row per line whatever the server (or an email subject) contains.
-    return " ".join(text.split())
+    return " ".join(printable(text).split())
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

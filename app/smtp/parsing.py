@@ -1,0 +1,123 @@
+"""Parse received mail in worker processes, so no message can stall the sink.
+
+The sink's event loop never parses: a hostile message (huge folded headers,
+tens of thousands of MIME parts) would hold it, and with it every other SMTP
+session. ``parse_mail`` runs instead in a small pool of spawned processes.
+There it runs in the process's main thread, so its own CPU-time budget
+(``signal.setitimer``) interrupts a slow parse. The sink also stops waiting
+after ``HARD_TIMEOUT_SECONDS`` of wall time (a parse stuck inside C code) and
+replaces the pool, so a stuck process cannot hold a slot.
+
+The pool's processes are started (``warm``) before any parse is timed: on a
+loaded machine starting Python takes seconds, and that is not the parse's fault.
+At most ``workers`` parses run at once; others wait their turn without holding
+anything of the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from app.domain.mail import PARSE_TIME_BUDGET_SECONDS, ParsedMail, parse_mail, report_bounds
+
+log = logging.getLogger("signalbox.sink")
+
+HARD_TIMEOUT_SECONDS = 60.0
+
+
+def _ready() -> bool:
+    return True
+
+
+class ParsePool:
+    def __init__(
+        self,
+        workers: int = 2,
+        budget_seconds: float = PARSE_TIME_BUDGET_SECONDS,
+        hard_timeout_seconds: float = HARD_TIMEOUT_SECONDS,
+    ) -> None:
+        self.workers = max(1, workers)
+        self.budget = budget_seconds
+        self.hard_timeout = hard_timeout_seconds
+        self._executor: ProcessPoolExecutor | None = None
+        self._warmed: ProcessPoolExecutor | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._warming: asyncio.Lock | None = None
+
+    async def warm(self) -> ProcessPoolExecutor:
+        """The pool, with all its processes started."""
+        if self._warming is None:
+            self._warming = asyncio.Lock()
+        async with self._warming:
+            executor = self._pool()
+            if self._warmed is not executor:
+                loop = asyncio.get_running_loop()
+                # One call per process: the executor starts a process for each
+                # call that finds none idle.
+                await asyncio.gather(
+                    *(loop.run_in_executor(executor, _ready) for _ in range(self.workers))
+                )
+                self._warmed = executor
+            return executor
+
+    async def parse(self, raw: bytes) -> ParsedMail | None:
+        """The parsed message, or None when it could not be parsed (the message
+        then keeps the recipients it was stored with)."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.workers)
+        async with self._slots:
+            try:
+                executor = await self.warm()
+            except BrokenProcessPool:
+                self._discard(self._executor)
+                return None
+            job = functools.partial(parse_mail, raw, time_budget=self.budget)
+            try:
+                future = asyncio.get_running_loop().run_in_executor(executor, job)
+                mail = await asyncio.wait_for(future, self.hard_timeout)
+            except TimeoutError:
+                log.warning(
+                    "a message took too long to parse; its pool is replaced",
+                    extra={"event": "sink_parse_timeout", "size": len(raw)},
+                )
+                self._discard(executor)
+                return None
+            except BrokenProcessPool:
+                self._discard(executor)
+                return None
+        # The parse happened in another process: count its bounds here.
+        report_bounds(mail.defects)
+        return mail
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            # spawn, not fork: the sink runs threads (its event loop, the
+            # store executor), and forking a threaded process is unsafe.
+            self._executor = ProcessPoolExecutor(
+                max_workers=self.workers, mp_context=multiprocessing.get_context("spawn")
+            )
+        return self._executor
+
+    def _discard(self, executor: ProcessPoolExecutor | None) -> None:
+        if executor is None:
+            return
+        if self._executor is executor:
+            self._executor = None
+        # Terminate its processes: one of them may be stuck in a parse that
+        # no timer could interrupt. (The executor has no public way to do it
+        # before Python 3.14's terminate_workers.)
+        processes = list((getattr(executor, "_processes", None) or {}).values())
+        executor.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
