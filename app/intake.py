@@ -15,7 +15,6 @@ from collections.abc import Iterable, Sequence
 
 from app import signals
 from app.db import messages as messages_repo
-from app.db import sink_recipients as sink_repo
 from app.db.engine import transaction
 from app.domain.ids import recipient_hash
 from app.domain.mail import ParsedMail, bounds_exceeded, parse_mail
@@ -72,7 +71,7 @@ def add_header_recipients(
     if not extra:
         return []
     with transaction() as session:
-        sink_repo.sink_message_add_recipients(session, sink_id, extra)
+        messages_repo.sink_message_add_recipients(session, sink_id, extra)
     push(settings, sink_id, extra)
     return extra
 

@@ -179,6 +179,27 @@ def sink_message_store(
     return int(row[0]), row[1]
 
 
+def sink_message_add_recipients(session: Session, sink_id: int, recipients: Sequence[str]) -> int:
+    """Add ``recipients`` (lower-cased) to ``all_recipients`` of one sink message,
+    sorted and without repeats (once its headers are parsed, off the SMTP path);
+    returns 1 when the row exists, else 0."""
+    return affected(
+        session.execute(
+            text(
+                """
+                UPDATE sink_messages
+                   SET all_recipients = ARRAY(
+                         SELECT DISTINCT r
+                           FROM unnest(all_recipients || CAST(:rcpts AS text[])) AS r
+                          ORDER BY r)
+                 WHERE id = :id
+                """
+            ),
+            {"id": sink_id, "rcpts": sorted({r.lower() for r in recipients})},
+        )
+    )
+
+
 def sink_message_page(
     session: Session,
     *,
