@@ -36,6 +36,7 @@ import smtplib
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -188,7 +189,9 @@ def main() -> int:
     parser.add_argument("--pg-stat-statements", action="store_true")
     parser.add_argument("--top", type=int, default=40, help="statements listed (40)")
     parser.add_argument("--py-spy", type=int, default=0, metavar="SECONDS")
-    parser.add_argument("--profile-dir", type=Path, default=Path("bench/profiles"))
+    parser.add_argument(
+        "--profile-dir", type=Path, default=Path(tempfile.gettempdir()) / "signalbox-profiles"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary data dir")
     args = parser.parse_args()
     if args.clients < 1 or args.duration <= 0:
