@@ -22,6 +22,7 @@ A benchmark prints figures; it asserts nothing about them.
 from __future__ import annotations
 
 import argparse
+import email.policy
 import smtplib
 import sys
 import threading
@@ -52,10 +53,10 @@ def _message(i: int, run_id: str) -> bytes:
         "Hello,\n\nYour code is 482913. Or follow https://example.test/verify?t="
         + uuid.uuid4().hex
         + "\n\n"
-        + "This is filler text so the message is about one kibibyte long. " * 12
+        + "This is filler text so the message is about one kibibyte long.\n" * 12
     )
     msg.set_content(body)
-    return msg.as_bytes()
+    return msg.as_bytes(policy=email.policy.SMTP)  # CRLF line ends, as on the wire
 
 
 @dataclass
@@ -112,9 +113,11 @@ def send_for(port: int, connections: int, seconds: float, target: str) -> Phase:
     threads = [threading.Thread(target=sender, args=(k,)) for k in range(connections)]
     for t in threads:
         t.start()
-    start.wait()
+    # Every sender is connected: the clock starts (set before the barrier
+    # lets them go, so none reads a stale stop time).
     began = time.perf_counter()
     stop_at[0] = began + seconds
+    start.wait()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - began
