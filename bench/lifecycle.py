@@ -135,7 +135,8 @@ def _py_spy(pid: int, seconds: int, out: Path) -> subprocess.Popen[bytes] | None
         return None
     cmd = [binary_path, "record", "-p", str(pid), "-f", "raw", "-d", str(seconds)]
     return subprocess.Popen(
-        [*cmd, "-r", "50", "--nonblocking", "-o", str(out)],
+        # --gil: only samples holding the GIL, i.e. Python on the CPU, not waiting.
+        [*cmd, "-r", "50", "--gil", "--nonblocking", "-o", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

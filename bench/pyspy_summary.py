@@ -38,7 +38,29 @@ def _short(frame: str) -> str:
     return f"{path}:{m.group('func')}"
 
 
-def summarise(path: Path, top: int) -> str:
+# Innermost frames that wait rather than compute: py-spy without `--gil`
+# counts a thread blocked in them as active.
+WAITS = (
+    "connection.py:Connection.wait",
+    "threading.py:Condition.wait",
+    "threading.py:Event.wait",
+    "threading.py:Thread.join",
+    "selectors.py:EpollSelector.select",
+    "selectors.py:PollSelector.select",
+    "queue.py:Queue.get",
+    "socket.py:SocketBuffer._read_from_socket",
+    "socket.py:SocketIO.readinto",
+    "ssl.py:SSLSocket.read",
+    "time.py:sleep",
+    "synchronize.py:Semaphore.acquire",
+    "connection.py:Connection._recv",
+    "connection.py:Connection._poll",
+    "popen_fork.py:Popen.wait",
+    "threading.py:Condition._acquire_restore",
+)
+
+
+def summarise(path: Path, top: int, busy: bool = False) -> str:
     inclusive: Counter[str] = Counter()
     own: Counter[str] = Counter()
     total = 0
@@ -52,11 +74,14 @@ def summarise(path: Path, top: int) -> str:
         frames = [f for f in frames if not f.startswith(("process ", "thread "))]
         if not frames:
             continue
+        if busy and frames[-1] in WAITS:
+            continue
         total += n
         own[frames[-1]] += n
         for f in set(frames):
             inclusive[f] += n
-    out = [f"{path}: {total} samples"]
+    kind = "busy samples (waits dropped)" if busy else "samples"
+    out = [f"{path}: {total} {kind}"]
     out.append("  inclusive")
     for f, n in inclusive.most_common(top):
         out.append(f"    {n / total * 100:5.1f} %  {f}")
@@ -70,9 +95,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("profiles", nargs="+", type=Path)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--busy",
+        action="store_true",
+        help="drop samples whose innermost frame is a known wait (socket, lock, queue, select)",
+    )
     args = parser.parse_args()
     for p in args.profiles:
-        print(summarise(p, args.top))
+        print(summarise(p, args.top, busy=args.busy))
     return 0
 
 
