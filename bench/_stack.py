@@ -36,7 +36,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
-START_TIMEOUT_SECONDS = 180
+START_TIMEOUT_SECONDS = 600  # a machine shared with other jobs can be very slow
 STOP_TIMEOUT_SECONDS = 60
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # The order figures are printed in; "all" is their sum.
