@@ -262,3 +262,11 @@ def test_retry_after_counts_from_the_database_clock(engine: Engine) -> None:
     plain, joined = _both_views(engine, signal_id)
     assert 29 <= plain["retry_after_seconds"] <= 31
     assert 29 <= joined["retry_after_seconds"] <= 31
+
+
+def test_a_signal_is_not_read_with_its_parts_from_another_namespace(engine: Engine) -> None:
+    signal_id = _found(engine)[0]
+    with transaction(engine) as s:
+        assert repo.signal_view_get(s, signal_id, "another-ns") is None
+        assert repo.signal_view_get(s, signal_id, NS) is not None
+        assert repo.signal_view_get(s, "sig_missing", None) is None
