@@ -105,17 +105,41 @@ def claim_summary(row: Mapping[Any, Any]) -> dict[str, Any]:
 
 
 def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:
-    """Views of several signals in a fixed number of queries."""
+    """Views of several signals, asking the database only for what their
+    statuses show: the clock for pending ones (retry_after_seconds), the
+    message when one was found, the active claim of claimed ones, the receipt
+    of consumed ones, the latest dead letter of expired ones. A waiting or
+    found signal read with `repo.signal_view_get` needs no query at all here.
+    """
     if not rows:
         return []
-    ids = [r["id"] for r in rows]
-    now = repo.db_now(session)
-    messages = messages_repo.message_get_many(
-        session, [r["message_id"] for r in rows if r["message_id"]]
+    status_of = {r["id"]: Status(r["status"]) for r in rows}
+    pending = any(
+        result_of(status_of[r["id"]], r["last_outcome"]) in (Result.WAITING, Result.PROVIDER_ERROR)
+        for r in rows
     )
-    claims = claims_repo.claim_active_many(session, ids)
-    receipts = claims_repo.receipt_by_signal_many(session, ids)
-    dead = dlq_repo.dead_letter_latest_many(session, ids)
+    now = None
+    if pending:
+        given = [r["view_now"] for r in rows if "view_now" in r]
+        now = given[0] if given else repo.db_now(session)
+    messages: dict[str, Mapping[Any, Any]] = {
+        r["message_id"]: _joined_message(r) for r in rows if r["message_id"] and _has_message(r)
+    }
+    wanted = [r["message_id"] for r in rows if r["message_id"] and r["message_id"] not in messages]
+    if wanted:
+        messages.update(messages_repo.message_get_many(session, wanted))
+
+    def having(status: Status) -> list[str]:
+        return [sid for sid, s in status_of.items() if s is status]
+
+    claimed, consumed, expired = (
+        having(Status.CLAIMED),
+        having(Status.CONSUMED),
+        having(Status.EXPIRED),
+    )
+    claims = claims_repo.claim_active_many(session, claimed) if claimed else {}
+    receipts = claims_repo.receipt_by_signal_many(session, consumed) if consumed else {}
+    dead = dlq_repo.dead_letter_latest_many(session, expired) if expired else {}
     out = []
     for r in rows:
         status = Status(r["status"])
@@ -146,7 +170,7 @@ def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[di
                 "max_checks": r["max_checks"],
                 "retry_after_seconds": (
                     retry_after_seconds(now, r["next_check_at"])
-                    if result in (Result.WAITING, Result.PROVIDER_ERROR)
+                    if now is not None and result in (Result.WAITING, Result.PROVIDER_ERROR)
                     else None
                 ),
                 "last_check": (
@@ -175,3 +199,17 @@ def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[di
             }
         )
     return out
+
+
+def _has_message(row: Mapping[Any, Any]) -> bool:
+    """Whether `row` carries its message's summary (from `repo.signal_view_get`)."""
+    return "view_message_id" in row and row["view_message_id"] is not None
+
+
+def _joined_message(row: Mapping[Any, Any]) -> dict[str, Any]:
+    return {
+        "id": row["view_message_id"],
+        "received_at": row["view_message_received_at"],
+        "subject": row["view_message_subject"],
+        "run_marker": row["view_message_run_marker"],
+    }

@@ -111,6 +111,24 @@ def signal_get(session: Session, signal_id: str, namespace: str | None = None) -
     return session.execute(text(sql), {"id": signal_id, "ns": namespace}).mappings().first()
 
 
+def signal_view_get(session: Session, signal_id: str, namespace: str | None = None) -> Row | None:
+    """A signal and what its view needs, in one statement: the row, the
+    database clock (`view_now`) and its message's summary (`view_message_id`,
+    `_received_at`, `_subject`, `_run_marker`; NULL before a match).
+    `views.signal_views` then asks nothing more for a waiting or found signal.
+    """
+    sql = """
+        SELECT s.*, clock_timestamp() AS view_now,
+               m.id AS view_message_id, m.received_at AS view_message_received_at,
+               m.subject AS view_message_subject, m.run_marker AS view_message_run_marker
+          FROM signals s LEFT JOIN messages m ON m.id = s.message_id
+         WHERE s.id = :id
+    """
+    if namespace is not None:
+        sql += " AND s.namespace = :ns"
+    return session.execute(text(sql), {"id": signal_id, "ns": namespace}).mappings().first()
+
+
 def signal_rows_many(session: Session, signal_ids: Sequence[str]) -> list[Row]:
     return list(
         session.execute(
