@@ -121,7 +121,7 @@ def _raise_if_conflicting(row: Any, req: SignalCreate) -> None:
 
 def signal_read(namespace: str, signal_id: str) -> dict[str, Any]:
     with transaction() as session:
-        row = repo.signal_get(session, signal_id, namespace)
+        row = repo.signal_view_get(session, signal_id, namespace)
         if row is None:
             raise NotFound(f"no signal {signal_id}")
         return views.signal_views(session, [row])[0]
