@@ -73,7 +73,17 @@ def test_signal_whose_task_was_dropped_from_the_broker_is_found_by_the_sweep(
     signal = create_signal(stack, expires_in_seconds=90)
     stack.send(mail(signal["recipient"]), [signal["recipient"]])
     broker = redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"])
-    assert broker.llen("signals") >= 1
+    # The sink pushes after answering 250: wait for the push's task too.
+    wait_until(
+        lambda: db_rows(
+            stack,
+            "SELECT 1 FROM signals WHERE id = %s AND next_check_reason = 'push'",
+            signal["signal_id"],
+        ),
+        20,
+        what="the sink's push",
+    )
+    wait_until(lambda: broker.llen("signals") >= 2, 20, what="both tasks queued")
     broker.delete("signals")  # the broker lost every task
 
     stack.start_worker()
