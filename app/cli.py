@@ -61,9 +61,17 @@ def resolve_services(settings: Settings) -> tuple[Settings, EmbeddedServices | N
 
     broker = settings.broker_url
     redis_url = settings.redis_url or (broker if broker and broker.startswith("redis") else None)
-    embedded_redis = f"redis://127.0.0.1:{settings.embedded_redis_port}/0"
-    if not redis_url and _redis_answers(embedded_redis):
+    from app.embedded import embedded_redis_url
+
+    embedded_redis = embedded_redis_url(settings.data_dir, settings.embedded_redis_port)
+    if not redis_url and embedded_redis and _redis_answers(embedded_redis):
         redis_url = embedded_redis  # `up` already runs it: share it
+    if not redis_url and not _port_free("127.0.0.1", settings.embedded_redis_port):
+        raise ConfigurationError(
+            f"port {settings.embedded_redis_port} on 127.0.0.1 is taken by something other than"
+            " this data directory's Redis: set SIGNALBOX_EMBEDDED_REDIS_PORT to a free port,"
+            " or SIGNALBOX_REDIS_URL to a Redis to use"
+        )
     handles = None
     database_url = settings.database_url
     if not database_url or not redis_url:
@@ -112,6 +120,16 @@ def _wait_port(host: str, port: int, timeout: float) -> bool:
         except OSError:
             time.sleep(0.1)
     return False
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def _check_port(host: str, port: int | None, setting: str) -> None:
@@ -186,8 +204,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         if name == "worker" and args.concurrency:
             cmd += ["--concurrency", str(args.concurrency)]
         procs[name] = subprocess.Popen(cmd, env=_child_env(name, settings))
-    ready = _wait_port(settings.api_host, settings.api_port, 30) and _wait_port(
-        settings.smtp_host, settings.smtp_port, 30
+    ready = _wait_port(settings.api_host, settings.api_port, 60) and _wait_port(
+        settings.smtp_host, settings.smtp_port, 60
     )
     lines = [
         "Signalbox is up."
@@ -207,7 +225,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     exit_code = 0
     while not stopping.is_set():
         for name, proc in procs.items():
-            if proc.poll() is not None:
+            # A child that ends after Ctrl-C (the whole group got it) is no failure.
+            if proc.poll() is not None and not stopping.is_set():
                 print(
                     f"signalbox-server: {name} exited with {proc.returncode}; stopping",
                     file=sys.stderr,
@@ -353,7 +372,6 @@ def cmd_flower(args: argparse.Namespace) -> int:
 
     from app.observability.logs import configure_logging
 
-    _check_ports(get_settings(), ["flower"])
     settings, _ = resolve_services(get_settings())
     configure_logging("flower", settings.log_level)
     from workers.celery_app import get_celery

@@ -151,7 +151,7 @@ _cache: tuple[float, int, list[str]] | None = None
 def _probe_all(settings: Settings) -> list[str]:
     probes = probes_for(settings)
     futures = {name: _pool.submit(probe, settings) for name, probe in probes.items()}
-    deadline = time.monotonic() + TIMEOUT_SECONDS + 0.5
+    deadline = time.monotonic() + 2 * TIMEOUT_SECONDS + 1
     failing = []
     for name, future in futures.items():
         try:
