@@ -26,14 +26,14 @@ def _api_processes(stack: Stack) -> list[int]:
     return [int(p) for p in path.read_text().split()] if path.exists() else []
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(400)
 def test_long_polls_wake_on_every_api_worker_process(stack_factory: Callable[..., Stack]) -> None:
     stack = stack_factory({"SIGNALBOX_API_WORKERS": "2"})
     stack.spawn("api", ["api"])
     # Each uvicorn worker process imports the whole app: slow on a busy machine.
     wait_until(
         lambda: stack.log_text("api").count("Application startup complete") >= 2,
-        180,
+        240,
         interval=0.5,
         what="both API processes to start",
     )

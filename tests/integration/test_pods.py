@@ -83,7 +83,8 @@ def amqp_url() -> Iterator[str]:
         capture_output=True,
         timeout=60,
     )
-    yield url.rstrip("/").rsplit("/", 1)[0] + f"/{vhost}"
+    parts = urlsplit(url)
+    yield f"{parts.scheme}://{parts.netloc}/{vhost}"
     subprocess.run([rabbitmqctl, "delete_vhost", vhost], capture_output=True, timeout=60)
 
 
@@ -111,10 +112,27 @@ def pod_stack(request: pytest.FixtureRequest, stack_factory: Callable[..., Stack
     stack.spawn("smtp", ["smtp"])
     stack.spawn("beat", ["beat"])
     stack.spawn_worker(concurrency=1)
-    stack.wait_api()
-    stack.wait_smtp()
-    stack.wait_worker()
+    # Four processes start at once: give a busy machine time.
+    wait_until(stack._api_ready, 180, interval=0.5, what="the API to answer")
+    wait_until(lambda: _port_open(stack.smtp_port), 180, interval=0.5, what="the SMTP sink")
+    wait_until(lambda: b" ready." in (stack.logs / "worker.log").read_bytes(), 180, 0.5)
     return stack
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def send(stack: Stack, raw: bytes, to: str) -> None:
+    """Stack.send with a patient timeout: four processes share a busy machine."""
+    import smtplib
+
+    with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=60) as smtp:
+        smtp.sendmail("app@example.test", [to], raw)
 
 
 def consumer(stack: Stack, signal_id: str, run_id: str, mode: str) -> subprocess.Popen[str]:
@@ -143,12 +161,13 @@ def read_line(proc: subprocess.Popen[str]) -> str:
     return line.strip()
 
 
+@pytest.mark.timeout(600)
 def test_killed_consumer_and_killed_worker_lose_nothing(pod_stack: Stack) -> None:
     stack = pod_stack
 
     # (a) A consumer dies holding its claim.
     found = create_signal(stack, expires_in_seconds=120)
-    stack.send(mail(found["recipient"], run=found["run_id"]), [found["recipient"]])
+    send(stack, mail(found["recipient"], run=found["run_id"]), found["recipient"])
     assert signal_view(stack, found["signal_id"], wait=30)["status"] == "found"
     holder = consumer(stack, found["signal_id"], found["run_id"], "hold")
     try:
@@ -181,7 +200,9 @@ def test_killed_consumer_and_killed_worker_lose_nothing(pod_stack: Stack) -> Non
         what="a first check of the waiting signal",
     )
     stack.kill("worker")
-    stack.send(mail(waiting["recipient"], run=waiting["run_id"]), [waiting["recipient"]])
-    stack.start_worker(concurrency=1)
+    send(stack, mail(waiting["recipient"], run=waiting["run_id"]), waiting["recipient"])
+    (stack.logs / "worker.log").rename(stack.logs / "worker.killed.log")
+    stack.spawn_worker(concurrency=1)
+    wait_until(lambda: b" ready." in (stack.logs / "worker.log").read_bytes(), 180, 0.5)
     view = signal_view(stack, waiting["signal_id"], wait=45)
     assert view["status"] == "found", view
