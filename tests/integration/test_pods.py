@@ -127,6 +127,12 @@ def _port_open(port: int) -> bool:
         return False
 
 
+def readyz(stack: Stack) -> int:
+    import httpx
+
+    return httpx.get(f"{stack.api_url}/readyz", timeout=10).status_code
+
+
 def send(stack: Stack, raw: bytes, to: str) -> None:
     """Stack.send with a patient timeout: four processes share a busy machine."""
     import smtplib
@@ -164,6 +170,8 @@ def read_line(proc: subprocess.Popen[str]) -> str:
 @pytest.mark.timeout(600)
 def test_killed_consumer_and_killed_worker_lose_nothing(pod_stack: Stack) -> None:
     stack = pod_stack
+    # /readyz probes this broker (a kept connection, Redis PING or an AMQP round trip).
+    wait_until(lambda: readyz(stack) == 200, 60, interval=0.5, what="/readyz 200")
 
     # (a) A consumer dies holding its claim.
     found = create_signal(stack, expires_in_seconds=120)
