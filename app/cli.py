@@ -57,12 +57,10 @@ def resolve_services(settings: Settings) -> tuple[Settings, EmbeddedServices | N
     keeps its state there. Without SIGNALBOX_REDIS_URL it is the broker when
     that is Redis, else the embedded one.
     """
-    from app.embedded import ensure_services
+    from app.embedded import embedded_redis_url, ensure_services
 
     broker = settings.broker_url
     redis_url = settings.redis_url or (broker if broker and broker.startswith("redis") else None)
-    from app.embedded import embedded_redis_url
-
     embedded_redis = embedded_redis_url(settings.data_dir, settings.embedded_redis_port)
     if not redis_url and embedded_redis and _redis_answers(embedded_redis):
         redis_url = embedded_redis  # `up` already runs it: share it
@@ -204,8 +202,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         if name == "worker" and args.concurrency:
             cmd += ["--concurrency", str(args.concurrency)]
         procs[name] = subprocess.Popen(cmd, env=_child_env(name, settings))
-    ready = _wait_port(settings.api_host, settings.api_port, 60) and _wait_port(
-        settings.smtp_host, settings.smtp_port, 60
+    ready = _wait_port(settings.api_host, settings.api_port, 120) and _wait_port(
+        settings.smtp_host, settings.smtp_port, 120
     )
     lines = [
         "Signalbox is up."

@@ -109,9 +109,7 @@ def smtp_ok(settings: Settings) -> bool:
     if host in ("0.0.0.0", "", "::"):
         host = "127.0.0.1"
     try:
-        with socket.create_connection(
-            (host, settings.smtp_port), timeout=TIMEOUT_SECONDS
-        ) as conn:
+        with socket.create_connection((host, settings.smtp_port), timeout=TIMEOUT_SECONDS) as conn:
             greeting = conn.recv(512)
             conn.sendall(b"QUIT\r\n")
             return greeting.startswith(b"220")

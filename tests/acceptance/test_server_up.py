@@ -72,7 +72,7 @@ def stop(proc: subprocess.Popen[str]) -> int:
     return code
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(480)
 def test_up_runs_the_whole_stack_on_the_embedded_default_and_keeps_data(tmp_path: Path) -> None:
     data = tmp_path / "data"
     ports = {name: free_port() for name in ("api", "smtp", "redis", "flower")}
