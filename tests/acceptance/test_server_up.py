@@ -112,7 +112,8 @@ def test_up_runs_the_whole_stack_on_the_embedded_default_and_keeps_data(tmp_path
         read_banner(proc)
         headers = {"Authorization": f"Bearer {token}"}
         api = f"http://127.0.0.1:{ports['api']}"
-        wait_until(lambda: httpx.get(f"{api}/readyz", timeout=5).status_code == 200, 30)
+        # Ready once every part answers (the worker's and beat's heartbeats included).
+        wait_until(lambda: ready(api), 180, interval=0.5, what="/readyz 200 after the restart")
         evidence = httpx.get(f"{api}/v1/runs/{run_id}/evidence", headers=headers, timeout=10)
         assert evidence.status_code == 200
         assert evidence.json()["signals"][0]["status"] == "consumed"
@@ -129,6 +130,13 @@ def test_up_runs_the_whole_stack_on_the_embedded_default_and_keeps_data(tmp_path
         wait_until(lambda: readyz_failing(api) == [], 30, what="ready again")
     finally:
         assert stop(proc) == 0
+
+
+def ready(api: str) -> bool:
+    try:
+        return httpx.get(f"{api}/readyz", timeout=10).status_code == 200
+    except httpx.TransportError:
+        return False  # still starting
 
 
 def readyz_failing(api: str) -> list[str]:
