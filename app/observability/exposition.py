@@ -1,19 +1,25 @@
-"""`GET /metrics`: every process's counters plus gauges computed at scrape time.
+"""Prometheus exposition: `GET /metrics` of the API and the port of
+SIGNALBOX_METRICS_PORT of every long-running process.
 
-Counters and histograms come from the files of all processes of the
-deployment (multiprocess mode, see `app.observability.metrics`). The gauges
-describe shared state, so they are read at scrape time from their source of
-truth: signals and dead letters from PostgreSQL, breaker states from Redis.
-Any API process answers the same for them. A source that does not answer is
-reported by `signalbox_scrape_source_up{source}` = 0 rather than by a failed
-scrape, so the counters stay visible during an outage.
+Counters and histograms come from the files of the processes that share this
+process's metrics directory (multiprocess mode, see
+`app.observability.metrics`): on one machine every process, in a pod this
+process tree. The gauges describe shared state, so they are read at scrape
+time from their source of truth: signals and dead letters from PostgreSQL,
+breaker states from Redis. Only the processes that should serve them do
+(SIGNALBOX_METRICS_DB_GAUGES; by default the API), so a deployment with many
+pods can have them from one kind of process and not once per pod. A source
+that does not answer is reported by `signalbox_scrape_source_up{source}` = 0
+rather than by a failed scrape, so the counters stay visible during an outage.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 # isort: off
@@ -77,7 +83,7 @@ class StateCollector(Collector):
         yield source_up
 
     def _database(self) -> list[GaugeMetricFamily] | None:
-        from app.db import dead_letters as dlq_repo
+        from app.db import gauges as gauge_repo
         from app.db import repository as repo
         from app.db.engine import transaction
 
@@ -85,7 +91,7 @@ class StateCollector(Collector):
             with transaction() as session:
                 by_status = repo.signal_count_by_status(session)
                 oldest = repo.signal_oldest_due_age(session)
-                dead = dlq_repo.dead_letter_count_by_reason_state(session)
+                dead = gauge_repo.dead_letter_count_by_reason_state_namespace(session)
         except Exception as exc:  # an outage is reported as a gauge, not a failed scrape
             log.warning(
                 "metrics could not read PostgreSQL",
@@ -107,12 +113,19 @@ class StateCollector(Collector):
         )
         dead_letters = GaugeMetricFamily(
             "signalbox_dead_letters",
-            "Dead letters by reason and state.",
-            labels=["reason", "state"],
+            "Dead letters by reason, state and namespace.",
+            labels=["reason", "state", "namespace"],
         )
-        pairs = {(str(r), str(s)) for r in ExpiryReason for s in DeadLetterState} | set(dead)
-        for reason, state in sorted(pairs):
-            dead_letters.add_metric([reason, state], float(dead.get((reason, state), 0)))
+        # Zeros for every reason and state of each namespace that has dead
+        # letters or a configured token, so alerts need no `absent()`.
+        namespaces = {ns for _, _, ns in dead} | set(self.settings.token_map.values())
+        triples = {
+            (str(r), str(s), ns) for r in ExpiryReason for s in DeadLetterState for ns in namespaces
+        } | set(dead)
+        for reason, state, namespace in sorted(triples):
+            dead_letters.add_metric(
+                [reason, state, namespace], float(dead.get((reason, state, namespace), 0))
+            )
         return [signals, oldest_due, dead_letters]
 
     def _circuits(self) -> GaugeMetricFamily | None:
@@ -152,32 +165,78 @@ def _configured_providers(settings: Settings) -> list[str]:
         return ["sink"]
 
 
-def render_metrics(settings: Settings) -> tuple[bytes, str]:
-    """The Prometheus text of the whole deployment, and its content type."""
+def serves_db_gauges(settings: Settings, component: str) -> bool:
+    """Whether `component` serves the gauges read from PostgreSQL and Redis."""
+    if settings.metrics_db_gauges is not None:
+        return settings.metrics_db_gauges
+    return component == "api"
+
+
+def _registry(settings: Settings, component: str) -> CollectorRegistry:
+    registry = CollectorRegistry()
     if metrics.MULTIPROC_DIR is None:
         # Single-process fallback: this process's counters only.
-        registry = CollectorRegistry()
         registry.register(_ProcessCounters())
+    else:
+        registry.register(_MergedProcesses(metrics.MULTIPROC_DIR))
+    if serves_db_gauges(settings, component):
         registry.register(StateCollector(settings))
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    registry = CollectorRegistry()
-    registry.register(_MergedProcesses(str(metrics.MULTIPROC_DIR)))
-    registry.register(StateCollector(settings))
-    with metrics.files_lock(metrics.MULTIPROC_DIR, exclusive=False):
-        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return registry
+
+
+def render_metrics(settings: Settings, component: str = "api") -> tuple[bytes, str]:
+    """The Prometheus text of this process's metrics directory, and its content type."""
+    return generate_latest(_registry(settings, component)), CONTENT_TYPE_LATEST
+
+
+_served: dict[str, Any] = {}
+
+
+def serve_metrics_port(settings: Settings, component: str) -> None:
+    """Serve this process tree's metrics on SIGNALBOX_METRICS_PORT, if set, from
+    a daemon thread. A port in use stops the process with a line naming the
+    setting (see `app.cli`)."""
+    if settings.metrics_port is None or component in _served:
+        return
+    from prometheus_client import start_http_server
+
+    server, _thread = start_http_server(
+        settings.metrics_port,
+        addr=settings.metrics_host,
+        registry=_registry(settings, component),
+    )
+    _served[component] = server
+    log.info(
+        "metrics served",
+        extra={"event": "metrics_served", "component": component, "port": settings.metrics_port},
+    )
+
+
+def close_inherited_metrics_socket() -> None:
+    """In a forked child (a Celery prefork child): close the parent's
+    listening socket, which the child inherited but never serves."""
+    for server in _served.values():
+        with contextlib.suppress(OSError):
+            server.socket.close()
+    _served.clear()
 
 
 class _MergedProcesses(Collector):
     """Every process's counters and histograms, merged; a contract metric that
     no process has recorded yet is still declared (HELP and TYPE, no sample),
-    so dashboards and alert rules see the name from the first scrape."""
+    so dashboards and alert rules see the name from the first scrape. Read
+    under the lock compaction takes, so a scrape never sees a dead process's
+    counts both in its file and in the archive."""
 
-    def __init__(self, path: str) -> None:
-        self._files = MultiProcessCollector(None, path=path)
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._files = MultiProcessCollector(None, path=str(path))
 
     def collect(self) -> Iterator[Metric]:
+        with metrics.files_lock(self._path, exclusive=False):
+            families = list(self._files.collect())
         seen = set()
-        for family in self._files.collect():
+        for family in families:
             seen.add(family.name)
             yield family
         for declared in metrics.DECLARED:

@@ -1,23 +1,34 @@
-"""Prometheus metrics of CONTRACT §7: counters and histograms, recorded where
-the event happens, in whichever process it happens.
+"""Prometheus metrics of the contract: counters and histograms, recorded
+where the event happens, in whichever process it happens.
 
 Multiprocess mode. The API, the SMTP sink and every Celery prefork child are
 separate processes, so each one writes its counters to its own memory-mapped
-file under ``SIGNALBOX_DATA_DIR/metrics`` and ``GET /metrics`` merges them
-(see `app.observability.exposition`). prometheus_client chooses between
+file and a scrape merges the files of a directory (see
+`app.observability.exposition`). prometheus_client chooses between
 process-local and file-backed values once, when it is first imported, from
 ``PROMETHEUS_MULTIPROC_DIR``: this module sets that variable *before* importing
 it, so every process that records a metric (all of them import this module
 first) is in multiprocess mode.
 
-The gauges of §7 (signals by status, oldest due signal, dead letters, circuit
+Which directory:
+
+* one machine (`up`, or processes without SIGNALBOX_METRICS_PORT): every
+  process of the data directory shares ``SIGNALBOX_DATA_DIR/metrics`` and the
+  API's ``/metrics`` serves them all;
+* a pod or a container (SIGNALBOX_METRICS_PORT set): each process tree (a
+  worker and its prefork children, the API and its uvicorn workers) has a
+  private directory under it and serves it on its own port. No directory is
+  shared between containers.
+
+The gauges (signals by status, oldest due signal, dead letters, circuit
 state) are not recorded here: they are computed at scrape time from
-PostgreSQL and Redis, so they are right whichever process serves the scrape.
+PostgreSQL and Redis by the processes that serve them
+(SIGNALBOX_METRICS_DB_GAUGES).
 
 Files of dead processes are folded into one archive file per type by
 `compact_dead_processes` (at `up` and at worker start), so counters stay
-monotonic across restarts and the directory does not grow with every
-restarted child.
+monotonic across restarts of a child and the directory does not grow with
+every restarted child.
 """
 
 from __future__ import annotations
@@ -33,7 +44,12 @@ from pathlib import Path
 log = logging.getLogger("signalbox.metrics")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# Set by the first process of a process tree that serves its own metrics
+# (SIGNALBOX_METRICS_PORT); its children (Celery prefork children, uvicorn
+# workers) inherit it and write into the same private directory.
+TREE_ENV = "SIGNALBOX_METRICS_TREE_DIR"
 METRICS_SUBDIR = "metrics"
+_TREE_PREFIX = "process-"
 # Not `*.db`: prometheus_client reads every `*.db` file of the directory.
 _LOCK_NAME = ".compact.lock"
 _ARCHIVE_ID = "archive"
@@ -46,29 +62,83 @@ def metrics_dir(data_dir: Path | str) -> Path:
     return Path(data_dir).absolute() / METRICS_SUBDIR
 
 
-def _configured_data_dir() -> Path:
+def _configured() -> tuple[Path, bool]:
+    """The data directory, and whether this process serves its own metrics port."""
     try:
         from app.settings import get_settings
 
-        return get_settings().data_dir
+        settings = get_settings()
+        return settings.data_dir, settings.metrics_port is not None
     except Exception:  # invalid settings fail later, at the entry point, with their name
-        return Path(os.environ.get("SIGNALBOX_DATA_DIR") or ".signalbox")
+        data_dir = Path(os.environ.get("SIGNALBOX_DATA_DIR") or ".signalbox")
+        return data_dir, bool(os.environ.get("SIGNALBOX_METRICS_PORT"))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    # A killed worker's children can linger as zombies when nothing reaps
+    # them (a container's init often does not): they count no more.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _private_tree_dir(shared: Path) -> Path:
+    """A fresh directory for this process tree alone, under the shared one.
+
+    Left-overs of trees whose first process is gone (a restarted container
+    reusing its pid, an earlier run on the same data directory) are removed:
+    their counts were served by a process that no longer exists.
+    """
+    import shutil
+
+    for old in shared.glob(f"{_TREE_PREFIX}*"):
+        pid = old.name.removeprefix(_TREE_PREFIX)
+        if pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
+            shutil.rmtree(old, ignore_errors=True)
+    path = shared / f"{_TREE_PREFIX}{os.getpid()}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _enable_multiprocess() -> Path | None:
-    """Point prometheus_client at this deployment's metrics directory.
+    """Point prometheus_client at this process's metrics directory.
 
-    The directory always follows SIGNALBOX_DATA_DIR, even over an inherited
+    * A child of a tree that serves its own metrics: the inherited private
+      directory (SIGNALBOX_METRICS_TREE_DIR).
+    * The first process of such a tree (SIGNALBOX_METRICS_PORT set): a new
+      private directory, so a pod or a container never depends on files of
+      another one.
+    * Otherwise (one machine, `up`): the directory shared by every process
+      of the data directory, which the API's /metrics merges.
+
+    The shared directory follows SIGNALBOX_DATA_DIR, even over an inherited
     PROMETHEUS_MULTIPROC_DIR: a process started by another one (a test
-    runner, `up`) must not write into its parent's deployment. Once
+    runner) must not write into its parent's deployment. Once
     prometheus_client is imported the choice is made; we keep it.
     """
     if "prometheus_client" in sys.modules:
         current = os.environ.get(MULTIPROC_ENV)
         return Path(current) if current else None
-    path = metrics_dir(_configured_data_dir())
+    data_dir, own_port = _configured()
+    inherited = os.environ.get(TREE_ENV)
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if inherited:
+            path = Path(inherited)
+            path.mkdir(parents=True, exist_ok=True)
+        elif own_port:
+            path = _private_tree_dir(metrics_dir(data_dir))
+            os.environ[TREE_ENV] = str(path)
+        else:
+            path = metrics_dir(data_dir)
+            path.mkdir(parents=True, exist_ok=True)
     except OSError:
         os.environ.pop(MULTIPROC_ENV, None)
         return None  # process-local metrics beat no process at all
@@ -162,22 +232,6 @@ def files_lock(path: Path, *, exclusive: bool) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    # A killed worker's children can linger as zombies when nothing reaps
-    # them (a container's init often does not): they count no more.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _file_pid(path: Path) -> int | None:

@@ -18,7 +18,7 @@ from tests.stack_fixtures import ROOT, free_port, wait_until
 pytestmark = pytest.mark.acceptance
 
 
-def up(data: Path, ports: dict[str, int]) -> subprocess.Popen[str]:
+def server_env(data: Path, ports: dict[str, int]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNALBOX_")}
     env.update(
         {
@@ -27,15 +27,28 @@ def up(data: Path, ports: dict[str, int]) -> subprocess.Popen[str]:
             "SIGNALBOX_SMTP_PORT": str(ports["smtp"]),
             "SIGNALBOX_EMBEDDED_REDIS_PORT": str(ports["redis"]),
             "SIGNALBOX_FLOWER_PORT": str(ports["flower"]),
+            # One uvicorn process instead of one per core: lighter on a busy CI
+            # machine; several API processes are tested in test_api_workers.
+            "SIGNALBOX_API_WORKERS": "1",
             "PYTHONUNBUFFERED": "1",
         }
     )
+    return env
+
+
+def up(data: Path, ports: dict[str, int]) -> subprocess.Popen[str]:
+    # Its stderr in a file beside the data, to read when a test fails.
+    with open(data.parent / "up-stderr.log", "ab") as stderr:
+        return _popen_up(data, ports, stderr)
+
+
+def _popen_up(data: Path, ports: dict[str, int], stderr: object) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "app.cli", "up"],
         cwd=ROOT,
-        env=env,
+        env=server_env(data, ports),
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,  # type: ignore[arg-type]
         text=True,
         start_new_session=True,
     )
@@ -59,6 +72,7 @@ def stop(proc: subprocess.Popen[str]) -> int:
     return code
 
 
+@pytest.mark.timeout(480)
 def test_up_runs_the_whole_stack_on_the_embedded_default_and_keeps_data(tmp_path: Path) -> None:
     data = tmp_path / "data"
     ports = {name: free_port() for name in ("api", "smtp", "redis", "flower")}
@@ -98,9 +112,87 @@ def test_up_runs_the_whole_stack_on_the_embedded_default_and_keeps_data(tmp_path
         read_banner(proc)
         headers = {"Authorization": f"Bearer {token}"}
         api = f"http://127.0.0.1:{ports['api']}"
-        wait_until(lambda: httpx.get(f"{api}/readyz", timeout=5).status_code == 200, 30)
+        # Ready once every part answers (the worker's and beat's heartbeats included).
+        wait_until(lambda: ready(api), 180, interval=0.5, what="/readyz 200 after the restart")
         evidence = httpx.get(f"{api}/v1/runs/{run_id}/evidence", headers=headers, timeout=10)
         assert evidence.status_code == 200
         assert evidence.json()["signals"][0]["status"] == "consumed"
+
+        # A part of `up` that stops answering makes /readyz 503 naming it.
+        worker = child_running(proc.pid, "worker")
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            wait_until(
+                lambda: "worker" in readyz_failing(api), 30, what="/readyz to name the worker"
+            )
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        wait_until(lambda: readyz_failing(api) == [], 30, what="ready again")
     finally:
         assert stop(proc) == 0
+
+
+def ready(api: str) -> bool:
+    try:
+        return httpx.get(f"{api}/readyz", timeout=10).status_code == 200
+    except httpx.TransportError:
+        return False  # still starting
+
+
+def readyz_failing(api: str) -> list[str]:
+    response = httpx.get(f"{api}/readyz", timeout=10)
+    failing: list[str] = response.json()["failing"]
+    assert (response.status_code == 503) == bool(failing)
+    return failing
+
+
+def child_running(pid: int, command: str) -> int:
+    """The pid of the child of `pid` that runs `python -m app.cli <command>`."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    for child in map(int, children):
+        argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        if command.encode() in argv:
+            return child
+    raise AssertionError(f"no {command} child of {pid}")
+
+
+@pytest.mark.parametrize("command", ["up", "api", "smtp"])
+def test_a_busy_port_fails_with_one_line_naming_the_setting(tmp_path: Path, command: str) -> None:
+    import socket
+
+    ports = {name: free_port() for name in ("api", "smtp", "redis", "flower")}
+    busy = "smtp" if command == "smtp" else "api"
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", ports[busy]))
+        holder.listen()
+        result = subprocess.run(
+            [sys.executable, "-m", "app.cli", command],
+            cwd=ROOT,
+            env=server_env(tmp_path / "data", ports),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"SIGNALBOX_{busy.upper()}_PORT" in lines[0] and str(ports[busy]) in lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_smtp_port_zero_is_refused_with_one_line(tmp_path: Path) -> None:
+    ports = {name: free_port() for name in ("api", "smtp", "redis", "flower")}
+    env = server_env(tmp_path / "data", ports)
+    env["SIGNALBOX_SMTP_PORT"] = "0"
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "up"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "SIGNALBOX_SMTP_PORT=0" in result.stderr
+    assert "Traceback" not in result.stderr

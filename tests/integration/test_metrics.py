@@ -1,5 +1,7 @@
-"""`GET /metrics` on real processes: every name of CONTRACT §7, and counters
-summed over the API and every Celery prefork child (multiprocess mode)."""
+"""Metrics on real processes: every contract name on the API's `/metrics`,
+counters summed over the API and every Celery prefork child (multiprocess
+mode), and, with SIGNALBOX_METRICS_PORT, each worker process serving its own
+counters while one chosen kind of process serves the database gauges."""
 
 from __future__ import annotations
 
@@ -26,14 +28,16 @@ CONTRACT_METRICS = {
     "signalbox_leases_lapsed": ("counter", {"namespace"}),
     "signalbox_signals": ("gauge", {"status"}),
     "signalbox_oldest_due_signal_age_seconds": ("gauge", set()),
-    "signalbox_dead_letters": ("gauge", {"reason", "state"}),
+    "signalbox_dead_letters": ("gauge", {"reason", "state", "namespace"}),
     "signalbox_circuit_state": ("gauge", {"provider"}),
 }
 
 
-def scrape(stack: Stack) -> dict[str, list[tuple[str, dict[str, str], float]]]:
-    """Sample name -> [(sample name, labels, value)], grouped by family."""
-    response = httpx.get(f"{stack.api_url}/metrics", timeout=10)
+def scrape(stack: Stack | str) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    """Sample name -> [(sample name, labels, value)], grouped by family; of the
+    API's /metrics or of a metrics URL."""
+    url = stack if isinstance(stack, str) else f"{stack.api_url}/metrics"
+    response = httpx.get(url, timeout=10)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     return {
@@ -158,3 +162,81 @@ def test_checks_of_every_worker_child_are_counted_and_survive_a_worker_restart(
     assert _pids_with(metrics_dir, '"signalbox_checks_total"') == {"archive"}
     after = scrape(stack)
     assert sample_sum(after, "signalbox_checks", "signalbox_checks_total") == check_rows
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def test_each_worker_serves_its_own_counters_on_its_metrics_port(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    import os
+    import signal
+
+    from tests.stack_fixtures import free_port
+
+    stack = stack_factory()
+    stack.start_api()
+    ports = {"w1": free_port(), "w2": free_port(), "beat": free_port()}
+    for name in ("w1", "w2"):
+        stack.spawn_worker(name, extra_env={"SIGNALBOX_METRICS_PORT": str(ports[name])})
+    stack.spawn(
+        "beat",
+        ["beat"],
+        {"SIGNALBOX_METRICS_PORT": str(ports["beat"]), "SIGNALBOX_METRICS_DB_GAUGES": "true"},
+    )
+    stack.wait_worker("w1")
+    stack.wait_worker("w2")
+    ids = [
+        create_signal(stack, expires_in_seconds=30, max_checks=2)["signal_id"] for _ in range(24)
+    ]
+    wait_until(
+        lambda: (
+            db_scalar(stack, "SELECT count(*) FROM signals WHERE status = 'expired'") == len(ids)
+        ),
+        40,
+        interval=0.2,
+        what="every signal to use up its 2 checks",
+    )
+    per_worker = {
+        name: sample_sum(
+            scrape(f"http://127.0.0.1:{ports[name]}/metrics"),
+            "signalbox_checks",
+            "signalbox_checks_total",
+        )
+        for name in ("w1", "w2")
+    }
+    check_rows = db_scalar(stack, "SELECT count(*) FROM checks")
+    # Each worker counts its own checks only; together they are all of them.
+    assert per_worker["w1"] > 0 and per_worker["w2"] > 0, per_worker
+    assert per_worker["w1"] + per_worker["w2"] == check_rows
+    # Their files are private to each process tree: the API's /metrics does not see them.
+    assert sample_sum(scrape(stack), "signalbox_checks", "signalbox_checks_total") == 0
+
+    # The database gauges come from the one kind of process told to serve them.
+    w1 = scrape(f"http://127.0.0.1:{ports['w1']}/metrics")
+    assert "signalbox_signals" not in w1 and "signalbox_dead_letters" not in w1
+    beat = scrape(f"http://127.0.0.1:{ports['beat']}/metrics")
+    assert sample_sum(beat, "signalbox_signals", "signalbox_signals", status="expired") == len(ids)
+    assert sample_sum(
+        beat,
+        "signalbox_dead_letters",
+        "signalbox_dead_letters",
+        reason="check_budget",
+        state="open",
+        namespace="default",
+    ) == len(ids)
+    assert (
+        sample_sum(beat, "signalbox_dead_letters", "signalbox_dead_letters", namespace="other") == 0
+    )
+
+    # A prefork child's death loses none of its worker's counts.
+    child = _children(stack.procs["w1"].pid)[0]
+    os.kill(child, signal.SIGKILL)
+    wait_until(
+        lambda: child not in _children(stack.procs["w1"].pid), 20, what="the child to be gone"
+    )
+    after = scrape(f"http://127.0.0.1:{ports['w1']}/metrics")
+    assert sample_sum(after, "signalbox_checks", "signalbox_checks_total") == per_worker["w1"]
