@@ -27,6 +27,13 @@ def _sweep() -> Any:
     return sweep.sweep(get_settings())
 
 
+def _heartbeat() -> None:
+    from app.observability import heartbeat
+    from app.settings import get_settings
+
+    heartbeat.touch(get_settings().data_dir, "beat")
+
+
 # Task name → what beat runs itself for it.
 LOCAL: dict[str, Callable[[], Any]] = {"signalbox.sweep": _sweep}
 
@@ -38,6 +45,7 @@ class SignalboxScheduler(PersistentScheduler):  # type: ignore[misc]  # celery i
             super().apply_entry(entry, producer=producer)
             return
         began = time.monotonic()
+        _heartbeat()  # beat's loop is alive: what its liveness probe asks
         try:
             run()
         except Exception as exc:  # the next tick tries again; beat must go on
