@@ -74,6 +74,16 @@ class Settings(BaseSettings):
     mailbox_domain: str = "signalbox.test"
     log_level: str = "INFO"
 
+    # Tenants and hostile input.
+    api_max_body_bytes: int = Field(1024 * 1024, ge=1024)
+    max_lookback_hours: float = Field(24.0, gt=0)
+    # How far ahead of the server's clock `received_after` may be.
+    max_lookahead_hours: float = Field(1.0, ge=0)
+    max_long_polls: int = Field(1000, ge=1)
+    max_waiting_per_namespace: int = Field(10_000, ge=1)
+    # `namespace:domain,…`: mail to an owned domain is that namespace's only.
+    namespace_domains: str = ""
+
     @field_validator("api_tokens", "ops_tokens")
     @classmethod
     def _tokens_are_pairs(cls, value: str) -> str:
@@ -81,6 +91,12 @@ class Settings(BaseSettings):
             owner, sep, token = pair.partition(":")
             if not sep or not owner or not token:
                 raise ValueError("expected name:token pairs separated by commas")
+        return value
+
+    @field_validator("namespace_domains")
+    @classmethod
+    def _domains_have_one_owner(cls, value: str) -> str:
+        _domain_owners(value)
         return value
 
     @field_validator("flower_basic_auth")
@@ -114,6 +130,11 @@ class Settings(BaseSettings):
         return _pairs(self.ops_tokens)
 
     @property
+    def namespace_domain_owners(self) -> dict[str, str]:
+        """domain -> the namespace that owns it, from SIGNALBOX_NAMESPACE_DOMAINS."""
+        return _domain_owners(self.namespace_domains)
+
+    @property
     def accepted_domains(self) -> frozenset[str]:
         return frozenset(d.strip().lower() for d in self.smtp_domains.split(",") if d.strip())
 
@@ -133,6 +154,20 @@ def _pairs(value: str) -> dict[str, str]:
     for pair in filter(None, (p.strip() for p in value.split(","))):
         owner, _, token = pair.partition(":")
         out[token] = owner
+    return out
+
+
+def _domain_owners(value: str) -> dict[str, str]:
+    """`namespace:domain,…` → {domain: namespace}; a domain given twice fails."""
+    out: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in value.split(","))):
+        namespace, sep, domain = (part.strip() for part in pair.partition(":"))
+        domain = domain.lower().lstrip("@")
+        if not sep or not namespace or not domain or "@" in domain or ":" in domain:
+            raise ValueError("expected namespace:domain pairs separated by commas")
+        if out.get(domain, namespace) != namespace:
+            raise ValueError(f"domain {domain} is given to {out[domain]} and {namespace}")
+        out[domain] = namespace
     return out
 
 
