@@ -187,6 +187,13 @@ def mailbox_insert(session: Session, values: Mapping[Any, Any]) -> Row:
     )
 
 
+def mailbox_owner_get(session: Session, address: str) -> str | None:
+    """The namespace of the mailbox at `address` (live or deleted), or None."""
+    return session.execute(
+        text("SELECT namespace FROM mailboxes WHERE address = :a"), {"a": address.strip().lower()}
+    ).scalar_one_or_none()
+
+
 def mailbox_delete(session: Session, mailbox_id: str, namespace: str) -> Row | None:
     return (
         session.execute(

@@ -108,6 +108,32 @@ def signal_get(session: Session, signal_id: str, namespace: str | None = None) -
     return session.execute(text(sql), {"id": signal_id, "ns": namespace}).mappings().first()
 
 
+def signal_waiting_count(
+    session: Session, namespace: str, *, limit: int, serialise: bool = False
+) -> int:
+    """How many of the namespace's signals are waiting, counted up to `limit`
+    (a bounded count: its cost does not grow past the limit).
+
+    `serialise` first takes a transaction-scoped advisory lock on the
+    namespace, so concurrent creates near the quota count one after another
+    and each sees the others' committed rows.
+    """
+    if serialise:
+        session.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended('signalbox.waiting:' || :ns, 0))"),
+            {"ns": namespace},
+        )
+    return int(
+        session.execute(
+            text(
+                "SELECT count(*) FROM (SELECT 1 FROM signals"
+                " WHERE namespace = :ns AND status = 'waiting' LIMIT :limit) AS w"
+            ),
+            {"ns": namespace, "limit": limit},
+        ).scalar_one()
+    )
+
+
 def signal_rows_many(session: Session, signal_ids: Sequence[str]) -> list[Row]:
     return list(
         session.execute(

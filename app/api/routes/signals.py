@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app import evidence, signals
 from app.api.deps import AppSettings, Namespace
+from app.api.params import Cursor, Limit, MailboxId, ProviderPath, RunIdPath, RunIdQuery, SignalId
 from app.errors import UnknownProvider
 from app.inputs import MailboxCreate, SignalCreate
 from app.providers.runtime import provider_configs
@@ -21,7 +22,6 @@ router = APIRouter(prefix="/v1")
 PENDING = ("waiting", "provider_error")
 # Safety net only: a missed notification costs at most this much latency.
 RECHECK_SECONDS = 5.0
-Limit = Annotated[int, Query(ge=1, le=500)]
 
 
 @router.post("/signals", status_code=201)
@@ -37,7 +37,7 @@ def create_signal(
 
 @router.get("/signals/{signal_id}")
 async def get_signal(
-    signal_id: str,
+    signal_id: SignalId,
     request: Request,
     namespace: Namespace,
     wait: Annotated[int, Query(ge=0, le=60)] = 0,
@@ -46,6 +46,13 @@ async def get_signal(
     view = await run_in_threadpool(signals.signal_read, namespace, signal_id)
     if wait == 0 or view["result"] not in PENDING:
         return view
+    with request.app.state.long_polls.hold():  # 429 too_many_long_polls beyond the cap
+        return await _wait_for_change(request, namespace, signal_id, wait)
+
+
+async def _wait_for_change(
+    request: Request, namespace: str, signal_id: str, wait: int
+) -> dict[str, Any]:
     notifier = request.app.state.notifier
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
@@ -67,9 +74,9 @@ async def get_signal(
 @router.get("/signals")
 def list_signals(
     namespace: Namespace,
-    run_id: Annotated[str, Query(min_length=1, max_length=128)],
+    run_id: RunIdQuery,
     limit: Limit = 50,
-    cursor: str | None = None,
+    cursor: Cursor = None,
 ) -> dict[str, Any]:
     items, next_cursor = signals.signal_list(namespace, run_id, limit=limit, cursor=cursor)
     return {"items": items, "next_cursor": next_cursor}
@@ -83,13 +90,13 @@ def create_mailbox(
 
 
 @router.delete("/mailboxes/{mailbox_id}", status_code=204)
-def delete_mailbox(mailbox_id: str, namespace: Namespace) -> Response:
+def delete_mailbox(mailbox_id: MailboxId, namespace: Namespace) -> Response:
     signals.mailbox_delete(namespace, mailbox_id)
     return Response(status_code=204)
 
 
 @router.post("/inbound/{provider}", status_code=202)
-def inbound(provider: str, namespace: Namespace, settings: AppSettings) -> dict[str, Any]:
+def inbound(provider: ProviderPath, namespace: Namespace, settings: AppSettings) -> dict[str, Any]:
     """A provider's webhook: this namespace's signals waiting on it are checked now."""
     if provider not in provider_configs(settings):
         raise UnknownProvider(f"provider {provider!r} is not configured", field="provider")
@@ -98,5 +105,5 @@ def inbound(provider: str, namespace: Namespace, settings: AppSettings) -> dict[
 
 
 @router.get("/runs/{run_id}/evidence")
-def run_evidence(run_id: str, namespace: Namespace) -> dict[str, Any]:
+def run_evidence(run_id: RunIdPath, namespace: Namespace) -> dict[str, Any]:
     return evidence.run_evidence(namespace, run_id)
