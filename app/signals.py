@@ -176,22 +176,27 @@ def _raise_if_conflicting(row: Any, req: SignalCreate) -> None:
         )
 
 
-def signal_read(namespace: str, signal_id: str) -> dict[str, Any]:
+def signal_read(namespace: str | None, signal_id: str, *, masked: bool = False) -> dict[str, Any]:
+    """The signal's view; `namespace` None reads any namespace (operators,
+    who get it `masked`)."""
     with transaction() as session:
         row = repo.signal_get(session, signal_id, namespace)
         if row is None:
             raise NotFound(f"no signal {signal_id}")
-        return views.signal_views(session, [row])[0]
+        view = views.signal_views(session, [row])[0]
+    return views.operator_view(view) if masked else view
 
 
 def signal_list(
-    namespace: str, run_id: str, *, limit: int, cursor: str | None
+    namespace: str | None, run_id: str, *, limit: int, cursor: str | None, masked: bool = False
 ) -> tuple[list[dict[str, Any]], str | None]:
     after = views.decode_cursor(cursor) if cursor else None
     with transaction() as session:
         rows = repo.signal_list_by_run(session, namespace, run_id, after=after, limit=limit + 1)
         page, more = rows[:limit], len(rows) > limit
         items = views.signal_views(session, page)
+    if masked:
+        items = [views.operator_view(v) for v in items]
     next_cursor = views.encode_cursor(page[-1]["created_at"], page[-1]["id"]) if more else None
     return items, next_cursor
 

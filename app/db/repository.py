@@ -146,17 +146,26 @@ def signal_rows_many(session: Session, signal_ids: Sequence[str]) -> list[Row]:
 
 
 def signal_list_by_run(
-    session: Session, namespace: str, run_id: str, *, after: tuple[datetime, str] | None, limit: int
+    session: Session,
+    namespace: str | None,
+    run_id: str,
+    *,
+    after: tuple[datetime, str] | None,
+    limit: int,
 ) -> Sequence[Row]:
+    """The run's signals in one namespace, or in every one (`namespace` None)."""
     params: dict[str, Any] = {"ns": namespace, "run": run_id, "limit": limit}
     cursor_sql = ""
+    ns_sql = "namespace = :ns AND " if namespace is not None else ""
     if after is not None:
         cursor_sql = " AND (created_at, id) > (:after_ts, :after_id)"
         params.update(after_ts=after[0], after_id=after[1])
     return (
         session.execute(
             text(
-                "SELECT * FROM signals WHERE namespace = :ns AND run_id = :run"
+                "SELECT * FROM signals WHERE "
+                + ns_sql
+                + "run_id = :run"
                 + cursor_sql
                 + " ORDER BY created_at, id LIMIT :limit"
             ),
