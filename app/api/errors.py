@@ -59,6 +59,13 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:
+            # FastAPI's answer to a body it cannot decode (not UTF-8, …): the
+            # contract's answer to invalid JSON is 422 naming the body.
+            return JSONResponse(
+                error_body("invalid_input", "body: the body is not valid JSON", field="body"),
+                status_code=422,
+            )
         code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(
             exc.status_code, "http_error"
         )
