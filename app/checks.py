@@ -33,7 +33,7 @@ from app.domain.backoff import BackoffPolicy
 from app.domain.ids import new_id, recipient_hash
 from app.domain.mail import ParsedMail, parse_mail
 from app.domain.matching import Candidate, Criteria, floor_to, pick
-from app.domain.ownership import owner_of, visible_to
+from app.domain.ownership import may_use, owner_of
 from app.domain.scheduling import Counters, after_check, spends_budget
 from app.domain.states import CheckOutcome, CheckReason, Status
 from app.errors import ProviderError
@@ -455,7 +455,7 @@ def _write(
             c
             for c in candidates
             if c[1].received_at <= row["expires_at"]
-            and visible_to(row["namespace"], owners.get(row["recipient"]))
+            and may_use(row["namespace"], owners.get(row["recipient"]))
         ]
         _decide(
             session,

@@ -102,3 +102,31 @@ class ProviderRejected(ProviderError):
 
     code = "provider_rejected"
     transient = False
+
+
+class TooManyRequests(SignalboxError):
+    """A bound on concurrent work was reached: retry after `retry_after_seconds`."""
+
+    code = "too_many_requests"
+    status_code = 429
+    default_message = "Too many requests; retry later."
+
+    def __init__(self, message: str | None = None, *, retry_after_seconds: float = 5.0) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
+class TooManyWaiting(TooManyRequests):
+    code = "too_many_waiting"
+    default_message = "This namespace has as many waiting signals as it may; retry later."
+
+
+class TooManyLongPolls(TooManyRequests):
+    code = "too_many_long_polls"
+    default_message = "This API process holds as many long polls as it may; retry later."
+
+
+class RecipientNotOwned(SignalboxError):
+    code = "recipient_not_owned"
+    status_code = 403
+    default_message = "The address is owned by another namespace."

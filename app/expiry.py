@@ -143,7 +143,7 @@ def republish_unsent(lease_seconds: float = 30.0, limit: int = 200) -> int:
     return len(ids)
 
 
-def dead_letter_read(namespace: str, dead_letter_id: str) -> dict[str, Any]:
+def dead_letter_read(namespace: str | None, dead_letter_id: str) -> dict[str, Any]:
     with transaction() as session:
         row = dlq_repo.dead_letter_get(session, dead_letter_id, namespace)
         if row is None:
@@ -152,7 +152,7 @@ def dead_letter_read(namespace: str, dead_letter_id: str) -> dict[str, Any]:
 
 
 def dead_letter_list(
-    namespace: str,
+    namespace: str | None,
     *,
     state: str | None,
     reason: str | None,
@@ -176,7 +176,7 @@ def dead_letter_list(
     return [views.dead_letter_view(r) for r in page], next_cursor
 
 
-def dead_letter_redrive(namespace: str, dead_letter_id: str, req: Redrive) -> dict[str, Any]:
+def dead_letter_redrive(namespace: str | None, dead_letter_id: str, req: Redrive) -> dict[str, Any]:
     """open dead letter → redriven, its signal → waiting with a new deadline
     and budget; history (checks, near misses, old dead letters) stays.
     Redriving twice answers 409: it never creates a second signal."""
@@ -204,7 +204,7 @@ def dead_letter_redrive(namespace: str, dead_letter_id: str, req: Redrive) -> di
     return view
 
 
-def dead_letter_discard(namespace: str, dead_letter_id: str, req: Discard) -> dict[str, Any]:
+def dead_letter_discard(namespace: str | None, dead_letter_id: str, req: Discard) -> dict[str, Any]:
     with transaction() as session:
         dl = dlq_repo.dead_letter_get(session, dead_letter_id, namespace)
         if dl is None:

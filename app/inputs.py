@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -25,8 +25,27 @@ def normalise_address(value: str) -> str:
     return address.lower()
 
 
+def _storable(value: Any) -> bool:
+    """True when every string in `value` (keys included) can be stored: no NUL,
+    no lone surrogate (PostgreSQL rejects both)."""
+    if isinstance(value, str):
+        return "\x00" not in value and not any("\ud800" <= c <= "\udfff" for c in value)
+    if isinstance(value, dict):
+        return all(_storable(k) and _storable(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(_storable(v) for v in value)
+    return True
+
+
 class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_unstorable_text(cls, value: Any) -> Any:
+        if not _storable(value):
+            raise ValueError("must not contain NUL characters or lone surrogates")
+        return value
 
 
 class SignalCreate(_Input):
@@ -50,9 +69,14 @@ class SignalCreate(_Input):
     @field_validator("received_after")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
             raise ValueError("must carry a timezone, e.g. 2026-01-01T00:00:00Z")
-        return value
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("is out of range") from None
 
     @field_validator("metadata")
     @classmethod
@@ -83,3 +107,27 @@ class Redrive(_Input):
 
 class Discard(_Input):
     note: str = Field(min_length=1, max_length=2000)
+
+
+def check_received_after(
+    received_after: datetime | None, now: datetime, *, lookback_hours: float, lookahead_hours: float
+) -> None:
+    """`received_after` must lie within [now - lookback, now + lookahead] of the
+    server's clock; else InvalidInput naming the field."""
+    from app.errors import InvalidInput
+
+    if received_after is None:
+        return
+    earliest = now - timedelta(hours=lookback_hours)
+    latest = now + timedelta(hours=lookahead_hours)
+    if received_after < earliest:
+        raise InvalidInput(
+            f"received_after: must be at most {lookback_hours:g} h before the server's clock"
+            " (SIGNALBOX_MAX_LOOKBACK_HOURS)",
+            field="received_after",
+        )
+    if received_after > latest:
+        raise InvalidInput(
+            f"received_after: must be at most {lookahead_hours:g} h after the server's clock",
+            field="received_after",
+        )

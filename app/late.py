@@ -20,7 +20,7 @@ from app.db import messages as messages_repo
 from app.db.engine import transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
 from app.domain.matching import Candidate, Criteria, floor_to, pick
-from app.domain.ownership import visible_to
+from app.domain.ownership import may_use
 from app.domain.states import CheckOutcome
 from app.providers.base import SearchQuery
 from app.settings import Settings
@@ -62,7 +62,7 @@ def look(settings: Settings, provider_name: str, *, provider_for: Any, breaker_f
         candidates = checks.record_messages(session, provider_name, result.messages)
         owners = checks.recipient_owners(session, settings, set(windows))
         for w in watched:
-            if not visible_to(w["namespace"], owners.get(w["recipient"])):
+            if not may_use(w["namespace"], owners.get(w["recipient"])):
                 continue
             if _link(session, w, candidates, precision):
                 linked += 1

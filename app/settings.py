@@ -46,8 +46,6 @@ class Settings(BaseSettings):
     smtp_max_recipients: int = Field(100, ge=1)
     smtp_max_connections: int = Field(64, ge=1)
     api_tokens: str = ""
-    # `namespace:domain,…`: mail to an owned domain is visible to its namespace only.
-    namespace_domains: str = ""
     # Operators: `name:token,…`; they triage every namespace, never read content.
     ops_tokens: str = ""
     flower_host: str = "127.0.0.1"
@@ -107,6 +105,15 @@ class Settings(BaseSettings):
     # Set by `up` for its API: the other parts /readyz must also see alive
     # (comma-separated among smtp, worker, beat).
     ready_parts: str = ""
+    # Tenants and hostile input.
+    api_max_body_bytes: int = Field(1024 * 1024, ge=1024)
+    max_lookback_hours: float = Field(24.0, gt=0)
+    # How far ahead of the server's clock `received_after` may be.
+    max_lookahead_hours: float = Field(1.0, ge=0)
+    max_long_polls: int = Field(1000, ge=1)
+    max_waiting_per_namespace: int = Field(10_000, ge=1)
+    # `namespace:domain,…`: mail to an owned domain is that namespace's only.
+    namespace_domains: str = ""
 
     @field_validator("api_tokens", "ops_tokens")
     @classmethod
@@ -120,14 +127,7 @@ class Settings(BaseSettings):
     @field_validator("namespace_domains")
     @classmethod
     def _domains_have_one_owner(cls, value: str) -> str:
-        owners: dict[str, str] = {}
-        for pair in filter(None, (p.strip() for p in value.split(","))):
-            namespace, sep, domain = pair.partition(":")
-            domain = domain.strip().lower()
-            if not sep or not namespace.strip() or not domain:
-                raise ValueError("expected namespace:domain pairs separated by commas")
-            if owners.setdefault(domain, namespace.strip()) != namespace.strip():
-                raise ValueError(f"domain {domain!r} is given to two namespaces")
+        _domain_owners(value)
         return value
 
     @field_validator("flower_basic_auth")
@@ -162,8 +162,8 @@ class Settings(BaseSettings):
 
     @property
     def namespace_domain_owners(self) -> dict[str, str]:
-        """domain -> owning namespace, from SIGNALBOX_NAMESPACE_DOMAINS."""
-        return {d.lower(): ns for d, ns in _pairs(self.namespace_domains).items()}
+        """domain -> the namespace that owns it, from SIGNALBOX_NAMESPACE_DOMAINS."""
+        return _domain_owners(self.namespace_domains)
 
     @property
     def accepted_domains(self) -> frozenset[str]:
@@ -185,6 +185,20 @@ def _pairs(value: str) -> dict[str, str]:
     for pair in filter(None, (p.strip() for p in value.split(","))):
         owner, _, token = pair.partition(":")
         out[token] = owner
+    return out
+
+
+def _domain_owners(value: str) -> dict[str, str]:
+    """`namespace:domain,…` → {domain: namespace}; a domain given twice fails."""
+    out: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in value.split(","))):
+        namespace, sep, domain = (part.strip() for part in pair.partition(":"))
+        domain = domain.lower().lstrip("@")
+        if not sep or not namespace or not domain or "@" in domain or ":" in domain:
+            raise ValueError("expected namespace:domain pairs separated by commas")
+        if out.get(domain, namespace) != namespace:
+            raise ValueError(f"domain {domain} is given to {out[domain]} and {namespace}")
+        out[domain] = namespace
     return out
 
 

@@ -12,14 +12,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from app import dispatch, views
 from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.db.engine import transaction
+from app.domain import ownership
 from app.domain.ids import new_id, recipient_hash
 from app.domain.states import Status
-from app.errors import IdempotencyConflict, NotFound, UnknownProvider
-from app.inputs import MailboxCreate, SignalCreate
+from app.errors import (
+    IdempotencyConflict,
+    NotFound,
+    RecipientNotOwned,
+    TooManyWaiting,
+    UnknownProvider,
+)
+from app.inputs import MailboxCreate, SignalCreate, check_received_after
 from app.observability import metrics
 from app.providers.runtime import provider_configs
 from app.settings import Settings
@@ -28,6 +37,11 @@ log = logging.getLogger("signalbox.signals")
 
 # Fields whose difference under the same key is a conflict (CONTRACT §4).
 CONFLICT_FIELDS = ("recipient", "test_case", "subject_contains", "body_contains", "provider")
+# Creates that count without the namespace's lock: exact unless more than this
+# many creates of one namespace are in flight at once while it is this close to
+# its quota (then it can be over by at most the number in flight).
+QUOTA_SLACK = 64
+QUOTA_RETRY_AFTER_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,16 @@ def signal_create(
     key = idempotency_key or f"{req.run_id}:{req.test_case}"
     signal_id = new_id("sig")
     with transaction() as session:
+        now = repo.db_now(session)
+        # Judged by the database's clock, the authority for every timestamp.
+        check_received_after(
+            req.received_after,
+            now,
+            lookback_hours=settings.max_lookback_hours,
+            lookahead_hours=settings.max_lookahead_hours,
+        )
+        _check_owner(settings, session, namespace, req.recipient)
+        _check_quota(settings, session, namespace, key)
         nested = session.begin_nested()
         repo.signal_insert(
             session,
@@ -68,7 +92,7 @@ def signal_create(
                 "subject_contains": req.subject_contains,
                 "body_contains": req.body_contains,
                 "received_after": req.received_after,
-                "now": repo.db_now(session),
+                "now": now,
                 "expires_in": float(req.expires_in_seconds),
                 "max_checks": req.max_checks,
                 "provider": req.provider,
@@ -110,6 +134,39 @@ def signal_create(
     return Created(view=view, created=created)
 
 
+def _check_owner(settings: Settings, session: Session, namespace: str, address: str) -> None:
+    owner = ownership.owner_of(
+        address,
+        settings.namespace_domain_owners,
+        messages_repo.mailbox_owner_get(session, address),
+    )
+    if not ownership.may_use(namespace, owner):
+        # Says no more than that: which namespace owns it is not this caller's business.
+        raise RecipientNotOwned(
+            "the address belongs to another namespace (a mailbox or an owned domain)",
+            field="recipient",
+        )
+
+
+def _check_quota(settings: Settings, session: Session, namespace: str, key: str) -> None:
+    """At most `max_waiting_per_namespace` waiting signals; a replay of an
+    existing key is never refused. Near the limit, creates of one namespace
+    count under an advisory lock, one at a time, so the limit is exact;
+    farther from it they count in parallel (see QUOTA_SLACK)."""
+    limit = settings.max_waiting_per_namespace
+    if repo.signal_waiting_count(session, namespace, limit=limit) < limit - QUOTA_SLACK:
+        return
+    if repo.signal_waiting_count(session, namespace, limit=limit, serialise=True) < limit:
+        return
+    if repo.idempotency_key_signal(session, namespace, key) is not None:
+        return
+    raise TooManyWaiting(
+        f"this namespace already has {limit} waiting signals"
+        " (SIGNALBOX_MAX_WAITING_PER_NAMESPACE); retry when some are found or expired",
+        retry_after_seconds=QUOTA_RETRY_AFTER_SECONDS,
+    )
+
+
 def _raise_if_conflicting(row: Any, req: SignalCreate) -> None:
     differing = [f for f in CONFLICT_FIELDS if row[f] != getattr(req, f)]
     if differing:
@@ -119,22 +176,27 @@ def _raise_if_conflicting(row: Any, req: SignalCreate) -> None:
         )
 
 
-def signal_read(namespace: str, signal_id: str) -> dict[str, Any]:
+def signal_read(namespace: str | None, signal_id: str, *, masked: bool = False) -> dict[str, Any]:
+    """The signal's view; `namespace` None reads any namespace (operators,
+    who get it `masked`)."""
     with transaction() as session:
         row = repo.signal_view_get(session, signal_id, namespace)
         if row is None:
             raise NotFound(f"no signal {signal_id}")
-        return views.signal_views(session, [row])[0]
+        view = views.signal_views(session, [row])[0]
+    return views.operator_view(view) if masked else view
 
 
 def signal_list(
-    namespace: str, run_id: str, *, limit: int, cursor: str | None
+    namespace: str | None, run_id: str, *, limit: int, cursor: str | None, masked: bool = False
 ) -> tuple[list[dict[str, Any]], str | None]:
     after = views.decode_cursor(cursor) if cursor else None
     with transaction() as session:
         rows = repo.signal_list_by_run(session, namespace, run_id, after=after, limit=limit + 1)
         page, more = rows[:limit], len(rows) > limit
         items = views.signal_views(session, page)
+    if masked:
+        items = [views.operator_view(v) for v in items]
     next_cursor = views.encode_cursor(page[-1]["created_at"], page[-1]["id"]) if more else None
     return items, next_cursor
 
@@ -153,6 +215,9 @@ def push(
 def mailbox_create(settings: Settings, namespace: str, req: MailboxCreate) -> dict[str, Any]:
     """A fresh address no earlier message can match (random local part)."""
     _check_provider(settings, req.provider)
+    domain = settings.mailbox_domain.strip().lower()
+    if not ownership.may_use(namespace, settings.namespace_domain_owners.get(domain)):
+        raise RecipientNotOwned("the mailbox domain belongs to another namespace", field="provider")
     mailbox_id = new_id("mbx")
     local = f"sbx-{mailbox_id.removeprefix('mbx_')}"
     with transaction() as session:
@@ -163,7 +228,7 @@ def mailbox_create(settings: Settings, namespace: str, req: MailboxCreate) -> di
                 "namespace": namespace,
                 "run_id": req.run_id,
                 "provider": req.provider,
-                "address": f"{local}@{settings.mailbox_domain}",
+                "address": f"{local}@{domain}",
                 "ttl": settings.mailbox_ttl_hours * 3600.0,
             },
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -34,15 +35,68 @@ def encode_cursor(created_at: datetime, object_id: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+CURSOR_MAX_CHARS = 256
+# Ids are opaque but plain: no NUL, no surrogate, nothing the database rejects.
+_CURSOR_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
+
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The position a cursor from `encode_cursor` names; anything else is a 422
+    naming `cursor` (never an error of the database or the parser)."""
     from app.errors import InvalidInput
 
+    invalid = InvalidInput("cursor is not one this API returned", field="cursor")
+    if not cursor or len(cursor) > CURSOR_MAX_CHARS or not cursor.isascii():
+        raise invalid
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        ts, object_id = json.loads(base64.urlsafe_b64decode(padded))
-        return datetime.fromisoformat(ts), str(object_id)
-    except (ValueError, TypeError) as exc:
-        raise InvalidInput("cursor is not one this API returned", field="cursor") from exc
+        decoded = json.loads(base64.urlsafe_b64decode(padded))
+        if not isinstance(decoded, list) or len(decoded) != 2:
+            raise invalid
+        ts, object_id = decoded
+        if not isinstance(ts, str) or not isinstance(object_id, str):
+            raise invalid
+        if not _CURSOR_ID.fullmatch(object_id) or len(ts) > 40:
+            raise invalid
+        at = datetime.fromisoformat(ts)
+        if at.tzinfo is None:
+            raise invalid
+        return at.astimezone(UTC), object_id
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise invalid from exc
+
+
+# A minimal masker for operator views (a shared app/domain/masking.py may replace it).
+_URL = re.compile(r"(?:https?://|www\.)\S+", re.IGNORECASE)
+_CODE = re.compile(r"\b(?=[A-Za-z0-9]*[0-9])[A-Za-z0-9]{4,}\b")
+
+
+def _mask_subject(text: str) -> str:
+    """URLs → `<link>`, runs of 4+ letters/digits holding a digit → `<code>`."""
+    return _CODE.sub("<code>", _URL.sub("<link>", text))
+
+
+def operator_view(view: dict[str, Any]) -> dict[str, Any]:
+    """A signal view as an operator sees it: the message's subject and the near
+    misses' subjects masked (an operator never reads content)."""
+    out = dict(view)
+    if out.get("message"):
+        message = dict(out["message"])
+        if message.get("subject"):
+            message["subject"] = _mask_subject(message["subject"])
+        out["message"] = message
+    if out.get("dead_letter"):
+        out["dead_letter"] = operator_dead_letter_view(out["dead_letter"])
+    return out
+
+
+def operator_dead_letter_view(view: dict[str, Any]) -> dict[str, Any]:
+    out = dict(view)
+    out["near_misses"] = [
+        {**m, "subject": _mask_subject(m["subject"])} if m.get("subject") else m
+        for m in (out.get("near_misses") or [])
+    ]
+    return out
 
 
 def mailbox_view(row: Mapping[Any, Any]) -> dict[str, Any]:

@@ -8,6 +8,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.api import errors
+from app.api.limits import LongPollGate
+from app.api.middleware import GateMiddleware
 from app.api.notify import SignalNotifier
 from app.api.routes import claims, dead_letters, ops, signals
 from app.settings import Settings, get_settings
@@ -33,7 +35,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.long_polls = LongPollGate(settings.max_long_polls)
     errors.install(app)
+    app.add_middleware(GateMiddleware, settings=settings)
     for module in (signals, claims, dead_letters, ops):
         app.include_router(module.router)
     return app

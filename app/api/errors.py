@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -30,7 +31,10 @@ def install(app: FastAPI) -> None:
             body["status"] = exc.code
         if isinstance(exc, InvalidInput) and exc.field:
             body["error"]["field"] = exc.field
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else {}
+        retry_after = getattr(exc, "retry_after_seconds", None)
+        if retry_after is not None:
+            headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
         return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -55,7 +59,16 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        if exc.status_code == 400:
+            # FastAPI's answer to a body it cannot decode (not UTF-8, …): the
+            # contract's answer to invalid JSON is 422 naming the body.
+            return JSONResponse(
+                error_body("invalid_input", "body: the body is not valid JSON", field="body"),
+                status_code=422,
+            )
+        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(
+            exc.status_code, "http_error"
+        )
         return JSONResponse(
             error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
         )

@@ -60,7 +60,7 @@ def dead_letter_latest_many(session: Session, signal_ids: Sequence[str]) -> dict
 
 def dead_letter_list(
     session: Session,
-    namespace: str,
+    namespace: str | None,
     *,
     state: str | None,
     reason: str | None,
@@ -69,9 +69,10 @@ def dead_letter_list(
     after: tuple[Any, str] | None,
     limit: int,
 ) -> Sequence[RowMapping]:
-    where = ["namespace = :ns"]
-    params: dict[str, Any] = {"ns": namespace, "limit": limit}
+    where = ["true"]
+    params: dict[str, Any] = {"limit": limit}
     for column, value in (
+        ("namespace", namespace),
         ("state", state),
         ("reason", reason),
         ("provider", provider),

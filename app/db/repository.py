@@ -129,6 +129,32 @@ def signal_view_get(session: Session, signal_id: str, namespace: str | None = No
     return session.execute(text(sql), {"id": signal_id, "ns": namespace}).mappings().first()
 
 
+def signal_waiting_count(
+    session: Session, namespace: str, *, limit: int, serialise: bool = False
+) -> int:
+    """How many of the namespace's signals are waiting, counted up to `limit`
+    (a bounded count: its cost does not grow past the limit).
+
+    `serialise` first takes a transaction-scoped advisory lock on the
+    namespace, so concurrent creates near the quota count one after another
+    and each sees the others' committed rows.
+    """
+    if serialise:
+        session.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended('signalbox.waiting:' || :ns, 0))"),
+            {"ns": namespace},
+        )
+    return int(
+        session.execute(
+            text(
+                "SELECT count(*) FROM (SELECT 1 FROM signals"
+                " WHERE namespace = :ns AND status = 'waiting' LIMIT :limit) AS w"
+            ),
+            {"ns": namespace, "limit": limit},
+        ).scalar_one()
+    )
+
+
 def signal_rows_many(session: Session, signal_ids: Sequence[str]) -> list[Row]:
     return list(
         session.execute(
@@ -141,17 +167,26 @@ def signal_rows_many(session: Session, signal_ids: Sequence[str]) -> list[Row]:
 
 
 def signal_list_by_run(
-    session: Session, namespace: str, run_id: str, *, after: tuple[datetime, str] | None, limit: int
+    session: Session,
+    namespace: str | None,
+    run_id: str,
+    *,
+    after: tuple[datetime, str] | None,
+    limit: int,
 ) -> Sequence[Row]:
+    """The run's signals in one namespace, or in every one (`namespace` None)."""
     params: dict[str, Any] = {"ns": namespace, "run": run_id, "limit": limit}
     cursor_sql = ""
+    ns_sql = "namespace = :ns AND " if namespace is not None else ""
     if after is not None:
         cursor_sql = " AND (created_at, id) > (:after_ts, :after_id)"
         params.update(after_ts=after[0], after_id=after[1])
     return (
         session.execute(
             text(
-                "SELECT * FROM signals WHERE namespace = :ns AND run_id = :run"
+                "SELECT * FROM signals WHERE "
+                + ns_sql
+                + "run_id = :run"
                 + cursor_sql
                 + " ORDER BY created_at, id LIMIT :limit"
             ),

@@ -1,4 +1,4 @@
-"""Claims: claim, consume, release, extend."""
+"""Claims: claim, consume, release, extend (tenants only: operators get 403)."""
 
 from __future__ import annotations
 
@@ -9,27 +9,35 @@ from fastapi.responses import JSONResponse
 
 from app import claims
 from app.api.deps import Namespace
+from app.api.params import ClaimId, SignalId
+from app.api.responses import V1, StateBody, errors
 from app.inputs import ClaimCreate, ClaimExtend
 
 router = APIRouter(prefix="/v1")
 
 
-@router.post("/signals/{signal_id}/claim")
-def claim_signal(signal_id: str, body: ClaimCreate, namespace: Namespace) -> JSONResponse:
+@router.post(
+    "/signals/{signal_id}/claim",
+    responses={
+        202: {"model": StateBody, "description": "No message yet: `waiting`."},
+        **errors(*V1, 403, 404, 409, 410, state=(409, 410)),
+    },
+)
+def claim_signal(signal_id: SignalId, body: ClaimCreate, namespace: Namespace) -> JSONResponse:
     answer = claims.claim(namespace, signal_id, body)
     return JSONResponse(answer.body, status_code=answer.status_code)
 
 
-@router.post("/claims/{claim_id}/consume")
-def consume_claim(claim_id: str, namespace: Namespace) -> dict[str, Any]:
+@router.post("/claims/{claim_id}/consume", responses=errors(*V1, 403, 404, 409))
+def consume_claim(claim_id: ClaimId, namespace: Namespace) -> dict[str, Any]:
     return claims.consume(namespace, claim_id)
 
 
-@router.post("/claims/{claim_id}/release")
-def release_claim(claim_id: str, namespace: Namespace) -> dict[str, Any]:
+@router.post("/claims/{claim_id}/release", responses=errors(*V1, 403, 404, 409))
+def release_claim(claim_id: ClaimId, namespace: Namespace) -> dict[str, Any]:
     return claims.release(namespace, claim_id)
 
 
-@router.post("/claims/{claim_id}/extend")
-def extend_claim(claim_id: str, body: ClaimExtend, namespace: Namespace) -> dict[str, Any]:
+@router.post("/claims/{claim_id}/extend", responses=errors(*V1, 403, 404, 409))
+def extend_claim(claim_id: ClaimId, body: ClaimExtend, namespace: Namespace) -> dict[str, Any]:
     return claims.extend(namespace, claim_id, body)

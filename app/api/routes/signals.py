@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -11,7 +13,18 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from app import evidence, signals
-from app.api.deps import AppSettings, Namespace
+from app.api.deps import AppSettings, Caller, Namespace
+from app.api.params import (
+    Cursor,
+    Limit,
+    MailboxId,
+    NamespaceQuery,
+    ProviderPath,
+    RunIdPath,
+    RunIdQuery,
+    SignalId,
+)
+from app.api.responses import V1, errors
 from app.errors import UnknownProvider
 from app.inputs import MailboxCreate, SignalCreate
 from app.providers.runtime import provider_configs
@@ -21,10 +34,9 @@ router = APIRouter(prefix="/v1")
 PENDING = ("waiting", "provider_error")
 # Safety net only: a missed notification costs at most this much latency.
 RECHECK_SECONDS = 5.0
-Limit = Annotated[int, Query(ge=1, le=500)]
 
 
-@router.post("/signals", status_code=201)
+@router.post("/signals", status_code=201, responses=errors(*V1, 403, 409, 429))
 def create_signal(
     body: SignalCreate,
     namespace: Namespace,
@@ -35,24 +47,36 @@ def create_signal(
     return JSONResponse(created.view, status_code=created.status_code)
 
 
-@router.get("/signals/{signal_id}")
+@router.get("/signals/{signal_id}", responses=errors(*V1, 404, 429))
 async def get_signal(
-    signal_id: str,
+    signal_id: SignalId,
     request: Request,
-    namespace: Namespace,
+    caller: Caller,
     wait: Annotated[int, Query(ge=0, le=60)] = 0,
+    namespace: NamespaceQuery = None,
 ) -> dict[str, Any]:
-    """Long poll: answers once the result leaves waiting/provider_error, or after `wait` s."""
-    view = await run_in_threadpool(signals.signal_read, namespace, signal_id)
+    """Long poll: answers once the result leaves waiting/provider_error, or after `wait` s.
+    Operators read any namespace's signal, its subject masked."""
+    read = functools.partial(
+        signals.signal_read, caller.scope(namespace), signal_id, masked=caller.is_ops
+    )
+    view = await run_in_threadpool(read)
     if wait == 0 or view["result"] not in PENDING:
         return view
+    with request.app.state.long_polls.hold():  # 429 too_many_long_polls beyond the cap
+        return await _wait_for_change(request, read, signal_id, wait)
+
+
+async def _wait_for_change(
+    request: Request, read: Callable[[], dict[str, Any]], signal_id: str, wait: int
+) -> dict[str, Any]:
     notifier = request.app.state.notifier
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     async with notifier.subscribe(signal_id) as changed:
         # Re-read after subscribing: a change between the first read and the
         # subscription would otherwise be missed.
-        view = await run_in_threadpool(signals.signal_read, namespace, signal_id)
+        view = await run_in_threadpool(read)
         while view["result"] in PENDING:
             remaining = deadline - loop.time()
             if remaining <= 0 or await request.is_disconnected():
@@ -60,36 +84,39 @@ async def get_signal(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), timeout=min(remaining, RECHECK_SECONDS))
             changed.clear()
-            view = await run_in_threadpool(signals.signal_read, namespace, signal_id)
+            view = await run_in_threadpool(read)
     return view
 
 
-@router.get("/signals")
+@router.get("/signals", responses=errors(*V1))
 def list_signals(
-    namespace: Namespace,
-    run_id: Annotated[str, Query(min_length=1, max_length=128)],
+    caller: Caller,
+    run_id: RunIdQuery,
     limit: Limit = 50,
-    cursor: str | None = None,
+    cursor: Cursor = None,
+    namespace: NamespaceQuery = None,
 ) -> dict[str, Any]:
-    items, next_cursor = signals.signal_list(namespace, run_id, limit=limit, cursor=cursor)
+    items, next_cursor = signals.signal_list(
+        caller.scope(namespace), run_id, limit=limit, cursor=cursor, masked=caller.is_ops
+    )
     return {"items": items, "next_cursor": next_cursor}
 
 
-@router.post("/mailboxes", status_code=201)
+@router.post("/mailboxes", status_code=201, responses=errors(*V1, 403))
 def create_mailbox(
     body: MailboxCreate, namespace: Namespace, settings: AppSettings
 ) -> dict[str, Any]:
     return signals.mailbox_create(settings, namespace, body)
 
 
-@router.delete("/mailboxes/{mailbox_id}", status_code=204)
-def delete_mailbox(mailbox_id: str, namespace: Namespace) -> Response:
+@router.delete("/mailboxes/{mailbox_id}", status_code=204, responses=errors(*V1, 403, 404))
+def delete_mailbox(mailbox_id: MailboxId, namespace: Namespace) -> Response:
     signals.mailbox_delete(namespace, mailbox_id)
     return Response(status_code=204)
 
 
-@router.post("/inbound/{provider}", status_code=202)
-def inbound(provider: str, namespace: Namespace, settings: AppSettings) -> dict[str, Any]:
+@router.post("/inbound/{provider}", status_code=202, responses=errors(*V1, 403))
+def inbound(provider: ProviderPath, namespace: Namespace, settings: AppSettings) -> dict[str, Any]:
     """A provider's webhook: this namespace's signals waiting on it are checked now."""
     if provider not in provider_configs(settings):
         raise UnknownProvider(f"provider {provider!r} is not configured", field="provider")
@@ -97,6 +124,6 @@ def inbound(provider: str, namespace: Namespace, settings: AppSettings) -> dict[
     return {"provider": provider, "signals_checked": len(ids)}
 
 
-@router.get("/runs/{run_id}/evidence")
-def run_evidence(run_id: str, namespace: Namespace) -> dict[str, Any]:
+@router.get("/runs/{run_id}/evidence", responses=errors(*V1, 403, 404))
+def run_evidence(run_id: RunIdPath, namespace: Namespace) -> dict[str, Any]:
     return evidence.run_evidence(namespace, run_id)

@@ -1,0 +1,1 @@
+"""Security tier: tenancy rules and hostile input, against the real stack."""
