@@ -175,6 +175,11 @@ class Signal(Base):
             postgresql_where=text("status = 'waiting'"),
         ),
         Index(
+            "ix_signals_waiting_namespace",
+            "namespace",
+            postgresql_where=text("status = 'waiting'"),
+        ),
+        Index(
             "ix_signals_waiting_deadline",
             "expires_at",
             postgresql_where=text("status = 'waiting'"),

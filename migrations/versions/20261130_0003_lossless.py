@@ -73,6 +73,13 @@ def upgrade() -> None:
         sa.Column("late_message", postgresql.JSONB(astext_type=sa.Text())),
     )
     op.add_column("dead_letters", sa.Column("publish_attempt_at", sa.DateTime(timezone=True)))
+    # The per-namespace quota counts waiting signals up to the limit.
+    op.create_index(
+        "ix_signals_waiting_namespace",
+        "signals",
+        ["namespace"],
+        postgresql_where=sa.text("status = 'waiting'"),
+    )
     op.create_index(
         "ix_dead_letters_late_watch",
         "dead_letters",
@@ -84,6 +91,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute(NOTIFY_ON_ANY_CHECK)
     op.drop_index("ix_dead_letters_late_watch", table_name="dead_letters")
+    op.drop_index("ix_signals_waiting_namespace", table_name="signals")
     op.drop_column("dead_letters", "publish_attempt_at")
     op.drop_column("dead_letters", "late_message")
     op.drop_column("checks", "counted")
