@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from app.api import errors
 from app.api.notify import SignalNotifier
-from app.api.routes import claims, dead_letters, ops, signals
+from app.api.routes import claims, dead_letters, ops, signals, triage
 from app.settings import Settings, get_settings
 
 
@@ -34,6 +34,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     errors.install(app)
-    for module in (signals, claims, dead_letters, ops):
+    for module in (signals, claims, dead_letters, triage, ops):
         app.include_router(module.router)
     return app
