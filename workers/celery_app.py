@@ -58,6 +58,11 @@ def make_celery(settings: Settings) -> Celery:
                 # A sweep that waited longer than a few ticks is pointless.
                 "options": {"expires": max(5.0, settings.sweep_interval_seconds * 5)},
             },
+            "webhooks": {
+                "task": "signalbox.webhook_due",
+                "schedule": timedelta(seconds=settings.webhook_poll_seconds),
+                "options": {"expires": max(5.0, settings.webhook_poll_seconds * 5)},
+            },
             "retention": {
                 "task": "signalbox.retention",
                 "schedule": timedelta(minutes=10),
