@@ -21,9 +21,11 @@ from app.db import dead_letters as dlq_repo
 from app.db import repository as repo
 from app.db import triage as triage_repo
 from app.db.engine import transaction
+from app.domain.ids import token_hash
 from app.domain.states import DeadLetterState
 from app.errors import Conflict, InvalidInput, NotFound
 from app.inputs import RUN_ID_PATTERN, Discard, Redrive
+from app.settings import Settings
 
 log = logging.getLogger("signalbox.triage")
 
@@ -309,3 +311,46 @@ def overview(caller: Principal, namespace: str | None = None) -> dict[str, Any]:
         "oldest_due_seconds": oldest,
         "open_dead_letters": open_dl,
     }
+
+
+def principal_still_valid(
+    settings: Settings, caller: Principal, fingerprint: str, fingerprint_of: Any
+) -> bool:
+    """Whether a token of `caller` whose fingerprint (`fingerprint_of(token_hash)`)
+    is `fingerprint` is still configured: a console session ends when its
+    token is revoked."""
+    import hmac
+
+    def matches(token_hashes: list[str]) -> bool:
+        return any(hmac.compare_digest(fingerprint_of(h), fingerprint) for h in token_hashes)
+
+    if caller.is_ops:
+        return matches(
+            [token_hash(t) for t, name in settings.ops_token_map.items() if name == caller.operator]
+        )
+    configured = [token_hash(t) for t, ns in settings.token_map.items() if ns == caller.namespace]
+    if matches(configured):
+        return True
+    assert caller.namespace is not None
+    with transaction() as session:
+        stored = triage_repo.token_hashes_of_namespace(session, caller.namespace)
+    return matches(stored)
+
+
+def breaker_states(settings: Settings) -> dict[str, str] | None:
+    """Circuit breaker state per provider, from Redis; None when it cannot be read."""
+    import redis
+
+    from workers.breaker import snapshot_all
+
+    url = settings.redis_url or settings.broker_url
+    if not url or not url.startswith(("redis://", "rediss://", "unix://")):
+        return None
+    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    try:
+        states: dict[str, str] = dict(snapshot_all(client))
+    except Exception:  # shown as "unavailable"; the metrics report the outage
+        return None
+    finally:
+        client.close()
+    return states

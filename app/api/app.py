@@ -6,10 +6,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 
 from app.api import errors
 from app.api.notify import SignalNotifier
 from app.api.routes import claims, dead_letters, ops, signals, triage
+from app.console import routes as console
 from app.settings import Settings, get_settings
 
 
@@ -36,4 +38,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     for module in (signals, claims, dead_letters, triage, ops):
         app.include_router(module.router)
+    app.include_router(console.router)
+    app.mount("/console/static", StaticFiles(directory=console.STATIC_DIR), name="console-static")
     return app

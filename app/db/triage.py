@@ -164,3 +164,12 @@ def dead_letter_count_open_by_namespace(session: Session, namespace: str | None)
         sql += " AND namespace = :ns"
     rows = session.execute(text(sql + " GROUP BY 1 ORDER BY 1"), {"ns": namespace}).all()
     return {r[0]: int(r[1]) for r in rows}
+
+
+def token_hashes_of_namespace(session: Session, namespace: str) -> list[str]:
+    """The stored hashes of a namespace's tokens (`token create`)."""
+    return list(
+        session.execute(
+            text("SELECT token_hash FROM api_tokens WHERE namespace = :ns"), {"ns": namespace}
+        ).scalars()
+    )

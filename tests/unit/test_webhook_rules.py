@@ -55,3 +55,12 @@ def test_gives_up_only_past_the_retry_horizon() -> None:
 def test_only_2xx_is_success() -> None:
     assert rules.is_success(200) and rules.is_success(204)
     assert not rules.is_success(301) and not rules.is_success(500) and not rules.is_success(199)
+
+
+def test_console_masks_codes_links_and_addresses_in_subjects() -> None:
+    from app.console.routes import mask_subject
+
+    masked = mask_subject("Code 771234 for bob@example.test: https://x.test/t?k=abc")
+    assert "771234" not in masked and "bob@" not in masked and "https://" not in masked
+    assert masked.startswith("Code <code> for <address>")
+    assert mask_subject("Verify your account") == "Verify your account"
