@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install the real mail servers the provider integration tests run against:
 #   - Dovecot (IMAP), from Debian's dovecot-imapd package;
-#   - MailDev (SMTP catcher with a REST API), from npm, into .signalbox/node.
+#   - MailDev (SMTP catcher with a REST API), from npm, into .signalbox/node;
+#   - Chromium, from Debian's chromium package, for the console's browser tests
+#     (Playwright drives it by path; its own browser download is not used).
 # Idempotent: each step is skipped when its tool is already there.
 # Meant for a fresh Debian machine as root (CI), or a developer's machine.
 set -euo pipefail
@@ -63,6 +65,17 @@ else
     fi
     npm install --prefix "${node_dir}" --no-audit --no-fund --loglevel=error \
         "maildev@${maildev_version}"
+fi
+
+if [ -x /usr/bin/chromium ]; then
+    say "chromium already installed: /usr/bin/chromium"
+else
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-cache show chromium >/dev/null 2>&1; then
+        as_root apt-get update
+    fi
+    say "installing chromium with apt-get"
+    as_root apt-get install -y chromium
 fi
 
 say "done"
