@@ -146,6 +146,8 @@ def test_an_sre_triages_a_dead_letter_in_the_browser(
     page.get_by_role("button", name="Discard matching").click()
     page.wait_for_url(re.compile(r".*notice=.*"))
     assert "1 dead letter(s) discarded." in page.inner_text("main")
+    assert "state=open" in page.url  # back on the same filters
+    assert page.locator("tbody tr").count() == 0  # nothing open is left
     page.screenshot(path=shots / "10-bulk-discarded.png", full_page=True)
 
     page.get_by_role("button", name="Sign out").click()
