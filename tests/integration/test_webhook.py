@@ -40,6 +40,9 @@ class Receiver:
     failures: int
     requests: list[tuple[dict[str, str], bytes, int]] = field(default_factory=list)
     port: int = 0
+    # When set, each request waits for it before answering (a slow receiver).
+    hold: threading.Event | None = None
+    started: bool = False
 
     @property
     def url(self) -> str:
@@ -57,6 +60,9 @@ def receiver() -> Iterator[Receiver]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            state.started = True
+            if state.hold is not None:
+                state.hold.wait(30)
             with lock:
                 status = 500 if len(state.requests) < state.failures else 200
                 state.requests.append((dict(self.headers), body, status))
@@ -89,11 +95,9 @@ def webhook_stack(stack_factory: Callable[..., Stack], url: str, **extra: str) -
         }
     )
     # No SMTP sink: these dead letters come from deadlines alone.
-    stack.spawn("api", ["api"])
-    stack.spawn_worker()
+    stack.start_api()
+    stack.start_worker()
     stack.start_beat()
-    stack.wait_api()
-    stack.wait_worker()
     return stack
 
 
@@ -121,6 +125,8 @@ def dead_letter(stack: Stack, subject: str = "Your code 493817") -> dict:
     )[0]
 
 
+# Each starts a stack of its own (API, worker, beat): slow on a loaded machine.
+@pytest.mark.timeout(300)
 def test_a_dead_letter_is_delivered_once_signed_after_two_failures(
     stack_factory: Callable[..., Stack], receiver: Receiver
 ) -> None:
@@ -156,6 +162,7 @@ def test_a_dead_letter_is_delivered_once_signed_after_two_failures(
     assert 'signalbox_webhook_deliveries_total{outcome="failed"} 2.0' in metrics
 
 
+@pytest.mark.timeout(300)
 def test_a_receiver_that_is_down_gets_retries_then_the_delivery_gives_up(
     stack_factory: Callable[..., Stack],
 ) -> None:
