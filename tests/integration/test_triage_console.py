@@ -3,6 +3,7 @@ operators across namespaces, tampered cookies."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Iterator
@@ -18,14 +19,15 @@ from tests.stack_fixtures import TOKENS, Stack
 pytestmark = pytest.mark.integration
 
 
-def sign_in(base: str, token: str) -> httpx.Client:
-    client = httpx.Client(base_url=base, timeout=60)
-    page = client.get("/console/login")
-    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
-    assert csrf, page.text
-    done = client.post("/console/login", data={"token": token, "csrf_token": csrf.group(1)})
-    assert done.status_code == 303 and done.headers["location"] == "/console", done.text
-    return client
+@contextlib.contextmanager
+def sign_in(base: str, token: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base, timeout=60) as client:
+        page = client.get("/console/login")
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+        assert csrf, page.text
+        done = client.post("/console/login", data={"token": token, "csrf_token": csrf.group(1)})
+        assert done.status_code == 303 and done.headers["location"] == "/console", done.text
+        yield client
 
 
 def csrf_of(html: str) -> str:
@@ -111,8 +113,8 @@ def test_a_csrf_token_of_another_session_is_refused(stack: Stack) -> None:
 
 def test_an_operator_sees_and_redrives_every_namespace(stack: Stack, ops_base: str) -> None:
     run_id = f"run-ops-{uuid.uuid4().hex[:6]}"
-    mine = expired(stack, 1, run_id=run_id)
-    theirs = expired(stack, 1, token=TOKENS["other"], run_id=run_id)
+    [mine] = expired(stack, 1, run_id=run_id)
+    [theirs] = expired(stack, 1, token=TOKENS["other"], run_id=run_id)
     with sign_in(ops_base, OPS_TOKEN) as client:
         overview = client.get("/console")
         listed = client.get("/console/dead-letters", params={"run_id": run_id})
