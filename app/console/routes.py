@@ -169,6 +169,18 @@ async def _call(
         )
 
 
+def _notice(query: Any) -> str | None:
+    """A fixed sentence for a done action: the query names it, never writes it."""
+    done, count = query.get("done"), query.get("count", "")
+    if done not in ("redriven", "discarded"):
+        return None
+    if count.isdigit():
+        return f"{int(count)} dead letter(s) {done}."
+    if done == "redriven":
+        return "Redriven: the signal waits again with a new deadline and check budget."
+    return "Discarded."
+
+
 def _filters(values: dict[str, str]) -> dict[str, str]:
     return {k: values[k].strip() for k in FILTER_FIELDS if values.get(k, "").strip()}
 
@@ -318,7 +330,7 @@ async def dead_letters(request: Request) -> Response:
         states=STATES,
         reasons=REASONS,
         next_url=next_url,
-        notice=query.get("notice"),
+        notice=_notice(query),
     )
 
 
@@ -360,9 +372,10 @@ async def dead_letters_bulk(request: Request, action: str) -> Response:
     result = await _call(request, session, fn, session.principal, req)
     if isinstance(result, Response):
         return result
-    verb = "redriven" if action == "redrive" else "discarded"
-    notice = f"{result['count']} dead letter(s) {verb}."
-    return _redirect("/console/dead-letters?" + urlencode({**chosen, "notice": notice}))
+    done = "redriven" if action == "redrive" else "discarded"
+    return _redirect(
+        "/console/dead-letters?" + urlencode({**chosen, "done": done, "count": result["count"]})
+    )
 
 
 @router.get("/dead-letters/{dead_letter_id}")
@@ -383,7 +396,7 @@ async def dead_letter(request: Request, dead_letter_id: str) -> Response:
         session=session,
         dl=found,
         checks=checks,
-        notice=request.query_params.get("notice"),
+        notice=_notice(request.query_params),
     )
 
 
@@ -414,7 +427,7 @@ async def dead_letter_redrive(request: Request, dead_letter_id: str) -> Response
     )
     if isinstance(view, Response):
         return view
-    return _redirect(f"/console/signals/{view['signal_id']}?notice=redriven")
+    return _redirect(f"/console/signals/{view['signal_id']}?done=redriven")
 
 
 @router.post("/dead-letters/{dead_letter_id}/discard")
@@ -441,7 +454,7 @@ async def dead_letter_discard(request: Request, dead_letter_id: str) -> Response
     )
     if isinstance(found, Response):
         return found
-    return _redirect(f"/console/dead-letters/{dead_letter_id}?notice=discarded")
+    return _redirect(f"/console/dead-letters/{dead_letter_id}?done=discarded")
 
 
 @router.get("/signals/{signal_id}")
@@ -462,7 +475,7 @@ async def signal(request: Request, signal_id: str) -> Response:
         session=session,
         s=view,
         checks=checks,
-        notice=request.query_params.get("notice"),
+        notice=_notice(request.query_params),
         refresh=view["status"] == "waiting",
     )
 

@@ -144,7 +144,7 @@ def test_an_sre_triages_a_dead_letter_in_the_browser(
     page.screenshot(path=shots / "09-dead-letters-open.png", full_page=True)
     page.get_by_label("Note (why)").fill("known staging flake")
     page.get_by_role("button", name="Discard matching").click()
-    page.wait_for_url(re.compile(r".*notice=.*"))
+    page.wait_for_url(re.compile(r".*done=discarded.*"))
     assert "1 dead letter(s) discarded." in page.inner_text("main")
     assert "state=open" in page.url  # back on the same filters
     assert page.locator("tbody tr").count() == 0  # nothing open is left
