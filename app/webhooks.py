@@ -104,7 +104,10 @@ def deliver(dead_letter_id: str, settings: Settings | None = None) -> str:
             )
             next_at = now + timedelta(seconds=delay)
             give_up = rules.gives_up(
-                row["created_at"], next_at, retry_hours=settings.webhook_retry_hours
+                row["created_at"],
+                next_at,
+                row["attempts"],
+                retry_hours=settings.webhook_retry_hours,
             )
             written = webhooks_repo.delivery_mark_failed(
                 session,

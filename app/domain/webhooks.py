@@ -57,9 +57,16 @@ def retry_delay(
     return step * (0.5 + 0.5 * (rng or random).random())
 
 
-def gives_up(created_at: datetime, next_attempt_at: datetime, *, retry_hours: float) -> bool:
-    """True once the next attempt would fall past the retry horizon."""
-    return next_attempt_at > created_at + timedelta(hours=retry_hours)
+# Even past the horizon (workers were down all along), a delivery is tried this often.
+MIN_ATTEMPTS = 3
+
+
+def gives_up(
+    created_at: datetime, next_attempt_at: datetime, attempts: int, *, retry_hours: float
+) -> bool:
+    """True once the next attempt would fall past the retry horizon and the
+    delivery was tried at least MIN_ATTEMPTS times."""
+    return attempts >= MIN_ATTEMPTS and next_attempt_at > created_at + timedelta(hours=retry_hours)
 
 
 def is_success(status: int) -> bool:

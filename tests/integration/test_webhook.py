@@ -151,11 +151,17 @@ def test_a_dead_letter_is_delivered_once_signed_after_two_failures(
         assert headers["Content-Type"] == "application/json"
     # The three attempts of the first carried the same bytes.
     assert len({r[1] for r in receiver.requests[:3]}) == 1
-    rows = db_rows(
-        stack,
-        "SELECT dead_letter_id, state, attempts, last_status, delivered_at IS NOT NULL"
-        " FROM webhook_deliveries ORDER BY id",
-    )
+
+    # The receiver answered before the worker wrote the outcome: wait for the write.
+    def written() -> list | None:
+        rows = db_rows(
+            stack,
+            "SELECT dead_letter_id, state, attempts, last_status, delivered_at IS NOT NULL"
+            " FROM webhook_deliveries ORDER BY id",
+        )
+        return rows if all(r[1] == "delivered" for r in rows) else None
+
+    rows = wait_until(written, 20, what="both outcomes written")
     assert rows == [(first[0], "delivered", 3, 200, True), (second[0], "delivered", 1, 200, True)]
     metrics = httpx.get(f"{stack.api_url}/metrics").text
     assert 'signalbox_webhook_deliveries_total{outcome="delivered"} 2.0' in metrics

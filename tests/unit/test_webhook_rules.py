@@ -46,10 +46,13 @@ def test_retry_delay_grows_exponentially_within_jitter_and_is_capped() -> None:
     assert rules.retry_delay(10_000, base=5, cap=900) <= 900
 
 
-def test_gives_up_only_past_the_retry_horizon() -> None:
+def test_gives_up_only_past_the_retry_horizon_and_after_a_few_attempts() -> None:
     created = datetime(2026, 1, 1, tzinfo=UTC)
-    assert not rules.gives_up(created, created + timedelta(hours=23), retry_hours=24)
-    assert rules.gives_up(created, created + timedelta(hours=24, seconds=1), retry_hours=24)
+    late = created + timedelta(hours=24, seconds=1)
+    assert not rules.gives_up(created, created + timedelta(hours=23), 9, retry_hours=24)
+    assert rules.gives_up(created, late, 3, retry_hours=24)
+    # Workers down all day: the first attempt is not the last.
+    assert not rules.gives_up(created, late, 1, retry_hours=24)
 
 
 def test_only_2xx_is_success() -> None:
