@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from app import signals, webhooks
-from app.db.engine import transaction
+from app.db.engine import get_engine, transaction
 from app.domain.states import Status
 from app.expiry import expire_signal
 from app.inputs import SignalCreate
@@ -34,6 +34,8 @@ def configured(
     monkeypatch.setenv("SIGNALBOX_WEBHOOK_BACKOFF_CAP_SECONDS", "0.5")
     get_settings.cache_clear()
     yield receiver
+    # Close this process's pooled connections (the shared reset only drops them).
+    get_engine().dispose()
     get_settings.cache_clear()
 
 
