@@ -326,3 +326,60 @@ def extend(namespace: str, claim_id: str, req: ClaimExtend) -> dict[str, Any]:
             "message_id": row["message_id"],
             "lease_until": views.iso(row["lease_until"]),
         }
+
+
+def claim_read(namespace: str, claim_id: str) -> Answer:
+    """A claim as its holder got it: while it is active and its lease live,
+    the claim's 200 body again (content included), so a consumer that lost
+    the answer recovers it without waiting out the lease; once it ended, 410
+    with its state (`consumed` with the receipt, `released`, `lapsed`)."""
+    with transaction() as session:
+        claim_row = claims_repo.claim_get(session, claim_id)
+        signal = repo.signal_get(session, claim_row["signal_id"], namespace) if claim_row else None
+        if claim_row is None or signal is None:
+            raise NotFound(f"no claim {claim_id}")
+        now = repo.db_now(session)
+        live = (
+            claim_row["state"] == "active"
+            and claim_row["lease_until"] > now
+            and claim_row["fence"] == signal["claim_fence"]
+        )
+        if not live:
+            # An active row past its lease is lapsed, whether or not the sweep wrote it yet.
+            state = "lapsed" if claim_row["state"] == "active" else claim_row["state"]
+            receipt = claims_repo.receipt_by_claim(session, claim_id)
+            return Answer(
+                410,
+                {
+                    "status": state,
+                    "claim_id": claim_id,
+                    "signal_id": signal["id"],
+                    "message_id": claim_row["message_id"],
+                    "claimed_at": views.iso(claim_row["claimed_at"]),
+                    "lease_until": views.iso(claim_row["lease_until"]),
+                    "ended_at": views.iso(claim_row["ended_at"]),
+                    "receipt": views.receipt_view(receipt) if receipt else None,
+                },
+            )
+        message = messages_repo.message_get_many(session, [claim_row["message_id"]])[
+            claim_row["message_id"]
+        ]
+        raw = messages_repo.message_raw(session, claim_row["message_id"])
+    content = extract(parse_mail(raw)) if raw is not None else None
+    return Answer(
+        200,
+        {
+            "status": "claimed",
+            "claim_id": claim_id,
+            "signal_id": signal["id"],
+            "message_id": message["id"],
+            "lease_until": views.iso(claim_row["lease_until"]),
+            "claims_left": max(0, signal["max_claims"] - signal["claims_used"]),
+            "subject": message["subject"],
+            "received_at": views.iso(message["received_at"]),
+            "body_excerpt": content.body_excerpt if content else "",
+            "links": list(content.links) if content else [],
+            "codes": list(content.codes) if content else [],
+            "content_purged": raw is None,
+        },
+    )

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app import dispatch, views
+from app import dispatch, views, webhooks
 from app.db import dead_letters as dlq_repo
 from app.db import messages as messages_repo
 from app.db import repository as repo
@@ -97,6 +97,7 @@ def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -
             "recommendation": sentence,
         },
     )
+    webhooks.delivery_record(session, dead_letter_id)  # same transaction: none lost
     log.info(
         "signal expired",
         extra={

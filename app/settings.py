@@ -114,6 +114,21 @@ class Settings(BaseSettings):
     max_waiting_per_namespace: int = Field(10_000, ge=1)
     # `namespace:domain,…`: mail to an owned domain is that namespace's only.
     namespace_domains: str = ""
+    # Triage: the dead-letter webhook (empty URL: off) and the SRE console.
+    dead_letter_webhook_url: str = ""
+    # HMAC-SHA256 key of the `X-Signalbox-Signature` header (empty: unsigned).
+    dead_letter_webhook_secret: str = ""
+    webhook_timeout_seconds: float = Field(10.0, gt=0, le=120)
+    # Retries go on with exponential backoff for this long, then the delivery fails.
+    webhook_retry_hours: float = Field(24.0, gt=0)
+    webhook_backoff_base_seconds: float = Field(5.0, gt=0)
+    webhook_backoff_cap_seconds: float = Field(900.0, gt=0)
+    # How often beat looks for deliveries that are due.
+    webhook_poll_seconds: float = Field(5.0, gt=0)
+    # Signs console sessions; if empty, a random one is kept in data_dir
+    # (one replica only: several API replicas must share this setting).
+    console_secret: str = ""
+    console_session_hours: float = Field(12.0, gt=0, le=24 * 30)
 
     @field_validator("api_tokens", "ops_tokens")
     @classmethod

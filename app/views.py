@@ -66,16 +66,6 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise invalid from exc
 
 
-# A minimal masker for operator views (a shared app/domain/masking.py may replace it).
-_URL = re.compile(r"(?:https?://|www\.)\S+", re.IGNORECASE)
-_CODE = re.compile(r"\b(?=[A-Za-z0-9]*[0-9])[A-Za-z0-9]{4,}\b")
-
-
-def _mask_subject(text: str) -> str:
-    """URLs → `<link>`, runs of 4+ letters/digits holding a digit → `<code>`."""
-    return _CODE.sub("<code>", _URL.sub("<link>", text))
-
-
 def operator_view(view: dict[str, Any]) -> dict[str, Any]:
     """A signal view as an operator sees it: the message's subject and the near
     misses' subjects masked (an operator never reads content)."""
@@ -83,7 +73,7 @@ def operator_view(view: dict[str, Any]) -> dict[str, Any]:
     if out.get("message"):
         message = dict(out["message"])
         if message.get("subject"):
-            message["subject"] = _mask_subject(message["subject"])
+            message["subject"] = mask_subject(message["subject"])
         out["message"] = message
     if out.get("dead_letter"):
         out["dead_letter"] = operator_dead_letter_view(out["dead_letter"])
@@ -93,7 +83,7 @@ def operator_view(view: dict[str, Any]) -> dict[str, Any]:
 def operator_dead_letter_view(view: dict[str, Any]) -> dict[str, Any]:
     out = dict(view)
     out["near_misses"] = [
-        {**m, "subject": _mask_subject(m["subject"])} if m.get("subject") else m
+        {**m, "subject": mask_subject(m["subject"])} if m.get("subject") else m
         for m in (out.get("near_misses") or [])
     ]
     return out

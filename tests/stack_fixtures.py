@@ -384,7 +384,8 @@ class Stack:
 
     def send(self, raw: bytes | str, to: list[str], mail_from: str = "app@example.test") -> None:
         data = raw.encode() if isinstance(raw, str) else raw
-        with smtplib.SMTP(self.smtp_host, self.smtp_port, timeout=10) as smtp:
+        # Generous: a cold sink on a loaded machine took 7 s for its first message.
+        with smtplib.SMTP(self.smtp_host, self.smtp_port, timeout=60) as smtp:
             smtp.sendmail(mail_from, to, data)
 
 
@@ -416,7 +417,8 @@ def stack_factory(service_env: dict[str, str], tmp_path: Path) -> Iterator[Calla
 
 
 TABLES = (
-    "near_misses, checks, claims, receipts, dead_letters, idempotency_keys, signals,"
+    "webhook_deliveries, near_misses, checks, claims, receipts, dead_letters, idempotency_keys,"
+    " signals,"
     " messages, sink_messages, mailboxes, api_tokens"
 )
 

@@ -77,6 +77,11 @@ def make_celery(settings: Settings) -> Celery:
                 "schedule": timedelta(seconds=settings.late_watch_interval_seconds),
                 "options": {"expires": settings.late_watch_interval_seconds},
             },
+            "webhooks": {
+                "task": "signalbox.webhook_due",
+                "schedule": timedelta(seconds=settings.webhook_poll_seconds),
+                "options": {"expires": max(5.0, settings.webhook_poll_seconds * 5)},
+            },
             "retention": {
                 "task": "signalbox.retention",
                 "schedule": timedelta(minutes=10),

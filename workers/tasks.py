@@ -103,3 +103,19 @@ def dead_letter(dead_letter_id: str) -> dict[str, Any]:
         },
     )
     return {"dead_letter_id": dead_letter_id, "found": True, "reason": row["reason"]}
+
+
+@shared_task(name="signalbox.webhook", acks_late=True)
+def webhook(dead_letter_id: str) -> dict[str, str]:
+    """One attempt at POSTing a dead letter to the webhook (retries are driven
+    by `webhook_due`, never by a countdown)."""
+    from app import webhooks
+
+    return {"dead_letter_id": dead_letter_id, "outcome": webhooks.deliver(dead_letter_id)}
+
+
+@shared_task(name="signalbox.webhook_due", acks_late=True)
+def webhook_due() -> dict[str, int]:
+    from app import webhooks
+
+    return {"sent": webhooks.deliver_due()}

@@ -6,12 +6,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 
 from app.api import errors
 from app.api.limits import LongPollGate
 from app.api.middleware import GateMiddleware
 from app.api.notify import SignalNotifier
-from app.api.routes import claims, dead_letters, ops, signals
+from app.api.routes import claims, dead_letters, ops, signals, triage
+from app.console import routes as console
 from app.settings import Settings, get_settings
 
 
@@ -38,6 +40,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.long_polls = LongPollGate(settings.max_long_polls)
     errors.install(app)
     app.add_middleware(GateMiddleware, settings=settings)
-    for module in (signals, claims, dead_letters, ops):
+    for module in (signals, claims, dead_letters, triage, ops):
         app.include_router(module.router)
+    app.include_router(console.router)
+    app.mount("/console/static", StaticFiles(directory=console.STATIC_DIR), name="console-static")
     return app

@@ -214,6 +214,8 @@ class Check(Base):
     batch_id: Mapped[str | None] = mapped_column(String(40))
     started_at: Mapped[datetime] = mapped_column(TS)
     finished_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    # Messages the provider call returned for this check; NULL when not recorded.
+    messages_seen: Mapped[int | None] = mapped_column(Integer)
     __table_args__ = (
         UniqueConstraint("signal_id", "fence"),
         Index(None, "finished_at"),
@@ -307,5 +309,37 @@ class DeadLetter(Base):
             "provider",
             "created_at",
             postgresql_where=text("state = 'open' AND late_message IS NULL"),
+        ),
+    )
+
+
+class WebhookDelivery(Base):
+    """The dead-letter webhook's outbox: one row per dead letter, inserted in
+    the transaction that records the dead letter, so none is lost; delivered
+    under a lease, its outcome written by a guarded update."""
+
+    __tablename__ = "webhook_deliveries"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    dead_letter_id: Mapped[str] = mapped_column(
+        ForeignKey("dead_letters.id", ondelete="CASCADE"), unique=True
+    )
+    # pending → delivered | failed (gave up after SIGNALBOX_WEBHOOK_RETRY_HOURS).
+    state: Mapped[str] = mapped_column(String(16), server_default="pending")
+    # The exact JSON sent at every attempt (the signature covers these bytes).
+    body: Mapped[str] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    next_attempt_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    enqueued_at: Mapped[datetime | None] = mapped_column(TS)
+    lease_until: Mapped[datetime | None] = mapped_column(TS)
+    last_attempt_at: Mapped[datetime | None] = mapped_column(TS)
+    last_status: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(String(200))
+    delivered_at: Mapped[datetime | None] = mapped_column(TS)
+    __table_args__ = (
+        Index(
+            "ix_webhook_deliveries_due",
+            "next_attempt_at",
+            postgresql_where=text("state = 'pending'"),
         ),
     )

@@ -172,7 +172,20 @@ PROVIDER_CALL = Histogram(
 )
 MISMATCHED = Counter("signalbox_messages_mismatched", "Near misses by why.", ["provider", "why"])
 LEASES_LAPSED = Counter("signalbox_leases_lapsed", "Claim leases that lapsed.", ["namespace"])
-DECLARED = (SIGNALS_CREATED, TIME_TO_FOUND, CHECKS, PROVIDER_CALL, MISMATCHED, LEASES_LAPSED)
+WEBHOOK_DELIVERIES = Counter(
+    "signalbox_webhook_deliveries",
+    "Dead-letter webhook attempts by outcome (delivered, failed, gave_up).",
+    ["outcome"],
+)
+DECLARED = (
+    SIGNALS_CREATED,
+    TIME_TO_FOUND,
+    CHECKS,
+    PROVIDER_CALL,
+    MISMATCHED,
+    LEASES_LAPSED,
+    WEBHOOK_DELIVERIES,
+)
 
 
 def signals_created(namespace: str) -> None:
@@ -217,6 +230,10 @@ def _observe_mail_bounds() -> None:
 
 
 _observe_mail_bounds()
+
+
+def webhook_delivery(outcome: str) -> None:
+    WEBHOOK_DELIVERIES.labels(outcome=outcome).inc()
 
 
 # ---------------------------------------------------------------- the files

@@ -1,0 +1,35 @@
+"""Triage reads: a signal's checks timeline and a claim read back by its holder."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from app import claims, triage
+from app.api.deps import Caller, Namespace
+from app.api.params import ClaimId, Cursor, Limit, SignalId
+from app.api.responses import V1, errors
+
+router = APIRouter(prefix="/v1")
+
+
+@router.get("/signals/{signal_id}/checks", responses=errors(*V1, 404))
+def list_checks(
+    signal_id: SignalId,
+    caller: Caller,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """The signal's checks, oldest first, across redrives (operators: any namespace)."""
+    items, next_cursor = triage.check_list(caller, signal_id, limit=limit, cursor=cursor)
+    return {"items": items, "next_cursor": next_cursor}
+
+
+@router.get("/claims/{claim_id}", responses=errors(*V1, 403, 404, state=(410,)))
+def read_claim(claim_id: ClaimId, namespace: Namespace) -> JSONResponse:
+    """While the claim is active: the claim's 200 body again (content
+    included); after it ended: 410 with its status."""
+    answer = claims.claim_read(namespace, claim_id)
+    return JSONResponse(answer.body, status_code=answer.status_code)

@@ -1,0 +1,1 @@
+"""The SRE console: server-rendered pages over the triage use cases."""

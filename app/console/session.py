@@ -1,0 +1,126 @@
+"""Console sessions: a signed, HTTP-only cookie that names the principal
+(never the token), and CSRF tokens bound to it.
+
+The signing key is SIGNALBOX_CONSOLE_SECRET, or else a random key created
+once in SIGNALBOX_DATA_DIR (mode 0600). Several API replicas must share the
+setting: each would otherwise sign with its own key.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.auth import Principal
+from app.settings import Settings
+
+SESSION_COOKIE = "signalbox_console"
+LOGIN_COOKIE = "signalbox_console_login"
+SECRET_FILE = "console-secret"
+
+_lock = threading.Lock()
+_keys: dict[str, bytes] = {}
+
+
+def secret_key(settings: Settings) -> bytes:
+    """The signing key: the setting, else one kept in the data directory."""
+    if settings.console_secret:
+        return settings.console_secret.encode()
+    path = Path(settings.data_dir).absolute() / SECRET_FILE
+    with _lock:
+        key = _keys.get(str(path))
+        if key is None:
+            key = _load_or_create(path)
+            _keys[str(path)] = key
+        return key
+
+
+def _load_or_create(path: Path) -> bytes:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_bytes().strip()
+    with os.fdopen(fd, "wb") as handle:  # first process wins; others read its key
+        key = secrets.token_hex(32).encode()
+        handle.write(key)
+    return key
+
+
+def _sign(key: bytes, value: bytes) -> str:
+    return hmac.new(key, value, hashlib.sha256).hexdigest()
+
+
+def fingerprint(key: bytes, token_hash: str) -> str:
+    """What the cookie keeps of the token: a keyed hash of its stored hash."""
+    return _sign(key, b"token:" + token_hash.encode())[:32]
+
+
+@dataclass(frozen=True)
+class Session:
+    principal: Principal
+    fingerprint: str
+    sid: str
+    expires: float
+
+
+def encode(key: bytes, session: Session) -> str:
+    p = session.principal
+    body = {
+        "k": "ops" if p.is_ops else "ns",
+        "n": p.operator if p.is_ops else p.namespace,
+        "f": session.fingerprint,
+        "s": session.sid,
+        "e": int(session.expires),
+    }
+    raw = base64.urlsafe_b64encode(json.dumps(body, separators=(",", ":")).encode())
+    return raw.decode().rstrip("=") + "." + _sign(key, raw.rstrip(b"="))
+
+
+def decode(key: bytes, cookie: str | None, now: float | None = None) -> Session | None:
+    """The session in a cookie, if its signature holds and it has not expired."""
+    if not cookie or "." not in cookie or len(cookie) > 4096:
+        return None
+    raw, _, mac = cookie.rpartition(".")
+    if not hmac.compare_digest(_sign(key, raw.encode()), mac):
+        return None
+    try:
+        body = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        kind, name = body["k"], str(body["n"])
+        session = Session(
+            principal=Principal(operator=name) if kind == "ops" else Principal(namespace=name),
+            fingerprint=str(body["f"]),
+            sid=str(body["s"]),
+            expires=float(body["e"]),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+    return session if session.expires > (now or time.time()) else None
+
+
+def new_session(key: bytes, principal: Principal, token_hash: str, hours: float) -> Session:
+    return Session(
+        principal=principal,
+        fingerprint=fingerprint(key, token_hash),
+        sid=secrets.token_urlsafe(16),
+        expires=time.time() + hours * 3600,
+    )
+
+
+def csrf_token(key: bytes, sid: str) -> str:
+    """The hidden form field bound to one session (or one login page)."""
+    return _sign(key, b"csrf:" + sid.encode())
+
+
+def csrf_valid(key: bytes, sid: str | None, submitted: object) -> bool:
+    if not sid or not isinstance(submitted, str) or not submitted:
+        return False
+    return hmac.compare_digest(csrf_token(key, sid), submitted)

@@ -1,0 +1,173 @@
+"""Repository of the dead-letter webhook's outbox (`webhook_deliveries`).
+
+A delivery is taken with `FOR UPDATE SKIP LOCKED` and a lease, sent with no
+lock held, and its outcome written by an update guarded by its state and its
+attempt number (the fence): a holder whose lease lapsed writes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import RowMapping, text
+from sqlalchemy.orm import Session
+
+from app.db.repository import affected
+
+
+def delivery_insert(session: Session, dead_letter_id: str, body: str) -> bool:
+    """One delivery per dead letter, whatever the retries of the caller."""
+    return (
+        affected(
+            session.execute(
+                text(
+                    "INSERT INTO webhook_deliveries (dead_letter_id, body) VALUES (:id, :body)"
+                    " ON CONFLICT (dead_letter_id) DO NOTHING"
+                ),
+                {"id": dead_letter_id, "body": body},
+            )
+        )
+        == 1
+    )
+
+
+def delivery_mark_due_enqueued(
+    session: Session, *, requeue_after_seconds: float, limit: int
+) -> list[str]:
+    """Stamp and return the due deliveries that need a task sent: due, not
+    under a live lease, and no task sent since they became due (or the last
+    one was not taken within `requeue_after_seconds`: lost)."""
+    return list(
+        session.execute(
+            text(
+                """
+                WITH due AS (
+                    SELECT id FROM webhook_deliveries
+                     WHERE state = 'pending' AND next_attempt_at <= now()
+                       AND (lease_until IS NULL OR lease_until < now())
+                       AND (enqueued_at IS NULL OR enqueued_at < next_attempt_at
+                            OR enqueued_at < now() - make_interval(secs => :requeue))
+                     ORDER BY next_attempt_at
+                     LIMIT :limit
+                     FOR UPDATE SKIP LOCKED
+                )
+                UPDATE webhook_deliveries d SET enqueued_at = now()
+                  FROM due WHERE d.id = due.id
+                RETURNING d.dead_letter_id
+                """
+            ),
+            {"requeue": requeue_after_seconds, "limit": limit},
+        ).scalars()
+    )
+
+
+def delivery_take(session: Session, dead_letter_id: str, *, lease_seconds: float) -> Any:
+    """Take the delivery for one attempt if it is due and nobody holds it:
+    bumps `attempts` (the fence) and stamps a lease. None otherwise."""
+    return (
+        session.execute(
+            text(
+                """
+                WITH taken AS (
+                    SELECT id FROM webhook_deliveries
+                     WHERE dead_letter_id = :id AND state = 'pending'
+                       AND next_attempt_at <= now()
+                       AND (lease_until IS NULL OR lease_until < now())
+                     FOR UPDATE SKIP LOCKED
+                )
+                UPDATE webhook_deliveries d
+                   SET attempts = d.attempts + 1, last_attempt_at = now(),
+                       lease_until = now() + make_interval(secs => :lease)
+                  FROM taken WHERE d.id = taken.id
+                RETURNING d.*, now() AS now
+                """
+            ),
+            {"id": dead_letter_id, "lease": lease_seconds},
+        )
+        .mappings()
+        .first()
+    )
+
+
+def delivery_mark_delivered(
+    session: Session, delivery_id: int, attempts: int, *, status: int
+) -> bool:
+    return (
+        affected(
+            session.execute(
+                text(
+                    "UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now(),"
+                    " last_status = :status, last_error = NULL, lease_until = NULL"
+                    " WHERE id = :id AND state = 'pending' AND attempts = :attempts"
+                ),
+                {"id": delivery_id, "attempts": attempts, "status": status},
+            )
+        )
+        == 1
+    )
+
+
+def delivery_mark_failed(
+    session: Session,
+    delivery_id: int,
+    attempts: int,
+    *,
+    status: int | None,
+    error: str,
+    next_attempt_at: datetime,
+    give_up: bool,
+) -> bool:
+    """Record a failed attempt: due again at `next_attempt_at`, or `failed`
+    for good when `give_up`."""
+    return (
+        affected(
+            session.execute(
+                text(
+                    """
+                    UPDATE webhook_deliveries
+                       SET state = CASE WHEN :give_up THEN 'failed' ELSE 'pending' END,
+                           next_attempt_at = :next_at, last_status = :status,
+                           last_error = left(:error, 200), lease_until = NULL
+                     WHERE id = :id AND state = 'pending' AND attempts = :attempts
+                    """
+                ),
+                {
+                    "id": delivery_id,
+                    "attempts": attempts,
+                    "status": status,
+                    "error": error,
+                    "next_at": next_attempt_at,
+                    "give_up": give_up,
+                },
+            )
+        )
+        == 1
+    )
+
+
+def delivery_count_by_state(session: Session, namespace: str | None) -> dict[str, int]:
+    sql = "SELECT w.state, count(*) FROM webhook_deliveries w"
+    if namespace is not None:
+        sql += " JOIN dead_letters d ON d.id = w.dead_letter_id WHERE d.namespace = :ns"
+    rows = session.execute(text(sql + " GROUP BY 1"), {"ns": namespace}).all()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def delivery_list_failing(session: Session, namespace: str | None, limit: int) -> list[RowMapping]:
+    """Deliveries whose last attempt failed (pending with attempts, or failed), newest first."""
+    sql = (
+        "SELECT w.*, d.namespace FROM webhook_deliveries w"
+        " JOIN dead_letters d ON d.id = w.dead_letter_id"
+        " WHERE (w.state = 'failed' OR (w.state = 'pending' AND w.attempts > 0))"
+    )
+    if namespace is not None:
+        sql += " AND d.namespace = :ns"
+    return list(
+        session.execute(
+            text(sql + " ORDER BY w.last_attempt_at DESC NULLS LAST LIMIT :limit"),
+            {"ns": namespace, "limit": limit},
+        )
+        .mappings()
+        .all()
+    )

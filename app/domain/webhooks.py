@@ -1,0 +1,73 @@
+"""Pure decisions of the dead-letter webhook: its body, its signature, when
+to try again and when to give up."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import random
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+SIGNATURE_HEADER = "X-Signalbox-Signature"
+# The fields a receiver gets: never a subject, a code or a link.
+PAYLOAD_FIELDS = (
+    "dead_letter_id",
+    "namespace",
+    "signal_id",
+    "run_id",
+    "test_case",
+    "reason",
+    "provider",
+    "recommendation",
+)
+
+
+def payload_body(dead_letter: Mapping[Any, Any], test_case: str) -> str:
+    """The JSON body POSTed for one dead letter, fixed once: every attempt
+    sends the same bytes."""
+    values = {
+        "dead_letter_id": dead_letter["id"],
+        "namespace": dead_letter["namespace"],
+        "signal_id": dead_letter["signal_id"],
+        "run_id": dead_letter["run_id"],
+        "test_case": test_case,
+        "reason": dead_letter["reason"],
+        "provider": dead_letter["provider"],
+        "recommendation": dead_letter["recommendation"],
+    }
+    return json.dumps({k: values[k] for k in PAYLOAD_FIELDS}, separators=(",", ":"))
+
+
+def signature(body: str, secret: str) -> str:
+    """`sha256=<hex>`: HMAC-SHA256 of the exact body with the shared secret."""
+    digest = hmac.new(secret.encode(), body.encode(), hashlib.sha256).hexdigest()
+    return f"sha256={digest}"
+
+
+def retry_delay(
+    attempts: int, *, base: float, cap: float, rng: random.Random | None = None
+) -> float:
+    """Seconds before the next attempt after `attempts` failed ones:
+    exponential (base·2^(n-1)), capped, with jitter in [½, 1] of it so
+    deliveries failed together do not retry together."""
+    step = min(cap, base * 2.0 ** max(0, min(attempts - 1, 40)))
+    return step * (0.5 + 0.5 * (rng or random).random())
+
+
+# Even past the horizon (workers were down all along), a delivery is tried this often.
+MIN_ATTEMPTS = 3
+
+
+def gives_up(
+    created_at: datetime, next_attempt_at: datetime, attempts: int, *, retry_hours: float
+) -> bool:
+    """True once the next attempt would fall past the retry horizon and the
+    delivery was tried at least MIN_ATTEMPTS times."""
+    return attempts >= MIN_ATTEMPTS and next_attempt_at > created_at + timedelta(hours=retry_hours)
+
+
+def is_success(status: int) -> bool:
+    return 200 <= status < 300

@@ -1,0 +1,219 @@
+"""The dead-letter webhook: every new dead letter POSTed once, signed, retried
+with backoff through a receiver's failures, never lost, never sent twice."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from tests.integration.helpers import db_rows, db_scalar
+from tests.stack_fixtures import Stack, free_port, wait_until
+
+pytestmark = pytest.mark.integration
+
+SECRET = "whsec-test-0123456789"
+FIELDS = {
+    "dead_letter_id",
+    "namespace",
+    "signal_id",
+    "run_id",
+    "test_case",
+    "reason",
+    "provider",
+    "recommendation",
+}
+
+
+@dataclass
+class Receiver:
+    """A real loopback HTTP server that answers 500 to its first `failures` requests."""
+
+    failures: int
+    requests: list[tuple[dict[str, str], bytes, int]] = field(default_factory=list)
+    port: int = 0
+    # When set, each request waits for it before answering (a slow receiver).
+    hold: threading.Event | None = None
+    started: bool = False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hooks/signalbox"
+
+    def delivered(self) -> list[dict]:
+        return [json.loads(body) for _, body, status in self.requests if status == 200]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    state = Receiver(failures=2)
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            state.started = True
+            if state.hold is not None:
+                state.hold.wait(30)
+            with lock:
+                status = 500 if len(state.requests) < state.failures else 200
+                state.requests.append((dict(self.headers), body, status))
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+def webhook_stack(stack_factory: Callable[..., Stack], url: str, **extra: str) -> Stack:
+    stack = stack_factory(
+        {
+            "SIGNALBOX_DEAD_LETTER_WEBHOOK_URL": url,
+            "SIGNALBOX_DEAD_LETTER_WEBHOOK_SECRET": SECRET,
+            "SIGNALBOX_WEBHOOK_BACKOFF_BASE_SECONDS": "0.3",
+            "SIGNALBOX_WEBHOOK_BACKOFF_CAP_SECONDS": "1",
+            "SIGNALBOX_WEBHOOK_POLL_SECONDS": "0.3",
+            "SIGNALBOX_WEBHOOK_TIMEOUT_SECONDS": "2",
+            **extra,
+        }
+    )
+    # No SMTP sink: these dead letters come from deadlines alone.
+    stack.start_api()
+    stack.start_worker()
+    stack.start_beat()
+    return stack
+
+
+def dead_letter(stack: Stack, subject: str = "Your code 493817") -> dict:
+    with stack.client() as api:
+        signal = api.post(
+            "/v1/signals",
+            json={
+                "run_id": f"run-{uuid.uuid4().hex[:8]}",
+                "test_case": "test_signup_sends_code",
+                "recipient": f"user-{uuid.uuid4().hex[:6]}@example.test",
+                "subject_contains": subject,
+                "expires_in_seconds": 1,
+            },
+        ).json()
+    return wait_until(
+        lambda: db_rows(
+            stack,
+            "SELECT id, namespace, signal_id, run_id, reason, provider, recommendation"
+            " FROM dead_letters WHERE signal_id = %s",
+            signal["signal_id"],
+        ),
+        20,
+        what="the dead letter",
+    )[0]
+
+
+# Each starts a stack of its own (API, worker, beat): slow on a loaded machine.
+@pytest.mark.timeout(300)
+def test_a_dead_letter_is_delivered_once_signed_after_two_failures(
+    stack_factory: Callable[..., Stack], receiver: Receiver
+) -> None:
+    stack = webhook_stack(stack_factory, receiver.url)
+    first = dead_letter(stack)
+    wait_until(lambda: receiver.delivered(), 40, what="a successful delivery")
+    # A second dead letter delivered later proves polls went on after the first.
+    second = dead_letter(stack)
+    wait_until(lambda: len(receiver.delivered()) == 2, 40, what="the second delivery")
+
+    delivered = receiver.delivered()
+    assert [d["dead_letter_id"] for d in delivered] == [first[0], second[0]]
+    assert [r[2] for r in receiver.requests] == [500, 500, 200, 200]
+    payload = delivered[0]
+    assert set(payload) == FIELDS
+    assert payload["test_case"] == "test_signup_sends_code"
+    assert payload["reason"] == "deadline" and payload["namespace"] == "default"
+    assert "493817" not in json.dumps(payload)  # neither subject nor code
+    for headers, body, _ in receiver.requests:
+        expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        assert headers["X-Signalbox-Signature"] == expected
+        assert headers["Content-Type"] == "application/json"
+    # The three attempts of the first carried the same bytes.
+    assert len({r[1] for r in receiver.requests[:3]}) == 1
+
+    # The receiver answered before the worker wrote the outcome: wait for the write.
+    def written() -> list | None:
+        rows = db_rows(
+            stack,
+            "SELECT dead_letter_id, state, attempts, last_status, delivered_at IS NOT NULL"
+            " FROM webhook_deliveries ORDER BY id",
+        )
+        return rows if all(r[1] == "delivered" for r in rows) else None
+
+    rows = wait_until(written, 20, what="both outcomes written")
+    assert rows == [(first[0], "delivered", 3, 200, True), (second[0], "delivered", 1, 200, True)]
+    metrics = httpx.get(f"{stack.api_url}/metrics").text
+    assert 'signalbox_webhook_deliveries_total{outcome="delivered"} 2.0' in metrics
+    assert 'signalbox_webhook_deliveries_total{outcome="failed"} 2.0' in metrics
+
+
+@pytest.mark.timeout(300)
+def test_a_receiver_that_is_down_gets_retries_then_the_delivery_gives_up(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # Nothing listens on this port; the retry horizon is a few seconds.
+    url = f"http://127.0.0.1:{free_port()}/down"
+    stack = webhook_stack(stack_factory, url, SIGNALBOX_WEBHOOK_RETRY_HOURS="0.005")
+    dl = dead_letter(stack)
+    wait_until(
+        lambda: db_scalar(stack, "SELECT attempts FROM webhook_deliveries") >= 3,
+        40,
+        what="several attempts",
+    )
+    wait_until(
+        lambda: db_scalar(stack, "SELECT state FROM webhook_deliveries") == "failed",
+        40,
+        what="the delivery to give up",
+    )
+    state, attempts, error, delivered_at = db_rows(
+        stack,
+        "SELECT state, attempts, last_error, delivered_at FROM webhook_deliveries"
+        " WHERE dead_letter_id = %s",
+        dl[0],
+    )[0]
+    assert state == "failed" and delivered_at is None
+    assert error == "ConnectError" and url not in error
+    # Another dead letter's delivery is attempted later: the given-up one is not retried.
+    other = dead_letter(stack)
+    wait_until(
+        lambda: (
+            db_scalar(
+                stack, "SELECT attempts FROM webhook_deliveries WHERE dead_letter_id = %s", other[0]
+            )
+            >= 2
+        ),
+        40,
+        what="the other delivery's attempts",
+    )
+    assert (
+        db_scalar(stack, "SELECT attempts FROM webhook_deliveries WHERE dead_letter_id = %s", dl[0])
+        == attempts
+    )
+    metrics = httpx.get(f"{stack.api_url}/metrics").text
+    assert 'signalbox_webhook_deliveries_total{outcome="gave_up"} 1.0' in metrics
+
+
+def test_no_delivery_is_queued_when_no_webhook_is_configured(stack: Stack) -> None:
+    dead_letter(stack)
+    assert db_scalar(stack, "SELECT count(*) FROM webhook_deliveries") == 0
