@@ -518,6 +518,7 @@ def _decide(
             batch_id=batch_id,
             started_at=started_at,
             counted=counted,
+            messages_seen=len(look.messages) if look.outcome is CheckOutcome.NO_MATCH else None,
         )
 
     if look.outcome is CheckOutcome.NO_MATCH and candidates:

@@ -21,9 +21,7 @@ from app.db.engine import transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
 from app.domain.ids import new_id, recipient_hash
 from app.domain.masking import mask_subject
-from app.domain.states import CheckOutcome, DeadLetterState, Status
-from app.errors import Conflict, NotFound
-from app.inputs import Discard, Redrive
+from app.domain.states import CheckOutcome, Status
 
 log = logging.getLogger("signalbox.expiry")
 
@@ -142,77 +140,3 @@ def republish_unsent(lease_seconds: float = 30.0, limit: int = 200) -> int:
         )
     publish(ids)
     return len(ids)
-
-
-def dead_letter_read(namespace: str | None, dead_letter_id: str) -> dict[str, Any]:
-    with transaction() as session:
-        row = dlq_repo.dead_letter_get(session, dead_letter_id, namespace)
-        if row is None:
-            raise NotFound(f"no dead letter {dead_letter_id}")
-        return views.dead_letter_view(row)
-
-
-def dead_letter_list(
-    namespace: str | None,
-    *,
-    state: str | None,
-    reason: str | None,
-    provider: str | None,
-    limit: int,
-    cursor: str | None,
-) -> tuple[list[dict[str, Any]], str | None]:
-    after = views.decode_cursor(cursor) if cursor else None
-    with transaction() as session:
-        rows = dlq_repo.dead_letter_list(
-            session,
-            namespace,
-            state=state,
-            reason=reason,
-            provider=provider,
-            after=after,
-            limit=limit + 1,
-        )
-    page, more = rows[:limit], len(rows) > limit
-    next_cursor = views.encode_cursor(page[-1]["created_at"], page[-1]["id"]) if more else None
-    return [views.dead_letter_view(r) for r in page], next_cursor
-
-
-def dead_letter_redrive(namespace: str | None, dead_letter_id: str, req: Redrive) -> dict[str, Any]:
-    """open dead letter → redriven, its signal → waiting with a new deadline
-    and budget; history (checks, near misses, old dead letters) stays.
-    Redriving twice answers 409: it never creates a second signal."""
-    with transaction() as session:
-        dl = dlq_repo.dead_letter_get(session, dead_letter_id, namespace)
-        if dl is None:
-            raise NotFound(f"no dead letter {dead_letter_id}")
-        if (
-            dlq_repo.dead_letter_resolve(
-                session, dead_letter_id, to_state=DeadLetterState.REDRIVEN, note=None
-            )
-            is None
-        ):
-            raise Conflict(f"dead letter is {dl['state']}, not open", code="dead_letter_not_open")
-        row = repo.signal_redrive(
-            session,
-            dl["signal_id"],
-            expires_in=float(req.expires_in_seconds),
-            max_checks=req.max_checks,
-        )
-        if row is None:
-            raise Conflict("the signal is not expired any more", code="signal_not_expired")
-        view = views.signal_views(session, [row])[0]
-    dispatch.enqueue_check(row["id"])
-    return view
-
-
-def dead_letter_discard(namespace: str | None, dead_letter_id: str, req: Discard) -> dict[str, Any]:
-    with transaction() as session:
-        dl = dlq_repo.dead_letter_get(session, dead_letter_id, namespace)
-        if dl is None:
-            raise NotFound(f"no dead letter {dead_letter_id}")
-        row = dlq_repo.dead_letter_resolve(
-            session, dead_letter_id, to_state=DeadLetterState.DISCARDED, note=req.note
-        )
-        if row is None:
-            raise Conflict(f"dead letter is {dl['state']}, not open", code="dead_letter_not_open")
-        return views.dead_letter_view(row)

@@ -296,9 +296,11 @@ class CheckRecord:
     batch_id: str | None
     started_at: datetime
     counted: bool
+    messages_seen: int | None = None
 
     def params(self) -> dict[str, Any]:
         return {
+            "c_seen": self.messages_seen,
             "c_reason": self.reason,
             "c_outcome": self.outcome,
             "c_error": self.error_code,
@@ -314,9 +316,9 @@ class CheckRecord:
 _CHECK_ROW = """
     , chk AS (
         INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,
-                            error_code, batch_id, started_at, counted)
+                            error_code, batch_id, started_at, counted, messages_seen)
         SELECT upd.id, upd.generation, :fence, upd.provider, :c_reason, :c_outcome,
-               :c_error, :c_batch, :c_started, :c_counted
+               :c_error, :c_batch, :c_started, :c_counted, :c_seen
           FROM upd
         ON CONFLICT (signal_id, fence) DO NOTHING
     )
