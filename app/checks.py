@@ -1,6 +1,6 @@
 """The check use case: one look at a provider on behalf of its due signals.
 
-Short locks (STYLE 3): transaction 1 takes the due signals of one provider
+Short locks: transaction 1 takes the due signals of one provider
 with `FOR UPDATE SKIP LOCKED`, stamps a check lease and a new fence, and
 commits. The provider is called with no lock held. Transaction 2 records the
 observed messages once each, decides every signal with the pure matcher, and

@@ -35,7 +35,7 @@ from app.settings import Settings
 
 log = logging.getLogger("signalbox.signals")
 
-# Fields whose difference under the same key is a conflict (CONTRACT §4).
+# Fields whose difference under the same key is a conflict (docs/api.md, "Signals").
 CONFLICT_FIELDS = ("recipient", "test_case", "subject_contains", "body_contains", "provider")
 # Creates that count without the namespace's lock: exact unless more than this
 # many creates of one namespace are in flight at once while it is this close to

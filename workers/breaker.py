@@ -61,7 +61,7 @@ CLOSED = "closed"
 HALF_OPEN = "half_open"
 OPEN = "open"
 
-# For the `signalbox_circuit_state` gauge (CONTRACT §7).
+# For the `signalbox_circuit_state` gauge (docs/api.md, "Metrics").
 STATE_GAUGE_VALUES = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}
 
 # KEYS: state, probe. ARGV: now, probe_ttl_ms, probe_token.

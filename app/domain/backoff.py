@@ -1,4 +1,4 @@
-"""When to look at the provider again (CONTRACT §5 Backoff).
+"""When to look at the provider again (docs/api.md, "Signals": backoff).
 
 First check at once (the caller's job), then exponential with jitter, capped,
 never past the signal's deadline. Pure: the caller passes ``now`` and the random

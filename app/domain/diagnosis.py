@@ -1,7 +1,7 @@
 """Turn what is known about a dead signal into one sentence an SRE can act on.
 
 Pure: the caller gathers the expiry reason, the check counts and the near misses
-(CONTRACT §4 Dead letters) and stores the sentence as the ``recommendation``.
+(docs/api.md, "Dead letters") and stores the sentence as the ``recommendation``.
 The sentence is shown in the API, the CLI and CI evidence, so it never quotes a
 body, a link, a one-time code or the recipient address: subjects are quoted only
 after those are masked.

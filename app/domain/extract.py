@@ -1,7 +1,7 @@
 """Pull out what a consumer acts on: a short excerpt, the links, the one-time codes.
 
 Pure and never raising for any :class:`ParsedMail`. The results go only into a
-claim answer (CONTRACT §4 Claims); they must never be logged or put in evidence.
+claim answer (docs/api.md, "Claims"); they must never be logged or put in evidence.
 """
 
 from __future__ import annotations

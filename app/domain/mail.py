@@ -94,7 +94,7 @@ __all__ = [
 
 _T = TypeVar("_T")
 
-# Headers that carry the run marker, in order of preference (CONTRACT §3).
+# Headers that carry the run marker, in order of preference (docs/api.md, "Matching").
 RUN_MARKER_HEADERS = ("X-Signalbox-Run", "X-Run-Id")
 
 PARSE_TIME_BUDGET_SECONDS = 3.0

@@ -1,4 +1,4 @@
-"""Decide whether a message satisfies a signal, and which message wins (CONTRACT §3).
+"""Decide whether a message satisfies a signal, and which message wins (docs/api.md, "Matching").
 
 Pure: criteria and candidates in, a verdict out. The caller loads candidates
 (messages seen at the provider for the signal's recipient) and persists the
@@ -101,7 +101,7 @@ class Verdict:
 
     @property
     def near_miss(self) -> bool:
-        """Addressed to the recipient and failed exactly one other rule (CONTRACT §3)."""
+        """Addressed to the recipient and failed exactly one other rule (docs/api.md, "Matching")."""
         return self.addressed and len(self.failures) == 1
 
 
@@ -129,7 +129,7 @@ def normalize_address(address: str) -> str:
 
 
 def evaluate(criteria: Criteria, candidate: Candidate) -> Verdict:
-    """Apply every rule of CONTRACT §3 to one candidate.
+    """Apply every rule of docs/api.md "Matching" to one candidate.
 
     - recipient: equal, case-insensitively, to an envelope recipient, a To or a Cc address;
     - ``received_at >= received_after`` floored to the provider's precision;

@@ -37,7 +37,7 @@ from app.settings import Settings
 
 log = logging.getLogger("signalbox.metrics")
 
-# CONTRACT §7: 0 closed, 1 half-open, 2 open.
+# docs/api.md "Metrics": 0 closed, 1 half-open, 2 open.
 CIRCUIT_VALUES = {"closed": 0, "half_open": 1, "open": 2}
 REDIS_TIMEOUT_SECONDS = 1.0
 

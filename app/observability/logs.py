@@ -8,7 +8,7 @@ text is reduced to its type, because exception messages can quote input.
 
 The message itself is scrubbed too, as a second line of defence for
 third-party loggers (aiosmtpd, Celery, uvicorn) whose text we do not write:
-an email address becomes `<addr:HASH>` (the recipient hash of CONTRACT §4),
+an email address becomes `<addr:HASH>` (the recipient hash of docs/api.md "Evidence"),
 an http(s) URL becomes `<url>`, a bearer token becomes `<token>`.
 """
 

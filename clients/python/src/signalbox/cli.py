@@ -1,4 +1,4 @@
-"""``signalbox``: the client CLI over the HTTP API (CONTRACT §6).
+"""``signalbox``: the client CLI over the HTTP API (the server's docs/api.md, "CLI").
 
 Exit codes: 0 success; 1 expired or refused (409/410, lease expired, an
 expired or timed-out wait, 401/404); 2 usage error (bad arguments, a malformed
