@@ -101,7 +101,7 @@ class Verdict:
 
     @property
     def near_miss(self) -> bool:
-        """Addressed to the recipient and failed exactly one other rule (docs/api.md, "Matching")."""
+        """Addressed to the recipient and failed exactly one other rule (docs/api.md)."""
         return self.addressed and len(self.failures) == 1
 
 
