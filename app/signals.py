@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -204,12 +205,31 @@ def signal_list(
 def push(
     provider: str, recipients: Iterable[str] | None = None, namespace: str | None = None
 ) -> list[str]:
-    """A provider said mail arrived: check its waiting signals now."""
-    with transaction() as session:
-        ids = repo.signal_push_due(session, provider, recipients, namespace)
-    for signal_id in ids:
-        dispatch.enqueue_check(signal_id)
-    return ids
+    """A provider said mail arrived: check its waiting signals now.
+
+    Signals are made due in short transactions of PUSH_PAGE rows (a push
+    never holds thousands of row locks), and one task is sent per check
+    batch: a check takes every due signal of its provider."""
+    from app.checks import BATCH_LIMIT
+
+    ids: list[str] = []
+    after: tuple[datetime, str] | None = None
+    while True:
+        with transaction() as session:
+            page = repo.signal_push_due(
+                session, provider, recipients, namespace, after=after, limit=PUSH_PAGE
+            )
+        for i, (signal_id, _) in enumerate(page, start=len(ids)):
+            if i % BATCH_LIMIT == 0:
+                dispatch.enqueue_check(signal_id)
+        ids.extend(signal_id for signal_id, _ in page)
+        if len(page) < PUSH_PAGE:
+            return ids
+        after = (page[-1][1], page[-1][0])
+
+
+# Rows a push makes due per transaction.
+PUSH_PAGE = 200
 
 
 def mailbox_create(settings: Settings, namespace: str, req: MailboxCreate) -> dict[str, Any]:

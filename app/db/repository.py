@@ -517,12 +517,18 @@ def signal_push_due(
     provider: str,
     recipients: Iterable[str] | None,
     namespace: str | None = None,
-) -> list[str]:
-    """Make waiting signals of `provider` (optionally only those for
-    `recipients`, or of one namespace) due now with reason `push`; return
-    their ids to enqueue."""
-    params: dict[str, Any] = {"provider": provider, "ns": namespace}
+    *,
+    after: tuple[datetime, str] | None = None,
+    limit: int = 500,
+) -> list[tuple[str, datetime]]:
+    """Make up to `limit` waiting signals of `provider` (optionally only those
+    for `recipients`, or of one namespace), after `after` in (created_at, id)
+    order, due now with reason `push`; return their (id, created_at)."""
+    params: dict[str, Any] = {"provider": provider, "ns": namespace, "limit": limit}
     where = " AND namespace = :ns" if namespace is not None else ""
+    if after is not None:
+        where += " AND (created_at, id) > (:after_ts, :after_id)"
+        params.update(after_ts=after[0], after_id=after[1])
     if recipients is not None:
         params["rcpts"] = sorted({r.lower() for r in recipients})
         where += " AND recipient = ANY(:rcpts)"
@@ -539,6 +545,7 @@ def signal_push_due(
                 + where
                 + """
                      ORDER BY created_at, id
+                     LIMIT :limit
                      FOR UPDATE
                 )
                 UPDATE signals s
@@ -547,11 +554,11 @@ def signal_push_due(
                        -- released, so a check in flight sees the push as newer.
                        enqueued_at = clock_timestamp()
                   FROM pushed WHERE s.id = pushed.id
-                RETURNING s.id
+                RETURNING s.id, s.created_at
                 """
             ),
             params,
-        ).scalars()
+        ).all()
     )
 
 
