@@ -33,9 +33,15 @@ lint: install ## ruff and mypy
 	$(UV) run ruff check app workers tests clients/python bench
 	$(UV) run mypy
 
-bench: install ## Benchmarks: SMTP delivery → found latency, provider calls per found signal
+bench: install ## Benchmarks (each prints its machine and figures): lifecycles, ingest, idle, time to found, coalescing
+	$(UV) run python bench/lifecycle.py
+	$(UV) run python bench/ingest.py
+	$(UV) run python bench/idle.py
 	$(UV) run python bench/time_to_found.py
 	$(UV) run python bench/coalesced_checks.py
+
+soak: install test-deps ## The full soak and chaos run (thousands of signals, every fault) and its invariant table
+	$(UV) run python bench/soak.py
 
 clean: ## Remove the embedded services' data (.signalbox/) and caches
 	rm -rf .signalbox .pytest_cache .mypy_cache .ruff_cache
