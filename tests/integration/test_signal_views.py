@@ -90,7 +90,16 @@ def _found(engine: Engine) -> tuple[str, str]:
                 }
             ],
         )
-        assert repo.signal_mark_found(s, signal_id, 0, message_id)
+        check = repo.CheckRecord(
+            reason="first",
+            outcome="matched",
+            error_code=None,
+            batch_id=None,
+            started_at=repo.db_now(s),
+            counted=True,
+            messages_seen=1,
+        )
+        assert repo.signal_mark_found(s, signal_id, 0, message_id, check)
     return signal_id, message_id
 
 
