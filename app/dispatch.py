@@ -49,7 +49,9 @@ def queue_depth(queue: str) -> int | None:
     """How many tasks wait in `queue` (not those a worker holds); None when
     the broker cannot say."""
     try:
-        with _celery().connection_for_read() as conn:
+        # A pooled connection: the sweep asks every tick, and must not open
+        # a new broker connection each time.
+        with _celery().pool.acquire(block=True, timeout=5) as conn:
             channel = conn.default_channel
             try:
                 _, count, _ = channel.queue_declare(queue=queue, passive=True)
