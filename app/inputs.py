@@ -10,6 +10,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+# Provider and namespace names: a safe alphabet, never a NUL.
+NAME_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN, min_length=1, max_length=128)]
 _EMAIL = re.compile(
     r"^[^@\s<>()\[\],;:\"]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$"

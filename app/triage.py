@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from app import dispatch, views
+from app.api.params import NAME_PATTERN
 from app.auth import Principal
 from app.db import dead_letters as dlq_repo
 from app.db import repository as repo
@@ -42,9 +43,9 @@ class DeadLetterFilter(BaseModel):
     model_config = ConfigDict(extra="forbid")
     state: DeadLetterStateName | None = None
     reason: ExpiryReasonName | None = None
-    provider: str | None = Field(default=None, min_length=1, max_length=128)
+    provider: str | None = Field(default=None, pattern=NAME_PATTERN)
     run_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
-    namespace: str | None = Field(default=None, min_length=1, max_length=128)
+    namespace: str | None = Field(default=None, pattern=NAME_PATTERN)
 
 
 class BulkRedrive(Redrive):

@@ -7,10 +7,9 @@ from typing import Annotated
 
 from fastapi import Path, Query
 
-from app.inputs import RUN_ID_PATTERN
+from app.inputs import NAME_PATTERN, RUN_ID_PATTERN
 
 ID_PATTERN = r"^[A-Za-z0-9_]{1,64}$"
-NAME_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 
 SignalId = Annotated[str, Path(pattern=ID_PATTERN, max_length=64)]
 ClaimId = Annotated[str, Path(pattern=ID_PATTERN, max_length=64)]

@@ -79,7 +79,8 @@ def test_a_code_anywhere_in_a_subject_never_survives(before: str, code: str, aft
 def test_a_url_path_token_never_survives(
     before: str, scheme: str, host: str, token: str, after: str
 ) -> None:
-    assume(token not in before + after + host + scheme + "<link>")
+    # A token that is part of the masks themselves ("o" in "<code>") proves nothing.
+    assume(token not in before + after + host + scheme + "<link><code><address>")
     subject = f"{before} {scheme}://{host}.example/reset/{token}?t={token} {after}"
     assert token not in mask_subject(subject)
 
