@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from app import dispatch, views
-from app.api.params import NAME_PATTERN
 from app.auth import Principal
 from app.db import dead_letters as dlq_repo
 from app.db import repository as repo
@@ -25,7 +24,7 @@ from app.db.engine import transaction
 from app.domain.ids import token_hash
 from app.domain.states import DeadLetterState
 from app.errors import Conflict, InvalidInput, NotFound
-from app.inputs import RUN_ID_PATTERN, Discard, Redrive
+from app.inputs import NAME_PATTERN, RUN_ID_PATTERN, Discard, Redrive
 from app.settings import Settings
 
 log = logging.getLogger("signalbox.triage")
