@@ -443,15 +443,16 @@ def signal_expire(
 
 def signal_ids_past_deadline(session: Session, limit: int, grace_seconds: float) -> list[str]:
     """Waiting signals past their deadline, not under a live check lease, whose
-    final look ran (a check began at or after the deadline) or was lost
-    (`grace_seconds` went by after the deadline without one)."""
+    final look saw the provider (a check began at or after the deadline and
+    found nothing) or never did (`grace_seconds` went by after the deadline
+    without one: no worker took it, or the provider kept failing)."""
     return list(
         session.execute(
             text(
                 """
                 SELECT id FROM signals
                  WHERE status = 'waiting' AND expires_at <= now()
-                   AND (last_look_at >= expires_at
+                   AND ((last_look_at >= expires_at AND last_outcome = 'no_match')
                         OR expires_at <= now() - make_interval(secs => :grace))
                    AND (check_lease_until IS NULL OR check_lease_until < now())
                  ORDER BY expires_at

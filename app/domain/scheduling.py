@@ -19,7 +19,7 @@ lost"):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from app.domain.backoff import BackoffPolicy, next_check_at
 from app.domain.states import CheckOutcome, CheckReason, ExpiryReason
@@ -84,7 +84,8 @@ def after_check(
     the check budget nor the provider-error allowance. `retry_after`
     (seconds) is a floor for the next delay; the next check is never past
     the deadline, and when one check of the budget is left it is kept for
-    the deadline itself. A provider that `pushes` every arrival (the sink)
+    the deadline itself. A final look that failed is tried again after the
+    deadline (the sweep bounds how long). A provider that `pushes` every arrival (the sink)
     needs no scheduled look between the first and the final one: after a
     look that found nothing, the next scheduled one is the deadline's.
     """
@@ -101,11 +102,12 @@ def after_check(
     else:
         errors = counters.consecutive_errors
 
+    final = looked_at >= counters.expires_at
     expiry: ExpiryReason | None = None
     if outcome is CheckOutcome.PROVIDER_ERROR and errors >= max_provider_errors:
         expiry = ExpiryReason.PROVIDER_ERRORS
-    elif looked_at >= counters.expires_at:
-        # The final look covered the whole window.
+    elif final and outcome is CheckOutcome.NO_MATCH:
+        # The final look saw the provider: it covered the whole window.
         expiry = ExpiryReason.DEADLINE
     elif checks_done >= counters.max_checks:
         expiry = ExpiryReason.CHECK_BUDGET
@@ -117,7 +119,12 @@ def after_check(
     if retry_after is not None:
         delay = max(delay, retry_after)
     when = next_check_at(now, delay, counters.expires_at)
-    if counters.max_checks - checks_done == 1 or (pushes and outcome is CheckOutcome.NO_MATCH):
+    if final and outcome is not CheckOutcome.NO_MATCH:
+        # The final look failed (provider error, open breaker): it is tried
+        # again on the backoff until it sees the provider; the sweep gives up
+        # SIGNALBOX_DEADLINE_GRACE_SECONDS after the deadline.
+        when = now + timedelta(seconds=max(delay, 0.0))
+    elif counters.max_checks - checks_done == 1 or (pushes and outcome is CheckOutcome.NO_MATCH):
         # The last check the budget allows is the one at the deadline.
         when = max(when, counters.expires_at)
     return NextStep(

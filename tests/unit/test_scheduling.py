@@ -185,6 +185,22 @@ def test_a_look_that_began_before_the_deadline_never_expires_it() -> None:
     assert s.next_check_at == deadline  # the final look is due at once
 
 
+def test_a_final_look_that_failed_is_tried_again_after_the_deadline() -> None:
+    deadline = NOW + timedelta(seconds=10)
+    s = after_check(
+        counters(expires_at=deadline),
+        CheckOutcome.CIRCUIT_OPEN,
+        looked_at=deadline,
+        now=deadline + timedelta(milliseconds=5),
+        retry_after=3.0,
+        policy=POLICY,
+        max_provider_errors=5,
+        rand=0.5,
+    )
+    assert s.expiry is None
+    assert s.next_check_at >= deadline + timedelta(seconds=3)
+
+
 def test_a_look_that_began_at_the_deadline_expires_it() -> None:
     deadline = NOW + timedelta(seconds=10)
     s = after_check(
@@ -259,14 +275,18 @@ def test_whatever_the_schedule_and_clock_the_last_look_covers_the_deadline(
             max_provider_errors=1000,
             rand=rands[i % len(rands)],
         )
-        assert s.next_check_at <= deadline
+        # Only a failed final look is tried again after the deadline.
+        assert s.next_check_at <= deadline or (
+            looked_at >= deadline and outcome is not CheckOutcome.NO_MATCH
+        )
         if s.expiry is ExpiryReason.DEADLINE:
-            assert looked_at >= deadline
+            assert looked_at >= deadline and outcome is CheckOutcome.NO_MATCH
             return
         if s.expiry is ExpiryReason.CHECK_BUDGET:
             # The last check of a budget is kept for the deadline, so the
-            # budget ends a signal before it only when the budget is 1.
-            assert max_checks == 1 and looked_at < deadline
+            # budget ends a signal before it only when the budget is 1; after
+            # it, when the final look failed and spent the last check.
+            assert max_checks == 1 or looked_at >= deadline
             return
         assert s.expiry is None
         c = Counters(
@@ -276,7 +296,8 @@ def test_whatever_the_schedule_and_clock_the_last_look_covers_the_deadline(
             expires_at=deadline,
         )
         due, reason = s.next_check_at, s.next_reason
-    pytest.fail("the signal neither expired nor stopped being checked")
+    # Every final look failed: still looking; the sweep's grace ends it.
+    assert looked_at >= deadline
 
 
 def test_a_pushing_provider_is_looked_at_next_only_at_the_deadline() -> None:
