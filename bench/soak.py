@@ -89,7 +89,7 @@ class Options:
     push_interval: float = 2.0
     busy_messages: int = 0
     busy_maildev: int = 0
-    grace: float = 10.0
+    grace: float = 20.0
     dlq_drain: float = 20.0
     # Deliveries and creations block a thread each for a round trip; too few
     # threads and the harness, not the product, delivers late (the report's
@@ -612,7 +612,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument(
         "--busy-maildev", type=int, default=300, help="older messages to MailDev's busy address"
     )
-    parser.add_argument("--grace", type=float, default=10.0)
+    parser.add_argument("--grace", type=float, default=20.0)
     parser.add_argument("--check-lease", type=float, default=8.0)
     parser.add_argument("--threads", type=int, default=96, help="harness threads")
     parser.add_argument("--keep", action="store_true")

@@ -74,7 +74,7 @@ class Tuning:
     breaker_threshold: int = 5
     worker_concurrency: int = 2
     # How long expiry waits for a signal's final look before giving up on it.
-    deadline_grace: float = 6.0
+    deadline_grace: float = 15.0
 
     def env(self) -> dict[str, str]:
         return {

@@ -41,10 +41,12 @@ CI_SOAK = Options(
     push_interval=2.0,
     busy_messages=520,  # the sink's busy address: more than one page of older mail
     busy_maildev=150,
-    grace=8.0,
+    # Expiry waits for a signal's final look (up to the tuning's deadline
+    # grace, 15 s): a slowed IMAP can hold it that long.
+    grace=20.0,
     dlq_drain=10.0,
     threads=48,
-    tuning=Tuning(check_lease=6.0),
+    tuning=Tuning(check_lease=6.0, deadline_grace=15.0),
 )
 
 
