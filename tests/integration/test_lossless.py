@@ -30,6 +30,14 @@ from tests.stack_fixtures import TOKENS, Stack, wait_until
 pytestmark = pytest.mark.integration
 
 
+def close_engine() -> None:
+    """Close this process's pooled connections now (a test that used the use
+    cases in-process must not leave them to the garbage collector)."""
+    from app.db.engine import get_engine
+
+    get_engine().dispose()
+
+
 def count(stack: Stack, sql: str, *params: object) -> int:
     return int(db_scalar(stack, sql, *params))
 
@@ -343,8 +351,11 @@ def test_two_sweeps_never_publish_one_dead_letter_twice(stack: Stack) -> None:
         assert wait_result(stack, s["signal_id"], wait=30)["status"] == "expired"
     # As if every creator died before publishing: the outbox holds them all.
     db_rows(stack, "UPDATE dead_letters SET published_at = NULL, publish_attempt_at = NULL")
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        taken = list(pool.map(lambda _: expiry.republish_unsent(), range(4)))
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            taken = list(pool.map(lambda _: expiry.republish_unsent(), range(4)))
+    finally:
+        close_engine()
     # The shared beat may have taken some first; together nobody took one twice.
     assert sum(taken) <= len(signals)
     assert count(stack, "SELECT count(*) FROM dead_letters WHERE published_at IS NULL") == 0
@@ -355,7 +366,10 @@ def test_every_session_has_a_statement_and_a_lock_timeout(stack: Stack) -> None:
 
     from app.db.engine import transaction
 
-    with transaction() as session:
-        statement = session.execute(text("SHOW statement_timeout")).scalar_one()
-        lock = session.execute(text("SHOW lock_timeout")).scalar_one()
+    try:
+        with transaction() as session:
+            statement = session.execute(text("SHOW statement_timeout")).scalar_one()
+            lock = session.execute(text("SHOW lock_timeout")).scalar_one()
+    finally:
+        close_engine()
     assert statement == "30s" and lock == "10s"
