@@ -45,25 +45,31 @@ def _lookup(table: dict[str, str], token: str) -> str | None:
     return found
 
 
-def principal_for_token(settings: Settings, token: str) -> Principal | None:
-    """The principal of `token`, or None when it is not a valid token."""
+def known_principal(settings: Settings, token: str) -> Principal | None:
+    """The principal of a configured or recently seen token, without I/O
+    (cheap enough for the event loop); None: ask `principal_for_token`."""
     token = token.strip()
     if not token:
         return None
     operator = _lookup(settings.ops_token_map, token)
     if operator is not None:
         return Principal(operator=operator)
-    namespace = _lookup(settings.token_map, token)
-    if namespace is not None:
-        return Principal(namespace=namespace)
-    digest = token_hash(token)
-    namespace = _cached(digest)
-    if namespace is None:
-        with transaction() as session:
-            namespace = repo.token_namespace(session, digest)
-        if namespace is not None:
-            _remember(digest, namespace)
+    namespace = _lookup(settings.token_map, token) or _cached(token_hash(token))
     return Principal(namespace=namespace) if namespace is not None else None
+
+
+def principal_for_token(settings: Settings, token: str) -> Principal | None:
+    """The principal of `token`, or None when it is not a valid token."""
+    known = known_principal(settings, token)
+    if known is not None or not token.strip():
+        return known
+    digest = token_hash(token.strip())
+    with transaction() as session:
+        namespace = repo.token_namespace(session, digest)
+    if namespace is None:
+        return None
+    _remember(digest, namespace)
+    return Principal(namespace=namespace)
 
 
 # Tokens created with `signalbox-server token create` live in the database;

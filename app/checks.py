@@ -120,7 +120,10 @@ def run_check(
         precision = getattr(provider, "timestamp_precision", timedelta(0))
         pushes = bool(getattr(provider, "pushes", False))
         if provider is not None:
-            look = ask_provider(provider, breaker_for, _query(taken, precision))
+            # A final look (at or after a deadline) is the one expiry waits
+            # for: an open breaker does not skip it.
+            final = any(r["looked_at"] >= r["expires_at"] for r in taken)
+            look = ask_provider(provider, breaker_for, _query(taken, precision), final=final)
     report.outcome = look.outcome.value
     batch_id = new_id("chk")
     for attempt in range(1, TX_ATTEMPTS + 1):
@@ -240,15 +243,22 @@ def provider_or_error(provider_for: Any, provider_name: str) -> tuple[Provider |
     return provider, _Look(CheckOutcome.NO_MATCH)
 
 
-def ask_provider(provider: Provider, breaker_for: Any, query: SearchQuery) -> _Look:
-    """Ask the provider (through its breaker); every failure is an outcome."""
+def ask_provider(
+    provider: Provider, breaker_for: Any, query: SearchQuery, *, final: bool = False
+) -> _Look:
+    """Ask the provider (through its breaker); every failure is an outcome.
+
+    A `final` look is made even when the breaker is open (it still records
+    its outcome): skipping it would leave the signal to expire unseen, and
+    it costs the provider one call per batch of signals past their deadline.
+    """
     provider_name = provider.name
     try:
         breaker = _Guarded(breaker_for(provider_name), provider_name)
     except Exception as exc:
         breaker = _Guarded(_Unavailable(exc), provider_name)
     admission = breaker.before_call()
-    if not admission.allowed:
+    if not admission.allowed and not final:
         wait = None if admission.retry_at is None else max(0.0, admission.retry_at - time.time())
         return _Look(CheckOutcome.CIRCUIT_OPEN, error_code="circuit_open", retry_after=wait)
     began = time.perf_counter()

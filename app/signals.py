@@ -70,18 +70,19 @@ def signal_create(
     key = idempotency_key or f"{req.run_id}:{req.test_case}"
     signal_id = new_id("sig")
     with transaction() as session:
-        now = repo.db_now(session)
+        facts = repo.signal_create_facts(
+            session, namespace, req.recipient, limit=settings.max_waiting_per_namespace
+        )
         # Judged by the database's clock, the authority for every timestamp.
         check_received_after(
             req.received_after,
-            now,
+            facts.now,
             lookback_hours=settings.max_lookback_hours,
             lookahead_hours=settings.max_lookahead_hours,
         )
-        _check_owner(settings, session, namespace, req.recipient)
-        _check_quota(settings, session, namespace, key)
-        nested = session.begin_nested()
-        repo.signal_insert(
+        _check_owner(settings, namespace, req.recipient, facts.mailbox_owner)
+        _check_quota(settings, session, namespace, key, facts.waiting)
+        row = repo.signal_create(
             session,
             {
                 "id": signal_id,
@@ -93,7 +94,7 @@ def signal_create(
                 "subject_contains": req.subject_contains,
                 "body_contains": req.body_contains,
                 "received_after": req.received_after,
-                "now": now,
+                "now": facts.now,
                 "expires_in": float(req.expires_in_seconds),
                 "max_checks": req.max_checks,
                 "provider": req.provider,
@@ -101,22 +102,14 @@ def signal_create(
                 "metadata": req.metadata,
                 "max_claims": settings.max_claims,
             },
+            settings.idempotency_ttl_hours,
         )
-        if repo.idempotency_key_claim(
-            session, namespace, key, signal_id, settings.idempotency_ttl_hours
-        ):
-            nested.commit()
-            created = True
-        else:
-            nested.rollback()
-            existing = repo.idempotency_key_signal(session, namespace, key)
-            if existing is None:  # the key lapsed between the two statements
+        created = row is not None
+        if row is None:
+            row = repo.signal_view_by_key(session, namespace, key)
+            if row is None:  # the key lapsed between the two statements
                 raise IdempotencyConflict("idempotency key changed hands; retry the request")
-            signal_id = existing
-            created = False
-        row = repo.signal_get(session, signal_id)
-        assert row is not None
-        if not created:
+            signal_id = row["id"]
             _raise_if_conflicting(row, req)
         view = views.signal_views(session, [row])[0]
     if created:
@@ -135,12 +128,10 @@ def signal_create(
     return Created(view=view, created=created)
 
 
-def _check_owner(settings: Settings, session: Session, namespace: str, address: str) -> None:
-    owner = ownership.owner_of(
-        address,
-        settings.namespace_domain_owners,
-        messages_repo.mailbox_owner_get(session, address),
-    )
+def _check_owner(
+    settings: Settings, namespace: str, address: str, mailbox_owner: str | None
+) -> None:
+    owner = ownership.owner_of(address, settings.namespace_domain_owners, mailbox_owner)
     if not ownership.may_use(namespace, owner):
         # Says no more than that: which namespace owns it is not this caller's business.
         raise RecipientNotOwned(
@@ -149,13 +140,15 @@ def _check_owner(settings: Settings, session: Session, namespace: str, address: 
         )
 
 
-def _check_quota(settings: Settings, session: Session, namespace: str, key: str) -> None:
+def _check_quota(
+    settings: Settings, session: Session, namespace: str, key: str, waiting: int
+) -> None:
     """At most `max_waiting_per_namespace` waiting signals; a replay of an
     existing key is never refused. Near the limit, creates of one namespace
     count under an advisory lock, one at a time, so the limit is exact;
     farther from it they count in parallel (see QUOTA_SLACK)."""
     limit = settings.max_waiting_per_namespace
-    if repo.signal_waiting_count(session, namespace, limit=limit) < limit - QUOTA_SLACK:
+    if waiting < limit - QUOTA_SLACK:
         return
     if repo.signal_waiting_count(session, namespace, limit=limit, serialise=True) < limit:
         return

@@ -38,6 +38,7 @@ import json
 import math
 import random
 import shutil
+import signal
 import smtplib
 import sys
 import tempfile
@@ -68,6 +69,10 @@ from tests.servers import imap_append  # noqa: E402
 FAULTS = ("kill_worker", "restart_broker", "restart_postgres", "stop_provider", "slow_provider")
 CREATE_RETRY_SECONDS = 60.0
 DELIVERY_RETRY_SECONDS = 90.0
+# A slowed provider answers each round trip this share of the check lease
+# late: an IMAP look (select, search, fetch, a few round trips) then takes
+# longer than a lease, so only the lease heartbeat keeps it counted.
+SLOW_ROUND_TRIP_SHARE = 0.3
 
 
 @dataclass
@@ -393,8 +398,10 @@ class Soak:
         if kind == "stop_provider":
             return w.stop_provider(self.rng, o.provider_outage)
         if kind == "slow_provider":
-            # Per round trip: a check of two round trips outlives its lease.
-            return w.slow_provider(self.rng, o.tuning.check_lease * 0.6, o.slow_for)
+            # Per round trip (see SLOW_ROUND_TRIP_SHARE): a look outlives its lease.
+            return w.slow_provider(
+                self.rng, o.tuning.check_lease * SLOW_ROUND_TRIP_SHARE, o.slow_for
+            )
         raise ValueError(f"unknown fault {kind}")
 
     # -- the run ------------------------------------------------------------------------------
@@ -586,10 +593,33 @@ def run_soak(
             machine=machine,
         )
     finally:
+        if opts.keep:
+            with contextlib.suppress(Exception):
+                dump_tables(world, root / "db")
         world.close()
         if not opts.keep and root.name.startswith("sbx-soak-"):
             # Logs and the record stay with --keep; the databases go either way.
             shutil.rmtree(root / "maildev", ignore_errors=True)
+
+
+def dump_tables(world: World, into: Path) -> None:
+    """--keep: the tables an investigation reads, as CSV (the database goes)."""
+    into.mkdir(parents=True, exist_ok=True)
+    queries = {
+        "signals": "SELECT * FROM signals",
+        "checks": "SELECT * FROM checks",
+        "near_misses": "SELECT * FROM near_misses",
+        "messages": "SELECT id, provider, provider_message_id, received_at, observed_at,"
+        " subject, recipients, run_marker FROM messages",
+    }
+    with world.postgres.connect() as conn, conn.cursor() as cur:
+        for name, sql in queries.items():
+            with (
+                (into / f"{name}.csv").open("wb") as out,
+                cur.copy(f"COPY ({sql}) TO STDOUT WITH CSV HEADER") as copy,
+            ):
+                for chunk in copy:
+                    out.write(chunk)
 
 
 def parse_args(argv: list[str] | None = None) -> Options:
@@ -647,8 +677,14 @@ def parse_args(argv: list[str] | None = None) -> Options:
     )
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the world (servers, workers) is stopped.
+    signal.signal(signal.SIGTERM, _interrupt)
     outcome = run_soak(opts)
     print(outcome.render())
     return 1 if outcome.report.violations else 0

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from app.auth import Principal, principal_for_token
+from app.auth import Principal, known_principal, principal_for_token
 from app.errors import SignalboxError
 from app.settings import Settings
 
@@ -43,7 +43,9 @@ async def principal(
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized()
-    found = await run_in_threadpool(principal_for_token, settings, token)
+    found = known_principal(settings, token) or await run_in_threadpool(
+        principal_for_token, settings, token
+    )
     if found is None:
         raise Unauthorized("The bearer token is not valid.")
     request.state.principal = found

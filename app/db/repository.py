@@ -66,32 +66,104 @@ _SIGNAL_INSERT = text(
 ).bindparams(bindparam("metadata", type_=JSONB))
 
 
-def signal_insert(session: Session, values: Mapping[Any, Any]) -> None:
-    session.execute(_SIGNAL_INSERT, dict(values))
+@dataclass(frozen=True)
+class CreateFacts:
+    """What a create must know before it inserts, read in one statement."""
+
+    now: datetime
+    mailbox_owner: str | None
+    waiting: int
 
 
-def idempotency_key_claim(
-    session: Session, namespace: str, key: str, signal_id: str, ttl_hours: float
-) -> bool:
-    """Bind `key` to `signal_id` unless a live binding exists. True if bound.
-
-    The primary key makes concurrent identical creates serialise here: the
-    losers wait for the winner's commit, then see a live key and get False.
-    """
-    bound = session.execute(
+def signal_create_facts(
+    session: Session, namespace: str, address: str, *, limit: int
+) -> CreateFacts:
+    """The database's clock, the namespace owning `address`'s mailbox (live or
+    deleted; None) and the namespace's waiting signals counted up to `limit`."""
+    row = session.execute(
         text(
             """
-            INSERT INTO idempotency_keys (namespace, key, signal_id, expires_at)
-            VALUES (:ns, :key, :sid, now() + make_interval(secs => :ttl))
-            ON CONFLICT (namespace, key) DO UPDATE
-                SET signal_id = EXCLUDED.signal_id, expires_at = EXCLUDED.expires_at
-                WHERE idempotency_keys.expires_at <= now()
-            RETURNING signal_id
+            SELECT clock_timestamp() AS now,
+                   (SELECT namespace FROM mailboxes WHERE address = :a) AS owner,
+                   (SELECT count(*) FROM (SELECT 1 FROM signals
+                     WHERE namespace = :ns AND status = 'waiting' LIMIT :limit) AS w) AS waiting
             """
         ),
-        {"ns": namespace, "key": key, "sid": signal_id, "ttl": ttl_hours * 3600.0},
-    ).scalar_one_or_none()
-    return bound == signal_id
+        {"a": address.strip().lower(), "ns": namespace, "limit": limit},
+    ).one()
+    return CreateFacts(now=row.now, mailbox_owner=row.owner, waiting=int(row.waiting))
+
+
+# The view's columns (see signal_view_get) of a signal that has no message yet.
+_NEW_VIEW_COLUMNS = """
+    clock_timestamp() AS view_now, NULL::text AS view_message_id,
+    NULL::timestamptz AS view_message_received_at, NULL::text AS view_message_subject,
+    NULL::text AS view_message_run_marker
+"""
+
+_SIGNAL_CREATE = text(
+    f"""
+    WITH key AS (
+        INSERT INTO idempotency_keys (namespace, key, signal_id, expires_at)
+        VALUES (:namespace, :idempotency_key, :id, now() + make_interval(secs => :ttl))
+        ON CONFLICT (namespace, key) DO UPDATE
+            SET signal_id = EXCLUDED.signal_id, expires_at = EXCLUDED.expires_at
+            WHERE idempotency_keys.expires_at <= now()
+        RETURNING signal_id
+    )
+    INSERT INTO signals (
+        id, namespace, idempotency_key, run_id, test_case, recipient,
+        subject_contains, body_contains, received_after, created_at, updated_at,
+        expires_at, max_checks, provider, require_run_marker, metadata,
+        status, next_check_at, next_check_reason, enqueued_at, max_claims)
+    SELECT
+        :id, :namespace, :idempotency_key, :run_id, :test_case, :recipient,
+        :subject_contains, :body_contains, coalesce(:received_after, :now), :now, :now,
+        :now + make_interval(secs => :expires_in), :max_checks, :provider,
+        :require_run_marker, :metadata,
+        'waiting', :now, 'first', :now, :max_claims
+    WHERE EXISTS (SELECT 1 FROM key WHERE signal_id = :id)
+    RETURNING *, {_NEW_VIEW_COLUMNS}
+    """
+).bindparams(bindparam("metadata", type_=JSONB))
+
+
+def signal_create(session: Session, values: Mapping[Any, Any], ttl_hours: float) -> Row | None:
+    """Bind the idempotency key to a new signal and insert it, in one
+    statement; the new row (with signal_view_get's columns), or None when a
+    live binding of the key exists (nothing is inserted then).
+
+    The key's primary key makes concurrent identical creates serialise: the
+    losers wait for the winner's commit, then see a live key and insert
+    nothing. The key's foreign key is checked at the end of the statement,
+    when the signal exists."""
+    return session.execute(_SIGNAL_CREATE, {**values, "ttl": ttl_hours * 3600.0}).mappings().first()
+
+
+def signal_view_by_key(session: Session, namespace: str, key: str) -> Row | None:
+    """The signal a live idempotency key names, with signal_view_get's columns."""
+    return (
+        session.execute(
+            text(
+                """
+                SELECT s.*, clock_timestamp() AS view_now,
+                       m.id AS view_message_id, m.received_at AS view_message_received_at,
+                       m.subject AS view_message_subject, m.run_marker AS view_message_run_marker
+                  FROM idempotency_keys k
+                  JOIN signals s ON s.id = k.signal_id
+                  LEFT JOIN messages m ON m.id = s.message_id
+                 WHERE k.namespace = :ns AND k.key = :key AND k.expires_at > now()
+                """
+            ),
+            {"ns": namespace, "key": key},
+        )
+        .mappings()
+        .first()
+    )
+
+
+def signal_insert(session: Session, values: Mapping[Any, Any]) -> None:
+    session.execute(_SIGNAL_INSERT, dict(values))
 
 
 def idempotency_key_signal(session: Session, namespace: str, key: str) -> str | None:
@@ -441,26 +513,38 @@ def signal_expire(
     )
 
 
+# How many graces a signal whose final look never began waits (no worker took
+# its task: a saturated pool, workers down) before it expires unseen.
+UNLOOKED_GRACES = 4
+
+
 def signal_ids_past_deadline(session: Session, limit: int, grace_seconds: float) -> list[str]:
-    """Waiting signals past their deadline, not under a live check lease, whose
-    final look saw the provider (a check began at or after the deadline and
-    found nothing) or never did (`grace_seconds` went by after the deadline
-    without one: no worker took it, or the provider kept failing)."""
+    """Waiting signals past their deadline, not under a live check lease, that
+    can expire now: their final look saw the provider (a check began at or
+    after the deadline and found nothing); or their final looks failed for
+    `grace_seconds` after the deadline (the provider kept failing); or no
+    final look began in UNLOOKED_GRACES graces (no worker took it).
+
+    A signal whose final look has not begun yet is not given up after one
+    grace: mail held before the deadline must not be lost because every
+    worker was busy with a slow provider."""
     return list(
         session.execute(
             text(
                 """
                 SELECT id FROM signals
                  WHERE status = 'waiting' AND expires_at <= now()
-                   AND ((last_look_at >= expires_at AND last_outcome = 'no_match')
-                        OR expires_at <= now() - make_interval(secs => :grace))
+                   AND (last_look_at >= expires_at
+                            AND (last_outcome = 'no_match'
+                                 OR expires_at <= now() - make_interval(secs => :grace))
+                        OR expires_at <= now() - make_interval(secs => :unlooked))
                    AND (check_lease_until IS NULL OR check_lease_until < now())
                  ORDER BY expires_at
                  LIMIT :limit
                  FOR UPDATE SKIP LOCKED
                 """
             ),
-            {"limit": limit, "grace": grace_seconds},
+            {"limit": limit, "grace": grace_seconds, "unlooked": grace_seconds * UNLOOKED_GRACES},
         ).scalars()
     )
 

@@ -197,6 +197,46 @@ def test_breaker_opens_while_maildev_is_down_and_closes_when_it_is_back(
     assert all(counted == real for counted, real in budget)
 
 
+def test_the_final_look_is_made_while_the_breaker_is_open(
+    stack_factory: Callable[..., Stack], maildev: MaildevServer
+) -> None:
+    """The breaker is held open for minutes (MailDev is up): checks before the
+    deadline are skipped, but the look at the deadline still reads MailDev,
+    so mail that was there before the deadline is found, not expired."""
+    stack = provider_stack(
+        stack_factory,
+        f'[providers.catcher]\ntype = "maildev"\nurl = "{maildev.url}"\n',
+        SIGNALBOX_BREAKER_FAILURE_THRESHOLD="1",
+        SIGNALBOX_BREAKER_OPEN_SECONDS="600",
+        SIGNALBOX_DEADLINE_GRACE_SECONDS="60",
+    ).start()
+    breaker = CircuitBreaker(
+        redis.Redis.from_url(stack.env["SIGNALBOX_REDIS_URL"]),
+        "catcher",
+        failure_threshold=1,
+        open_seconds=600,
+    )
+    breaker.record_failure()
+    assert breaker.state() == "open"
+    signal = create(stack, "catcher", expires_in_seconds=4)
+    send_to_maildev(maildev, signal["recipient"], run_id=signal["run_id"])
+
+    with stack.client() as api:
+        view = api.get(f"/v1/signals/{signal['signal_id']}", params={"wait": 30}).json()
+
+    assert view["status"] == "found", view
+    outcomes = [
+        row[0]
+        for row in db_rows(
+            stack,
+            "SELECT outcome FROM checks WHERE signal_id = %s ORDER BY started_at",
+            signal["signal_id"],
+        )
+    ]
+    assert outcomes[-1] == "matched"
+    assert "circuit_open" in outcomes[:-1]  # the looks before the deadline were skipped
+
+
 def test_signals_expire_with_provider_errors_when_maildev_never_returns(
     stack_factory: Callable[..., Stack], maildev: MaildevServer
 ) -> None:

@@ -60,31 +60,36 @@ async def get_signal(
     read = functools.partial(
         signals.signal_read, caller.scope(namespace), signal_id, masked=caller.is_ops
     )
-    view = await run_in_threadpool(read)
-    if wait == 0 or view["result"] not in PENDING:
-        return view
-    with request.app.state.long_polls.hold():  # 429 too_many_long_polls beyond the cap
-        return await _wait_for_change(request, read, signal_id, wait)
+    if wait == 0:
+        return await run_in_threadpool(read)
+    notifier = request.app.state.notifier
+    # Subscribe before the one read: a change after it cannot be missed.
+    async with notifier.subscribe(signal_id) as changed:
+        view = await run_in_threadpool(read)
+        if view["result"] not in PENDING:
+            return view
+        with request.app.state.long_polls.hold():  # 429 too_many_long_polls beyond the cap
+            return await _wait_for_change(request, read, changed, view, wait)
 
 
 async def _wait_for_change(
-    request: Request, read: Callable[[], dict[str, Any]], signal_id: str, wait: int
+    request: Request,
+    read: Callable[[], dict[str, Any]],
+    changed: asyncio.Event,
+    view: dict[str, Any],
+    wait: int,
 ) -> dict[str, Any]:
-    notifier = request.app.state.notifier
+    """Re-read on each notification (a status change) or every RECHECK_SECONDS."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
-    async with notifier.subscribe(signal_id) as changed:
-        # Re-read after subscribing: a change between the first read and the
-        # subscription would otherwise be missed.
+    while view["result"] in PENDING:
+        remaining = deadline - loop.time()
+        if remaining <= 0 or await request.is_disconnected():
+            break
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), timeout=min(remaining, RECHECK_SECONDS))
+        changed.clear()
         view = await run_in_threadpool(read)
-        while view["result"] in PENDING:
-            remaining = deadline - loop.time()
-            if remaining <= 0 or await request.is_disconnected():
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), timeout=min(remaining, RECHECK_SECONDS))
-            changed.clear()
-            view = await run_in_threadpool(read)
     return view
 
 
