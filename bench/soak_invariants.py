@@ -120,6 +120,14 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
         for r in rows_db
     }
 
+    # When each signal's provider last answered a look, by the start of that look.
+    answered_looks: dict[str, list[float]] = {}
+    for signal_id, started in conn.execute(
+        "SELECT signal_id, extract(epoch FROM started_at) FROM checks"
+        " WHERE outcome IN ('no_match', 'matched')"
+    ).fetchall():
+        answered_looks.setdefault(signal_id, []).append(float(started))
+
     # 1. Nothing held before the deadline is lost.
     lost: list[str] = []
     lost_by: Counter[str] = Counter()
@@ -149,9 +157,23 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
         if row["status"] in FOUND:
             continue
         first = min(m["acked"] for m in in_time)
-        if _overlaps(outages, s["provider"], first, deadline) or (
-            row["reason"] == "provider_errors"
-            and _overlaps(outages, s["provider"], created, (row["expired_at"] or deadline) - offset)
+        # The provider never answered a look that began after the mail: it was
+        # down, or went down while the (slowed) final look was in flight.
+        unanswered = not any(t - offset >= first for t in answered_looks.get(s["signal_id"], ()))
+        if (
+            _overlaps(outages, s["provider"], first, deadline)
+            or (
+                row["reason"] == "provider_errors"
+                and _overlaps(
+                    outages, s["provider"], created, (row["expired_at"] or deadline) - offset
+                )
+            )
+            or (
+                unanswered
+                and _overlaps(
+                    outages, s["provider"], first, (row["expired_at"] or deadline) - offset
+                )
+            )
         ):
             excused += 1
             continue
@@ -281,7 +303,11 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
         ("expiry reasons", str(dict(sorted(reasons.items())))),
         ("expected found", f"{expected} (matching mail held >= 1 s before the deadline)"),
         ("lost", f"{len(lost)} by provider/fate: {dict(sorted(lost_by.items()))}"),
-        ("excused", f"{excused} (their provider was down between the mail and the deadline)"),
+        (
+            "excused",
+            f"{excused} (their provider was down between the mail and the deadline,"
+            " or never answered a look begun after the mail before it went down)",
+        ),
         ("duplicated", str(len(dupes))),
         ("last second", f"{last_second_found}/{last_second} found (mail < 1 s before deadline)"),
         ("dead letters", f"{len(dl_rows)} ({unpublished} never marked published)"),

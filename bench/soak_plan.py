@@ -143,8 +143,15 @@ def make_plan(
             if group == "private":
                 subject_contains = None if rng.random() < 0.3 else f"code {key}"
                 require_marker = rng.random() < 0.2
-            else:
+            elif group == "shared":
                 subject_contains = "Sign in"
+                require_marker = rng.random() < 0.3
+            else:
+                # The busy address is shared by every busy group over the whole
+                # run: two of them may draw the same run, and signals with the
+                # same criteria on one address are interchangeable (either may
+                # take the other's mail), so each busy signal names its own.
+                subject_contains = f"Sign in {key}"
                 require_marker = rng.random() < 0.3
             budget = (
                 scheduled_checks_bound(window, base=base, cap=cap, coalesce=coalesce)
