@@ -41,7 +41,7 @@ bench: install ## Benchmarks (each prints its machine and figures): lifecycles, 
 	$(UV) run python bench/coalesced_checks.py
 
 soak: install test-deps ## The full soak and chaos run (thousands of signals, every fault) and its invariant table
-	$(UV) run python bench/soak.py
+	$(UV) run python bench/soak.py --signals 2000 --duration 300
 
 clean: ## Remove the embedded services' data (.signalbox/) and caches
 	rm -rf .signalbox .pytest_cache .mypy_cache .ruff_cache

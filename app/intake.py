@@ -17,7 +17,7 @@ from app import signals
 from app.db import messages as messages_repo
 from app.db.engine import transaction
 from app.domain.ids import recipient_hash
-from app.domain.mail import ParsedMail, bounds_exceeded, parse_mail
+from app.domain.mail import ParsedMail, bounds_exceeded, header_recipients_within, parse_mail
 from app.providers.runtime import provider_configs
 from app.settings import Settings
 
@@ -85,6 +85,16 @@ def receive(
     push(settings, sink_id, envelope_rcpts)
     add_header_recipients(settings, sink_id, envelope_rcpts, parse_mail(raw))
     return sink_id
+
+
+def push_then_triage(
+    settings: Settings, sink_id: int, envelope_rcpts: Sequence[str], raw: bytes | None
+) -> bool:
+    """Push the envelope recipients' signals; then whether the message must be
+    parsed for more recipients: not when its To and Cc plainly name only
+    envelope recipients (the usual case), so no parse is spent on it."""
+    push(settings, sink_id, envelope_rcpts)
+    return raw is None or not header_recipients_within(raw, list(envelope_rcpts))
 
 
 def push(settings: Settings, sink_id: int, recipients: Iterable[str]) -> None:

@@ -178,6 +178,42 @@ def parse_mail(raw: bytes, *, time_budget: float | None = PARSE_TIME_BUDGET_SECO
     return mail
 
 
+# A To/Cc value simple enough that every parser reads the same addresses in
+# it: comma-separated `addr`, `Name <addr>` or `"Name" <addr>`, ASCII only,
+# no encoded words, comments, groups or quoted local parts.
+_PLAIN_ADDR = rb"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9.-]+"
+_PLAIN_ITEM_RE = re.compile(
+    rb'[ \t]*(?:(' + _PLAIN_ADDR + rb')|(?:"[^"\\]*"|[A-Za-z0-9 .\'_-]*)[ \t]*<('
+    + _PLAIN_ADDR
+    + rb")>)[ \t]*(?:,|$)"
+)
+
+
+def header_recipients_within(raw: bytes, envelope: Iterator[str] | list[str]) -> bool:
+    """True when every To and Cc address of `raw` is plainly one of `envelope`:
+    a full parse could add no recipient (the sink then skips it). False when
+    one is not, or when the header is anything but plain (then parse)."""
+    head, _, _ = split_header_block(raw)
+    if len(head) > MAX_HEADER_BYTES or not head.isascii():
+        return False
+    known = {e.lower() for e in envelope}
+    for match in LOGICAL_HEADER_RE.finditer(head):
+        name, colon, value = match.group(0).partition(b":")
+        if not colon or name.strip().lower() not in (b"to", b"cc"):
+            continue
+        value = value.replace(b"\r", b"").replace(b"\n", b"").strip()
+        pos = 0
+        while pos < len(value):
+            item = _PLAIN_ITEM_RE.match(value, pos)
+            if item is None or item.end() == pos:
+                return False
+            address = (item.group(1) or item.group(2)).decode("ascii").lower()
+            if address not in known:
+                return False
+            pos = item.end()
+    return True
+
+
 def _parse_view(view: BoundedView) -> ParsedMail:
     bounds = tuple(BOUND_DEFECT_PREFIX + b for b in view.bounds)
     try:

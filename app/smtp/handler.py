@@ -90,9 +90,11 @@ class SinkHandler:
         the To/Cc recipients to the stored row (and push theirs)."""
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(
-                self._after_threads, intake.push, self.settings, sink_id, rcpts
+            needs_parse = await loop.run_in_executor(
+                self._after_threads, intake.push_then_triage, self.settings, sink_id, rcpts, raw
             )
+            if not needs_parse:
+                return
             if raw is None:
                 log.warning(
                     "too many messages waiting to be parsed; "
