@@ -183,7 +183,9 @@ def parse_mail(raw: bytes, *, time_budget: float | None = PARSE_TIME_BUDGET_SECO
 # no encoded words, comments, groups or quoted local parts.
 _PLAIN_ADDR = rb"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9.-]+"
 _PLAIN_ITEM_RE = re.compile(
-    rb'[ \t]*(?:(' + _PLAIN_ADDR + rb')|(?:"[^"\\]*"|[A-Za-z0-9 .\'_-]*)[ \t]*<('
+    rb"[ \t]*(?:("
+    + _PLAIN_ADDR
+    + rb')|(?:"[^"\\]*"|[A-Za-z0-9 .\'_-]*)[ \t]*<('
     + _PLAIN_ADDR
     + rb")>)[ \t]*(?:,|$)"
 )

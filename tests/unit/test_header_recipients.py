@@ -23,7 +23,7 @@ def raw(headers: str, body: str = "hello\r\n") -> bytes:
     "headers",
     [
         "To: user@example.test\nSubject: hi\n",
-        "To: User <user@example.test>\nCc: \"Team, all\" <team@example.test>\n",
+        'To: User <user@example.test>\nCc: "Team, all" <team@example.test>\n',
         "To: user@example.test,\n team@example.test\n",  # folded
         "Subject: no To at all\n",
         "TO: USER@EXAMPLE.TEST\n",
