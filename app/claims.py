@@ -123,6 +123,13 @@ def claim(namespace: str, signal_id: str, req: ClaimCreate) -> Answer:
     return answer
 
 
+def _message_of(session: Session, message_id: str) -> Mapping[Any, Any]:
+    message = messages_repo.message_with_raw(session, message_id)
+    if message is None:  # a claimed message outlives its signal's claims (foreign key)
+        raise NotFound(f"no message {message_id}")
+    return message
+
+
 def _claimed(session: Session, signal: Mapping[Any, Any], req: ClaimCreate) -> Answer:
     claim_row = claims_repo.claim_insert(
         session,
@@ -136,8 +143,8 @@ def _claimed(session: Session, signal: Mapping[Any, Any], req: ClaimCreate) -> A
             "lease_until": signal["lease_until"],
         },
     )
-    message = messages_repo.message_get_many(session, [signal["message_id"]])[signal["message_id"]]
-    raw = messages_repo.message_raw(session, signal["message_id"])
+    message = _message_of(session, signal["message_id"])
+    raw = bytes(message["raw"]) if message["raw"] is not None else None
     content = extract(parse_mail(raw)) if raw is not None else None
     log.info(
         "signal claimed",
@@ -361,10 +368,8 @@ def claim_read(namespace: str, claim_id: str) -> Answer:
                     "receipt": views.receipt_view(receipt) if receipt else None,
                 },
             )
-        message = messages_repo.message_get_many(session, [claim_row["message_id"]])[
-            claim_row["message_id"]
-        ]
-        raw = messages_repo.message_raw(session, claim_row["message_id"])
+        message = _message_of(session, claim_row["message_id"])
+        raw = bytes(message["raw"]) if message["raw"] is not None else None
     content = extract(parse_mail(raw)) if raw is not None else None
     return Answer(
         200,

@@ -27,7 +27,9 @@ class OpsForbidden(SignalboxError):
     )
 
 
-def get_app_settings(request: Request) -> Settings:
+async def get_app_settings(request: Request) -> Settings:
+    # async: FastAPI runs a plain `def` dependency in a worker thread, a
+    # thread hop per request for an attribute read.
     settings: Settings = request.app.state.settings
     return settings
 

@@ -55,11 +55,26 @@ def dispose_engines() -> None:
         for engine in _engines.values():
             engine.dispose(close=False)
         _engines.clear()
+        _factories.clear()
+
+
+# One session factory per engine: `sessionmaker()` builds a new Session
+# class each time, whose event plumbing cost more than a short transaction.
+_factories: dict[Engine, sessionmaker[Session]] = {}
+
+
+def _factory(engine: Engine) -> sessionmaker[Session]:
+    factory = _factories.get(engine)
+    if factory is None:
+        with _lock:
+            factory = _factories.setdefault(
+                engine, sessionmaker(bind=engine, expire_on_commit=False)
+            )
+    return factory
 
 
 @contextmanager
 def transaction(engine: Engine | None = None) -> Iterator[Session]:
     """One unit of work: commit on success, roll back on any exception."""
-    factory = sessionmaker(bind=engine or get_engine(), expire_on_commit=False)
-    with factory() as session, session.begin():
+    with _factory(engine or get_engine())() as session, session.begin():
         yield session

@@ -102,11 +102,19 @@ def message_get_many(session: Session, message_ids: Sequence[str]) -> dict[str, 
     return {r["id"]: r for r in rows}
 
 
-def message_raw(session: Session, message_id: str) -> bytes | None:
-    raw = session.execute(
-        text("SELECT raw FROM messages WHERE id = :id"), {"id": message_id}
-    ).scalar_one_or_none()
-    return bytes(raw) if raw is not None else None
+def message_with_raw(session: Session, message_id: str) -> Row | None:
+    """One message's summary and its raw bytes (None once purged), in one statement."""
+    return (
+        session.execute(
+            text(
+                "SELECT id, provider, provider_message_id, received_at, subject, recipients,"
+                " run_marker, size, raw FROM messages WHERE id = :id"
+            ),
+            {"id": message_id},
+        )
+        .mappings()
+        .first()
+    )
 
 
 def near_miss_record_many(
