@@ -254,7 +254,12 @@ class Stack:
 
     @property
     def redis_url(self) -> str:
-        return f"redis://{HOST}:{self.redis_port}/0"
+        """The embedded Redis, with the password `up` generated for it."""
+        from app.embedded import embedded_redis_url
+
+        return embedded_redis_url(self.data_dir, self.redis_port) or (
+            f"redis://{HOST}:{self.redis_port}/0"
+        )
 
 
 def _server_command(flower: bool) -> list[str]:

@@ -137,12 +137,36 @@ def waiting_count(stack: _stack.Stack) -> int:
     return int(row[0]) if row else 0
 
 
+FIRST_CHECKS_TIMEOUT_SECONDS = 900
+
+
+def wait_first_checks(stack: _stack.Stack, timeout: float) -> float:
+    """Seconds until no waiting signal lacks its first check and no check
+    task the creates sent still waits in the `signals` queue (bounded)."""
+    import psycopg
+    import redis
+
+    began = time.perf_counter()
+    broker = redis.Redis.from_url(stack.redis_url)
+    with psycopg.connect(stack.database_url(), autocommit=True) as conn:
+        while time.perf_counter() - began < timeout:
+            row = conn.execute(
+                "SELECT count(*) FROM signals WHERE status = 'waiting' AND last_check_at IS NULL"
+            ).fetchone()
+            if row is not None and int(row[0]) == 0 and broker.llen("signals") == 0:
+                break
+            time.sleep(0.5)
+    return time.perf_counter() - began
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--signals", type=int, default=10000, help="waiting signals (10000)")
     parser.add_argument("--creators", type=int, default=8, help="creating threads (8)")
     parser.add_argument("--idle", type=float, default=300.0, help="idle seconds measured (300)")
-    parser.add_argument("--settle", type=float, default=10.0, help="seconds before measuring")
+    parser.add_argument(
+        "--settle", type=float, default=10.0, help="seconds after the first checks, then measure"
+    )
     parser.add_argument("--push", type=int, default=100, help="push-latency samples (100)")
     parser.add_argument("--no-flower", action="store_true", help="run the stack without Flower")
     parser.add_argument("--keep", action="store_true", help="keep the temporary data dir")
@@ -167,7 +191,14 @@ def _run(args: argparse.Namespace) -> int:
         create_seconds, create_errors = create_many(stack, run_id, args.signals, args.creators)
         create_cpu = _stack.cpu_delta(create_before, stack.processes.cpu_seconds())
         print(f"  {args.signals / create_seconds:.0f} creates/s", flush=True)
-        time.sleep(args.settle)  # the first checks the creates started
+        # Idle means after the first check of every signal the creates started.
+        first_checks = wait_first_checks(stack, FIRST_CHECKS_TIMEOUT_SECONDS)
+        print(
+            f"  first checks done and their tasks drained {first_checks:.1f} s after the last"
+            " create",
+            flush=True,
+        )
+        time.sleep(args.settle)
         waiting_before = waiting_count(stack)
         print(f"{waiting_before} waiting; idle for {args.idle:.0f} s ...", flush=True)
         before = stack.processes.cpu_seconds()
