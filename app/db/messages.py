@@ -318,13 +318,6 @@ def mailbox_owner_many(session: Session, addresses: Sequence[str]) -> dict[str, 
     return {r[0]: r[1] for r in rows}
 
 
-def mailbox_owner_get(session: Session, address: str) -> str | None:
-    """The namespace of the mailbox at `address` (live or deleted), or None."""
-    return session.execute(
-        text("SELECT namespace FROM mailboxes WHERE address = :a"), {"a": address.strip().lower()}
-    ).scalar_one_or_none()
-
-
 def mailbox_delete(session: Session, mailbox_id: str, namespace: str) -> Row | None:
     return (
         session.execute(
