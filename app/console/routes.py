@@ -142,6 +142,18 @@ async def _form(request: Request) -> dict[str, str]:
     return {k: v for k, v in form.items() if isinstance(v, str)}
 
 
+async def _signed_post(request: Request) -> tuple[sessions.Session, dict[str, str]] | Response:
+    """The session and form of a signed-in POST; else the answer to give:
+    to the login page without a session, 403 without a valid CSRF token."""
+    session = await _session(request)
+    if session is None:
+        return _redirect("/console/login")
+    form = await _form(request)
+    if not sessions.csrf_valid(_key(request), session.sid, form.get("csrf_token")):
+        return _forbidden(request, session)
+    return session, form
+
+
 async def _call(
     request: Request, session: sessions.Session, fn: Callable[..., Any], *args: Any
 ) -> Any:
@@ -235,12 +247,10 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    session = await _session(request)
-    form = await _form(request)
-    if session is None:
-        return _redirect("/console/login")
-    if not sessions.csrf_valid(_key(request), session.sid, form.get("csrf_token")):
-        return _forbidden(request, session)
+    posted = await _signed_post(request)
+    if isinstance(posted, Response):
+        return posted
+    # Signed in with a valid CSRF token: sign out.
     response = _redirect("/console/login")
     response.delete_cookie(sessions.SESSION_COOKIE, path="/console")
     return response
@@ -326,12 +336,10 @@ async def dead_letters(request: Request) -> Response:
 
 @router.post("/dead-letters/{action}")
 async def dead_letters_bulk(request: Request, action: str) -> Response:
-    session = await _session(request)
-    if session is None:
-        return _redirect("/console/login")
-    form = await _form(request)
-    if not sessions.csrf_valid(_key(request), session.sid, form.get("csrf_token")):
-        return _forbidden(request, session)
+    posted = await _signed_post(request)
+    if isinstance(posted, Response):
+        return posted
+    session, form = posted
     if action not in ("redrive", "discard"):
         return _render(request, "error.html", 404, session, title="Not found", message="")
     chosen = _filters(form)
@@ -392,12 +400,10 @@ async def dead_letter(request: Request, dead_letter_id: str) -> Response:
 
 @router.post("/dead-letters/{dead_letter_id}/redrive")
 async def dead_letter_redrive(request: Request, dead_letter_id: str) -> Response:
-    session = await _session(request)
-    if session is None:
-        return _redirect("/console/login")
-    form = await _form(request)
-    if not sessions.csrf_valid(_key(request), session.sid, form.get("csrf_token")):
-        return _forbidden(request, session)
+    posted = await _signed_post(request)
+    if isinstance(posted, Response):
+        return posted
+    session, form = posted
     try:
         req = Redrive(
             expires_in_seconds=int(form.get("expires_in_seconds") or 120),
@@ -422,12 +428,10 @@ async def dead_letter_redrive(request: Request, dead_letter_id: str) -> Response
 
 @router.post("/dead-letters/{dead_letter_id}/discard")
 async def dead_letter_discard(request: Request, dead_letter_id: str) -> Response:
-    session = await _session(request)
-    if session is None:
-        return _redirect("/console/login")
-    form = await _form(request)
-    if not sessions.csrf_valid(_key(request), session.sid, form.get("csrf_token")):
-        return _forbidden(request, session)
+    posted = await _signed_post(request)
+    if isinstance(posted, Response):
+        return posted
+    session, form = posted
     try:
         req = Discard(note=form.get("note", ""))
     except ValidationError:

@@ -49,22 +49,6 @@ def token_create(session: Session, namespace: str, token_hash: str) -> None:
 
 # ---------------------------------------------------------------- signals
 
-_SIGNAL_INSERT = text(
-    """
-    INSERT INTO signals (
-        id, namespace, idempotency_key, run_id, test_case, recipient,
-        subject_contains, body_contains, received_after, created_at, updated_at,
-        expires_at, max_checks, provider, require_run_marker, metadata,
-        status, next_check_at, next_check_reason, enqueued_at, max_claims)
-    VALUES (
-        :id, :namespace, :idempotency_key, :run_id, :test_case, :recipient,
-        :subject_contains, :body_contains, coalesce(:received_after, :now), :now, :now,
-        :now + make_interval(secs => :expires_in), :max_checks, :provider,
-        :require_run_marker, :metadata,
-        'waiting', :now, 'first', :now, :max_claims)
-    """
-).bindparams(bindparam("metadata", type_=JSONB))
-
 
 @dataclass(frozen=True)
 class CreateFacts:
@@ -94,7 +78,14 @@ def signal_create_facts(
     return CreateFacts(now=row.now, mailbox_owner=row.owner, waiting=int(row.waiting))
 
 
-# The view's columns (see signal_view_get) of a signal that has no message yet.
+# What a view needs beside the signal's row (see signal_view_get): the
+# database clock and the summary of its message (joined as `m`) ...
+_VIEW_COLUMNS = """
+    clock_timestamp() AS view_now,
+    m.id AS view_message_id, m.received_at AS view_message_received_at,
+    m.subject AS view_message_subject, m.run_marker AS view_message_run_marker
+"""
+# ... and the same columns for a signal that has no message yet.
 _NEW_VIEW_COLUMNS = """
     clock_timestamp() AS view_now, NULL::text AS view_message_id,
     NULL::timestamptz AS view_message_received_at, NULL::text AS view_message_subject,
@@ -142,28 +133,14 @@ def signal_create(session: Session, values: Mapping[Any, Any], ttl_hours: float)
 
 def signal_view_by_key(session: Session, namespace: str, key: str) -> Row | None:
     """The signal a live idempotency key names, with signal_view_get's columns."""
-    return (
-        session.execute(
-            text(
-                """
-                SELECT s.*, clock_timestamp() AS view_now,
-                       m.id AS view_message_id, m.received_at AS view_message_received_at,
-                       m.subject AS view_message_subject, m.run_marker AS view_message_run_marker
-                  FROM idempotency_keys k
-                  JOIN signals s ON s.id = k.signal_id
-                  LEFT JOIN messages m ON m.id = s.message_id
-                 WHERE k.namespace = :ns AND k.key = :key AND k.expires_at > now()
-                """
-            ),
-            {"ns": namespace, "key": key},
-        )
-        .mappings()
-        .first()
-    )
-
-
-def signal_insert(session: Session, values: Mapping[Any, Any]) -> None:
-    session.execute(_SIGNAL_INSERT, dict(values))
+    sql = f"""
+        SELECT s.*, {_VIEW_COLUMNS}
+          FROM idempotency_keys k
+          JOIN signals s ON s.id = k.signal_id
+          LEFT JOIN messages m ON m.id = s.message_id
+         WHERE k.namespace = :ns AND k.key = :key AND k.expires_at > now()
+    """
+    return session.execute(text(sql), {"ns": namespace, "key": key}).mappings().first()
 
 
 def idempotency_key_signal(session: Session, namespace: str, key: str) -> str | None:
@@ -189,10 +166,8 @@ def signal_view_get(session: Session, signal_id: str, namespace: str | None = No
     `_received_at`, `_subject`, `_run_marker`; NULL before a match).
     `views.signal_views` then asks nothing more for a waiting or found signal.
     """
-    sql = """
-        SELECT s.*, clock_timestamp() AS view_now,
-               m.id AS view_message_id, m.received_at AS view_message_received_at,
-               m.subject AS view_message_subject, m.run_marker AS view_message_run_marker
+    sql = f"""
+        SELECT s.*, {_VIEW_COLUMNS}
           FROM signals s LEFT JOIN messages m ON m.id = s.message_id
          WHERE s.id = :id
     """

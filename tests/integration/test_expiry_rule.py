@@ -40,7 +40,7 @@ def _past_deadline(
     look began `looked_after_deadline` s after it (None: before it)."""
     signal_id = f"sig_{uuid.uuid4().hex[:24]}"
     with transaction(engine) as s:
-        repo.signal_insert(
+        repo.signal_create(
             s,
             {
                 "id": signal_id,
@@ -60,6 +60,7 @@ def _past_deadline(
                 "metadata": {},
                 "max_claims": 3,
             },
+            1.0,  # idempotency key hours
         )
         s.execute(
             text(

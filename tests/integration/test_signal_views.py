@@ -46,7 +46,7 @@ class Statements:
 def _signal(engine: Engine) -> str:
     signal_id = f"sig_{uuid.uuid4().hex[:24]}"
     with transaction(engine) as s:
-        repo.signal_insert(
+        repo.signal_create(
             s,
             {
                 "id": signal_id,
@@ -66,6 +66,7 @@ def _signal(engine: Engine) -> str:
                 "metadata": {"k": "v"},
                 "max_claims": 3,
             },
+            1.0,  # idempotency key hours
         )
     return signal_id
 
