@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import gc
 import signal
+import sys
 import threading
+import time
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app.domain import mail as mail_mod
 from app.domain.mail import bound_view, bounds_exceeded, on_bound_exceeded, parse_mail
+from app.domain.mail_bounds import ParseTimeout, cpu_budget
 
 CRLF = b"\r\n"
 HEAD = b"From: a@example.com\r\nTo: b@example.com\r\nMIME-Version: 1.0\r\n"
@@ -154,6 +159,36 @@ def test_an_outer_cpu_timer_that_fires_later_is_re_armed() -> None:
         signal.signal(signal.SIGVTALRM, previous)
     assert 0 < left <= 100.1  # timer granularity
     assert fired == []
+
+
+def test_a_timeout_swallowed_where_python_cannot_raise_fires_again() -> None:
+    """A gc callback (hypothesis registers one) swallows the timer's raise:
+    the budget must still end the body, then disarm and restore."""
+    handler = signal.getsignal(signal.SIGVTALRM)
+    swallowed: list[type[BaseException] | None] = []
+
+    def burn_in_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and not swallowed:
+            end = time.process_time() + 0.2
+            while time.process_time() < end:
+                pass
+
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: swallowed.append(unraisable.exc_type)
+    gc.callbacks.append(burn_in_gc)
+    try:
+        with pytest.raises(ParseTimeout), cpu_budget(0.02):
+            gc.collect()  # the timer fires in the callback, which swallows it
+            assert swallowed
+            end = time.process_time() + 5
+            while time.process_time() < end:
+                pass
+    finally:
+        gc.callbacks.remove(burn_in_gc)
+        sys.unraisablehook = hook
+    assert set(swallowed) == {ParseTimeout}
+    assert signal.getsignal(signal.SIGVTALRM) is handler
+    assert signal.getitimer(signal.ITIMER_VIRTUAL) == (0.0, 0.0)
 
 
 def test_outside_the_main_thread_the_bounds_alone_apply() -> None:
