@@ -1,11 +1,13 @@
 """Use cases of the SMTP sink: store a received message, then widen its recipients.
 
-The sink answers ``250`` once the raw bytes are stored (:func:`store`), with the
-envelope recipients as the message's recipients. Everything else comes after,
-off the SMTP path: :func:`push` checks the envelope recipients' signals at
-once; the message is parsed (the sink does it in a worker process,
-``app/smtp/parsing.py``); :func:`add_header_recipients` then adds the To and
-Cc addresses the envelope did not name, and pushes theirs.
+The sink answers ``250`` once the raw bytes are stored (:func:`store_many`,
+the messages that arrived meanwhile in one transaction), with the envelope
+recipients as the message's recipients. Everything else comes after,
+off the SMTP path: :func:`push_many` checks the envelope recipients' signals
+at once (the pushes waiting meanwhile in one); the message is parsed (the
+sink does it in a worker process, ``app/smtp/parsing.py``);
+:func:`add_header_recipients` then adds the To and Cc addresses the envelope
+did not name, and pushes theirs.
 """
 
 from __future__ import annotations
@@ -17,37 +19,33 @@ from app import signals
 from app.db import messages as messages_repo
 from app.db.engine import transaction
 from app.domain.ids import recipient_hash
-from app.domain.mail import ParsedMail, bounds_exceeded, header_recipients_within, parse_mail
+from app.domain.mail import ParsedMail, bounds_exceeded, header_recipients_within
 from app.providers.runtime import provider_configs
 from app.settings import Settings
 
 log = logging.getLogger("signalbox.sink")
 
 
-def store(
-    settings: Settings, mail_from: str | None, envelope_rcpts: Sequence[str], raw: bytes
-) -> int:
-    """Store one message raw (nothing is parsed) with its envelope recipients.
-    Returns the sink id."""
-    envelope = sorted({r.lower() for r in envelope_rcpts})
+# One received message: (MAIL FROM, envelope recipients, raw bytes).
+Received = tuple[str | None, Sequence[str], bytes]
+
+
+def store_many(settings: Settings, received: Sequence[Received]) -> list[int]:
+    """Store messages raw (nothing is parsed) with their envelope recipients,
+    in one transaction. Returns their sink ids, in order."""
     with transaction() as session:
-        sink_id, _ = messages_repo.sink_message_store(
-            session,
-            mail_from=mail_from,
-            envelope_recipients=envelope,
-            all_recipients=envelope,
-            raw=raw,
+        ids = messages_repo.sink_messages_store(session, received)
+    for sink_id, (_, rcpts, raw) in zip(ids, received, strict=True):
+        log.info(
+            "message received",
+            extra={
+                "event": "sink_received",
+                "sink_message_id": sink_id,
+                "size": len(raw),
+                "recipient_hashes": [recipient_hash(r) for r in sorted({r.lower() for r in rcpts})],
+            },
         )
-    log.info(
-        "message received",
-        extra={
-            "event": "sink_received",
-            "sink_message_id": sink_id,
-            "size": len(raw),
-            "recipient_hashes": [recipient_hash(r) for r in envelope],
-        },
-    )
-    return sink_id
+    return ids
 
 
 def add_header_recipients(
@@ -72,32 +70,34 @@ def add_header_recipients(
         return []
     with transaction() as session:
         messages_repo.sink_message_add_recipients(session, sink_id, extra)
-    push(settings, sink_id, extra)
+    push(settings, [sink_id], extra)
     return extra
 
 
-def receive(
-    settings: Settings, mail_from: str | None, envelope_rcpts: Sequence[str], raw: bytes
-) -> int:
-    """Store, parse here (bounded), and widen: the whole intake in one call, for
-    callers that have no sink event loop to keep free."""
-    sink_id = store(settings, mail_from, envelope_rcpts, raw)
-    push(settings, sink_id, envelope_rcpts)
-    add_header_recipients(settings, sink_id, envelope_rcpts, parse_mail(raw))
-    return sink_id
+# Stored messages whose envelope recipients' signals are to be pushed:
+# (their sink ids, their envelope recipients).
+Stored = tuple[Sequence[int], Sequence[str]]
 
 
-def push_then_triage(
-    settings: Settings, sink_id: int, envelope_rcpts: Sequence[str], raw: bytes | None
-) -> bool:
-    """Push the envelope recipients' signals; then whether the message must be
-    parsed for more recipients: not when its To and Cc plainly name only
-    envelope recipients (the usual case), so no parse is spent on it."""
-    push(settings, sink_id, envelope_rcpts)
-    return raw is None or not header_recipients_within(raw, list(envelope_rcpts))
+def push_many(settings: Settings, stored: Sequence[Stored]) -> list[None]:
+    """Push the signals of every envelope recipient of ``stored`` at once (the
+    sink merges the pushes that wait while one runs). One None per item."""
+    push(
+        settings,
+        [sink_id for ids, _ in stored for sink_id in ids],
+        (r for _, rcpts in stored for r in rcpts),
+    )
+    return [None] * len(stored)
 
 
-def push(settings: Settings, sink_id: int, recipients: Iterable[str]) -> None:
+def needs_parse(received: Sequence[Received]) -> list[bool]:
+    """For each message, whether it must be parsed for more recipients: not
+    when its To and Cc plainly name only envelope recipients (the usual case),
+    so no parse is spent on it."""
+    return [not header_recipients_within(raw, list(rcpts)) for _, rcpts, raw in received]
+
+
+def push(settings: Settings, sink_ids: Sequence[int], recipients: Iterable[str]) -> None:
     """Check the waiting signals of every sink-type provider for ``recipients``
     at once. Never raises: a lost push only means the signals find the stored
     message at their next scheduled check."""
@@ -114,7 +114,7 @@ def push(settings: Settings, sink_id: int, recipients: Iterable[str]) -> None:
                 "push after receipt failed; signals will find the message at their next check",
                 extra={
                     "event": "push_failed",
-                    "sink_message_id": sink_id,
+                    "sink_message_ids": list(sink_ids),
                     "provider": name,
                     "error": type(exc).__name__,
                 },

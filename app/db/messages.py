@@ -160,31 +160,37 @@ def near_miss_list(session: Session, signal_id: str) -> Sequence[Row]:
 # ---------------------------------------------------------------- sink
 
 
-def sink_message_store(
-    session: Session,
-    *,
-    mail_from: str | None,
-    envelope_recipients: Sequence[str],
-    all_recipients: Sequence[str],
-    raw: bytes,
-) -> tuple[int, datetime]:
-    row = session.execute(
+def sink_messages_store(
+    session: Session, items: Sequence[tuple[str | None, Sequence[str], bytes]]
+) -> list[int]:
+    """Store raw messages ``(mail_from, recipients, raw)`` in one statement, each
+    with ``recipients`` (lower-cased, sorted) as its envelope and all recipients;
+    their ids, in the order of ``items``.
+
+    Rows are inserted in the items' order (``ORDER BY n``), so the sequence
+    hands out ascending ids in that order: the returned ids, sorted, map back
+    to the items by position (RETURNING itself has no guaranteed order)."""
+    if not items:
+        return []
+    rows = ", ".join(
+        f"(CAST(:f{i} AS text), CAST(:r{i} AS text[]), CAST(:b{i} AS bytea), {i})"
+        for i in range(len(items))
+    )
+    params: dict[str, Any] = {}
+    for i, (mail_from, recipients, raw) in enumerate(items):
+        params[f"f{i}"] = mail_from
+        params[f"r{i}"] = sorted({r.lower() for r in recipients})
+        params[f"b{i}"] = raw
+    ids = session.execute(
         text(
-            """
-            INSERT INTO sink_messages (mail_from, envelope_recipients, all_recipients, size, raw)
-            VALUES (:f, :env, :all, :size, :raw)
-            RETURNING id, received_at
-            """
+            "INSERT INTO sink_messages (mail_from, envelope_recipients, all_recipients, size, raw) "
+            "SELECT f, r, r, octet_length(b), b "
+            f"FROM (VALUES {rows}) AS v(f, r, b, n) ORDER BY n "
+            "RETURNING id"
         ),
-        {
-            "f": mail_from,
-            "env": list(envelope_recipients),
-            "all": sorted(set(all_recipients)),
-            "size": len(raw),
-            "raw": raw,
-        },
-    ).one()
-    return int(row[0]), row[1]
+        params,
+    ).scalars()
+    return sorted(int(i) for i in ids)
 
 
 def sink_message_add_recipients(session: Session, sink_id: int, recipients: Sequence[str]) -> int:

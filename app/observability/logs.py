@@ -32,6 +32,7 @@ ALLOWED_EXTRA = frozenset(
         "message_id",
         "dead_letter_id",
         "sink_message_id",
+        "sink_message_ids",
         "recipient_hash",
         "recipient_hashes",
         "provider",

@@ -1,8 +1,10 @@
 """The SMTP sink: an aiosmtpd handler that calls the intake use cases.
 
-``250`` means the raw bytes are stored in PostgreSQL; the push to waiting
-signals and the parsing happen after the answer (parsing in a worker process),
-so neither a hostile message nor a slow broker delays the next message.
+``250`` means the raw bytes are stored in PostgreSQL: the messages of all
+sessions that arrive while one store commits are stored in the next one
+transaction (``app/smtp/batching.py``). The push to waiting signals (once per
+stored batch) and the parsing happen after the answer (parsing in a worker
+process), so neither a hostile message nor a slow broker delays the next one.
 """
 
 from __future__ import annotations
@@ -11,19 +13,21 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from app import intake
 from app.settings import Settings
+from app.smtp.batching import GroupCommit
 from app.smtp.parsing import ParsePool
 
 log = logging.getLogger("signalbox.smtp")
 
-# Messages stored but not parsed yet, each held in memory (up to the size
-# limit). Past this, a new message is still stored, answered and pushed, but
-# not parsed: it keeps its envelope recipients (a flood cannot exhaust memory).
+# Messages waiting to be parsed, each held in memory (up to the size limit).
+# Past this, a new message is still stored, answered and pushed, but not
+# parsed: it keeps its envelope recipients (a flood cannot exhaust memory).
 MAX_PENDING_PARSES = 64
 
 
@@ -37,12 +41,29 @@ class SinkHandler:
         self.settings = settings
         self.domains = settings.accepted_domains
         self.parser = parser or ParsePool()
-        # Stores have threads of their own: a slow broker holding every push
+        # Stores have a thread of their own: a slow broker holding every push
         # thread must never delay the next message's 250.
-        self._store_threads = ThreadPoolExecutor(8, thread_name_prefix="sink-store")
+        self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="sink-store")
+        self._push_thread = ThreadPoolExecutor(1, thread_name_prefix="sink-push")
         self._after_threads = ThreadPoolExecutor(4, thread_name_prefix="sink-after")
-        # Parses in flight; kept referenced so none is garbage-collected midway.
+        self.stores: GroupCommit[intake.Received, int] = GroupCommit(
+            partial(intake.store_many, settings),
+            self._store_thread,
+            size_of=lambda received: len(received[2]),
+            max_bytes=max(settings.smtp_max_bytes, 8 * 1024 * 1024),
+            on_stored=self._after_store,
+        )
+        # Pushes merge like stores: those waiting while one runs go in one.
+        self.pushes: GroupCommit[intake.Stored, None] = GroupCommit(
+            partial(intake.push_many, settings),
+            self._push_thread,
+            size_of=lambda _: 1,
+            max_items=256,
+        )
+        # Stored batches not yet pushed and parsed; kept referenced so none is
+        # garbage-collected midway.
         self.pending: set[asyncio.Task[None]] = set()
+        self.parses_waiting = 0
 
     async def handle_RCPT(
         self,
@@ -69,43 +90,56 @@ class SinkHandler:
         if len(raw) > self.settings.smtp_max_bytes:
             return "552 5.3.4 Message too big"
         data = bytes(raw)
-        rcpts = list(envelope.rcpt_tos)
         try:
-            sink_id = await asyncio.get_running_loop().run_in_executor(
-                self._store_threads, intake.store, self.settings, envelope.mail_from, rcpts, data
-            )
+            sink_id = await self.stores.submit((envelope.mail_from, list(envelope.rcpt_tos), data))
         except Exception:
             log.exception("message could not be stored", extra={"event": "sink_store_failed"})
             return "451 4.3.0 Temporary failure storing the message; try again"
-        parse = sum(1 for t in self.pending if not t.done()) < MAX_PENDING_PARSES
-        task = asyncio.get_running_loop().create_task(
-            self._parse_later(sink_id, rcpts, data if parse else None)
-        )
-        self.pending.add(task)
-        task.add_done_callback(self.pending.discard)
         return f"250 OK queued as {sink_id}"
 
-    async def _parse_later(self, sink_id: int, rcpts: Sequence[str], raw: bytes | None) -> None:
-        """After the answer: push the envelope recipients' signals, parse, then add
-        the To/Cc recipients to the stored row (and push theirs)."""
-        loop = asyncio.get_running_loop()
+    def _after_store(self, received: Sequence[intake.Received], sink_ids: Sequence[int]) -> None:
+        """Once a batch is committed (its 250s are due): push and parse it."""
+        task = asyncio.get_running_loop().create_task(self._push_and_parse(received, sink_ids))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def _push_and_parse(
+        self, received: Sequence[intake.Received], sink_ids: Sequence[int]
+    ) -> None:
+        """After the answer: push the envelope recipients' signals, then parse
+        each message that may name more recipients and add those."""
         try:
-            needs_parse = await loop.run_in_executor(
-                self._after_threads, intake.push_then_triage, self.settings, sink_id, rcpts, raw
+            await self.pushes.submit((sink_ids, [r for _, rcpts, _ in received for r in rcpts]))
+        except Exception as exc:  # the messages are stored; their next check finds them
+            log.warning(
+                "stored messages could not be pushed",
+                extra={"event": "sink_push_failed", "error": type(exc).__name__},
             )
-            if not needs_parse:
-                return
-            if raw is None:
-                log.warning(
-                    "too many messages waiting to be parsed; "
-                    "this one keeps its envelope recipients",
-                    extra={"event": "sink_parse_skipped", "sink_message_id": sink_id},
-                )
-                return
+        loop = asyncio.get_running_loop()
+        parse = await loop.run_in_executor(self._after_threads, intake.needs_parse, received)
+        stored = zip(sink_ids, received, parse, strict=True)
+        await asyncio.gather(
+            *(
+                self._parse_one(sink_id, rcpts, raw)
+                for sink_id, (_, rcpts, raw), wanted in stored
+                if wanted
+            )
+        )
+
+    async def _parse_one(self, sink_id: int, rcpts: Sequence[str], raw: bytes) -> None:
+        """Parse one stored message and add its To/Cc recipients (and push theirs)."""
+        if self.parses_waiting >= MAX_PENDING_PARSES:
+            log.warning(
+                "too many messages waiting to be parsed; this one keeps its envelope recipients",
+                extra={"event": "sink_parse_skipped", "sink_message_id": sink_id},
+            )
+            return
+        self.parses_waiting += 1
+        try:
             mail = await self.parser.parse(raw)
             if mail is None:
                 return
-            await loop.run_in_executor(
+            await asyncio.get_running_loop().run_in_executor(
                 self._after_threads,
                 intake.add_header_recipients,
                 self.settings,
@@ -122,8 +156,11 @@ class SinkHandler:
                     "error": type(exc).__name__,
                 },
             )
+        finally:
+            self.parses_waiting -= 1
 
     def close(self) -> None:
         self.parser.close()
         self._after_threads.shutdown(wait=False, cancel_futures=True)
-        self._store_threads.shutdown(wait=False)
+        self._store_thread.shutdown(wait=False)
+        self._push_thread.shutdown(wait=False, cancel_futures=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import smtplib
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -143,3 +145,41 @@ def test_connections_past_the_cap_get_421_and_a_freed_slot_is_reused(
         third.quit()
     finally:
         second.quit()
+
+
+def test_concurrent_sessions_each_get_the_id_of_their_own_stored_message(stack: Stack) -> None:
+    """Messages of concurrent sessions are committed together (group commit):
+    each 250 still names the row holding that very message, stored once."""
+    recipient = f"burst-{uuid.uuid4().hex[:8]}@example.test"
+
+    def session(n: int) -> list[tuple[str, int, bytes]]:
+        sent = []
+        with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=30) as smtp:
+            smtp.ehlo()
+            for i in range(8):
+                token = f"token-{n}-{i}-{uuid.uuid4().hex}"
+                assert smtp.mail("app@example.test")[0] == 250
+                assert smtp.rcpt(recipient)[0] == 250
+                code, reply = smtp.data(mail(recipient, subject=token))
+                sent.append((token, code, reply))
+        return sent
+
+    with ThreadPoolExecutor(8) as pool:
+        sent = [s for batch in pool.map(session, range(8)) for s in batch]
+    assert {code for _, code, _ in sent} == {250}
+    queued = {}
+    for token, _, reply in sent:
+        found = re.search(rb"queued as (\d+)", reply)
+        assert found is not None, reply
+        queued[int(found.group(1))] = token
+    assert len(queued) == 64
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
+        rows = conn.execute(
+            "SELECT id, raw, envelope_recipients FROM sink_messages"
+            " WHERE %s = ANY(envelope_recipients)",
+            (recipient,),
+        ).fetchall()
+    assert len(rows) == 64
+    for sink_id, raw, envelope in rows:
+        assert queued[sink_id].encode() in bytes(raw)
+        assert envelope == [recipient]

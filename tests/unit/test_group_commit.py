@@ -1,0 +1,121 @@
+"""The sink's group commit: batching, order, caps and failure isolation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from app.smtp.batching import GroupCommit
+
+
+class Store:
+    """A store_many that records its calls; the first call waits for `release`
+    so the test can queue items behind it, and items named in `refuse` fail."""
+
+    def __init__(self, refuse: frozenset[str] = frozenset()) -> None:
+        self.calls: list[list[str]] = []
+        self.refuse = refuse
+        self.release = threading.Event()
+        self.first_started = threading.Event()
+
+    def __call__(self, items: Sequence[str]) -> list[str]:
+        self.calls.append(list(items))
+        if len(self.calls) == 1:
+            self.first_started.set()
+            self.release.wait(5)
+        if self.refuse & set(items):
+            raise ValueError("refused")
+        return [f"id-{item}" for item in items]
+
+
+async def _wait(event: threading.Event) -> None:
+    await asyncio.get_running_loop().run_in_executor(None, event.wait, 5)
+
+
+def _batcher(store: Store, executor: ThreadPoolExecutor, **kwargs: object) -> GroupCommit[str, str]:
+    return GroupCommit(store, executor, size_of=len, **kwargs)  # type: ignore[arg-type]
+
+
+def test_items_that_arrive_during_a_commit_share_the_next_one_in_order() -> None:
+    async def scenario() -> tuple[list[str], list[list[str]], list[tuple[list[str], list[str]]]]:
+        store = Store()
+        stored: list[tuple[list[str], list[str]]] = []
+        with ThreadPoolExecutor(1) as executor:
+
+            def on_stored(items: Sequence[str], ids: Sequence[str]) -> None:
+                stored.append((list(items), list(ids)))
+
+            batcher = _batcher(store, executor, on_stored=on_stored)
+            first = asyncio.create_task(batcher.submit("a"))
+            await _wait(store.first_started)  # "a" is committing alone: nothing waited for it
+            rest = [asyncio.create_task(batcher.submit(x)) for x in ("b", "c", "d")]
+            await asyncio.sleep(0)
+            store.release.set()
+            results = await asyncio.gather(first, *rest)
+        return results, store.calls, stored
+
+    results, calls, stored = asyncio.run(scenario())
+    assert results == ["id-a", "id-b", "id-c", "id-d"]
+    assert calls == [["a"], ["b", "c", "d"]]
+    assert stored == [(["a"], ["id-a"]), (["b", "c", "d"], ["id-b", "id-c", "id-d"])]
+
+
+def test_a_batch_keeps_to_its_item_and_byte_caps_and_a_big_item_goes_alone() -> None:
+    async def scenario() -> list[list[str]]:
+        store = Store()
+        with ThreadPoolExecutor(1) as executor:
+            batcher = _batcher(store, executor, max_items=3, max_bytes=10)
+            first = asyncio.create_task(batcher.submit("x"))
+            await _wait(store.first_started)
+            items = ["a", "b", "c", "d", "e", "f" * 20, "gggg", "hhhh", "iiii"]
+            rest = [asyncio.create_task(batcher.submit(x)) for x in items]
+            await asyncio.sleep(0)
+            store.release.set()
+            results = await asyncio.gather(first, *rest)
+        assert results == [f"id-{x}" for x in ["x", *items]]
+        return store.calls
+
+    calls = asyncio.run(scenario())
+    assert calls == [
+        ["x"],
+        ["a", "b", "c"],
+        ["d", "e"],  # "f"*20 would pass 10 bytes
+        ["f" * 20],  # over the byte cap alone: still stored
+        ["gggg", "hhhh"],
+        ["iiii"],
+    ]
+
+
+def test_one_refused_item_fails_alone_and_the_rest_of_its_batch_is_stored() -> None:
+    async def scenario() -> tuple[list[object], list[list[str]], list[list[str]]]:
+        store = Store(refuse=frozenset({"bad"}))
+        stored: list[list[str]] = []
+        with ThreadPoolExecutor(1) as executor:
+            batcher = _batcher(store, executor, on_stored=lambda _, ids: stored.append(list(ids)))
+            first = asyncio.create_task(batcher.submit("a"))
+            await _wait(store.first_started)
+            rest = [asyncio.create_task(batcher.submit(x)) for x in ("b", "bad", "c")]
+            await asyncio.sleep(0)
+            store.release.set()
+            results = await asyncio.gather(first, *rest, return_exceptions=True)
+        return results, store.calls, stored
+
+    results, calls, stored = asyncio.run(scenario())
+    assert results[0] == "id-a" and results[1] == "id-b" and results[3] == "id-c"
+    assert isinstance(results[2], ValueError)
+    assert calls == [["a"], ["b", "bad", "c"], ["b"], ["bad"], ["c"]]
+    assert stored == [["id-a"], ["id-b"], ["id-c"]]
+
+
+def test_a_store_that_miscounts_its_results_fails_every_submitter() -> None:
+    async def scenario() -> None:
+        with ThreadPoolExecutor(1) as executor:
+            batcher: GroupCommit[str, str] = GroupCommit(lambda items: [], executor, size_of=len)
+            with pytest.raises(RuntimeError):
+                await batcher.submit("a")
+
+    asyncio.run(scenario())
