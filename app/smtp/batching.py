@@ -7,8 +7,11 @@ the items of every other session queue up; the next transaction takes them
 all (up to ``max_items`` and ``max_bytes``), so under load one commit serves
 many messages and with a single client nothing waits for a batch to fill.
 
-When a batch fails it is tried again item by item, so one message the
-database refuses gets its own error and the others are stored.
+When a batch fails on something one item could cause (``split_on``), it
+is tried again item by item, so one message the database refuses gets its
+own error and the others are stored. A failure of the database itself
+(unreachable, timed out) fails the whole batch at once: trying each item
+again would only multiply the wait before every session hears 451.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ class GroupCommit(Generic[T, R]):
     """Runs ``store_many(items) -> results`` (one result per item, in order) in
     ``executor``, one call at a time, over whatever has queued meanwhile.
     ``on_stored(items, results)`` is called on the event loop after each
-    successful call (the items' futures are already resolved)."""
+    successful call (the items' futures are already resolved); a failed batch
+    is tried again item by item when ``split_on(error)``."""
 
     def __init__(
         self,
@@ -48,6 +52,7 @@ class GroupCommit(Generic[T, R]):
         max_items: int = 64,
         max_bytes: int = 8 * 1024 * 1024,
         on_stored: Callable[[Sequence[T], Sequence[R]], None] | None = None,
+        split_on: Callable[[Exception], bool] = lambda exc: True,
     ) -> None:
         self._store_many = store_many
         self._executor = executor
@@ -55,6 +60,7 @@ class GroupCommit(Generic[T, R]):
         self.max_items = max(1, max_items)
         self.max_bytes = max_bytes
         self._on_stored = on_stored
+        self._split_on = split_on
         self._queue: list[_Pending[T, R]] = []
         self._runner: asyncio.Task[None] | None = None
 
@@ -95,8 +101,9 @@ class GroupCommit(Generic[T, R]):
         try:
             results = list(await loop.run_in_executor(self._executor, self._store_many, items))
         except Exception as exc:
-            if len(batch) == 1:
-                batch[0].done.set_exception(exc)
+            if len(batch) == 1 or not self._split_on(exc):
+                for pending in batch:
+                    pending.done.set_exception(exc)
                 return
             # One refused item must not fail the others: each alone.
             for pending in batch:

@@ -17,6 +17,8 @@ from functools import partial
 from typing import Any
 
 from aiosmtpd.smtp import SMTP, Envelope, Session
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
 from app import intake
 from app.settings import Settings
@@ -29,6 +31,12 @@ log = logging.getLogger("signalbox.smtp")
 # Past this, a new message is still stored, answered and pushed, but not
 # parsed: it keeps its envelope recipients (a flood cannot exhaust memory).
 MAX_PENDING_PARSES = 64
+
+
+def _one_message_may_cause(exc: Exception) -> bool:
+    """Whether a failed store may be one message's fault (a value the database
+    refuses), not the database's (unreachable, timed out)."""
+    return not isinstance(exc, OperationalError | InterfaceError | SQLAlchemyTimeoutError)
 
 
 class SinkHandler:
@@ -52,6 +60,7 @@ class SinkHandler:
             size_of=lambda received: len(received[2]),
             max_bytes=max(settings.smtp_max_bytes, 8 * 1024 * 1024),
             on_stored=self._after_store,
+            split_on=_one_message_may_cause,
         )
         # Pushes merge like stores: those waiting while one runs go in one.
         self.pushes: GroupCommit[intake.Stored, None] = GroupCommit(

@@ -119,3 +119,33 @@ def test_a_store_that_miscounts_its_results_fails_every_submitter() -> None:
                 await batcher.submit("a")
 
     asyncio.run(scenario())
+
+
+def test_a_failure_no_single_item_caused_fails_the_whole_batch_at_once() -> None:
+    async def scenario() -> tuple[list[object], list[list[str]]]:
+        store = Store(refuse=frozenset({"bad"}))
+        with ThreadPoolExecutor(1) as executor:
+            batcher = _batcher(store, executor, split_on=lambda exc: False)
+            first = asyncio.create_task(batcher.submit("a"))
+            await _wait(store.first_started)
+            rest = [asyncio.create_task(batcher.submit(x)) for x in ("b", "bad", "c")]
+            await asyncio.sleep(0)
+            store.release.set()
+            results = await asyncio.gather(first, *rest, return_exceptions=True)
+        return results, store.calls
+
+    results, calls = asyncio.run(scenario())
+    assert results[0] == "id-a"
+    assert all(isinstance(r, ValueError) for r in results[1:])
+    assert calls == [["a"], ["b", "bad", "c"]]
+
+
+def test_the_sink_splits_a_batch_on_a_refused_value_not_on_an_unreachable_database() -> None:
+    from sqlalchemy.exc import DataError, IntegrityError, OperationalError
+
+    from app.smtp.handler import _one_message_may_cause
+
+    cause = Exception("from the driver")
+    assert _one_message_may_cause(DataError("INSERT", {}, cause))
+    assert _one_message_may_cause(IntegrityError("INSERT", {}, cause))
+    assert not _one_message_may_cause(OperationalError("INSERT", {}, cause))
