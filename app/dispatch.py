@@ -45,6 +45,21 @@ def _send(task: str, object_id: str, queue: str, what: str) -> bool:
         return False
 
 
+def warm() -> bool:
+    """Build the Celery app and open a producer connection to the broker now,
+    not with the first task sent. False (logged) when the broker is down."""
+    try:
+        with _celery().producer_or_acquire() as producer:
+            producer.connection.ensure_connection(max_retries=1)
+        return True
+    except Exception as exc:
+        log.warning(
+            "broker not reachable at start; the first task will connect",
+            extra={"event": "broker_warm_failed", "error": type(exc).__name__},
+        )
+        return False
+
+
 def queue_depth(queue: str) -> int | None:
     """How many tasks wait in `queue` (not those a worker holds); None when
     the broker cannot say."""

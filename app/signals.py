@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app import dispatch, views
+from app.checks import BATCH_LIMIT
 from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.db.engine import transaction
@@ -203,8 +204,6 @@ def push(
     Signals are made due in short transactions of PUSH_PAGE rows (a push
     never holds thousands of row locks), and one task is sent per check
     batch: a check takes every due signal of its provider."""
-    from app.checks import BATCH_LIMIT
-
     ids: list[str] = []
     after: tuple[datetime, str] | None = None
     while True:

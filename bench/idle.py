@@ -207,6 +207,7 @@ def _run(args: argparse.Namespace) -> int:
         idle_load = _stack.load_average()
         print(f"push latency, {args.push} one at a time ...", flush=True)
         found, problems = push_latency(stack, run_id, args.push)
+        slowest = max(range(len(found)), key=found.__getitem__) if found else None
         waiting_after = waiting_count(stack)
         machine = _machine.render(_machine.describe(stack.database_url(), stack.redis_url))
     found.sort()
@@ -231,6 +232,7 @@ def _run(args: argparse.Namespace) -> int:
         ("push latency p50", f"{_stack.percentile(found, 50) * 1000:.1f} ms"),
         ("push latency p99", f"{_stack.percentile(found, 99) * 1000:.1f} ms"),
         ("push latency max", f"{(found[-1] if found else float('nan')) * 1000:.1f} ms"),
+        ("slowest push sample", f"#{slowest + 1} of {len(found)}" if slowest is not None else "-"),
     ]
     if problems:
         rows.append(("push problems", f"{len(problems)} (first: {problems[0][:60]})"))

@@ -160,6 +160,11 @@ def near_miss_list(session: Session, signal_id: str) -> Sequence[Row]:
 # ---------------------------------------------------------------- sink
 
 
+def ping(session: Session) -> None:
+    """One round trip: the session's connection is open and answers."""
+    session.execute(text("SELECT 1"))
+
+
 def sink_messages_store(
     session: Session, items: Sequence[tuple[str | None, Sequence[str], bytes]]
 ) -> list[int]:

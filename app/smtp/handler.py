@@ -168,6 +168,11 @@ class SinkHandler:
         finally:
             self.parses_waiting -= 1
 
+    def warm(self) -> None:
+        """Connect to the database and the broker on the push thread (the
+        first push would otherwise pay for it), without waiting for it."""
+        self._push_thread.submit(intake.warm, self.settings)
+
     def close(self) -> None:
         self.parser.close()
         self._after_threads.shutdown(wait=False, cancel_futures=True)

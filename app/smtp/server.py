@@ -59,8 +59,10 @@ class SinkController(Controller):
 
     def start(self) -> None:
         super().start()
-        # Start the parse processes now, not with the first message.
+        # Start the parse processes, and connect to the database and the
+        # broker, now, not with the first message.
         self._warming = asyncio.run_coroutine_threadsafe(self.sink.parser.warm(), self.loop)
+        self.sink.warm()
 
     def stop(self, no_assert: bool = False) -> None:
         super().stop(no_assert=no_assert)

@@ -149,3 +149,31 @@ def test_the_sink_splits_a_batch_on_a_refused_value_not_on_an_unreachable_databa
     assert _one_message_may_cause(DataError("INSERT", {}, cause))
     assert _one_message_may_cause(IntegrityError("INSERT", {}, cause))
     assert not _one_message_may_cause(OperationalError("INSERT", {}, cause))
+
+
+def test_the_sink_connects_on_its_push_thread_at_start_not_with_the_first_mail(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from app import intake
+    from app.smtp.handler import SinkHandler
+
+    warmed = threading.Event()
+    seen: list[tuple[object, str]] = []
+
+    def warm(settings: object) -> None:
+        seen.append((settings, threading.current_thread().name))
+        warmed.set()
+
+    monkeypatch.setattr(intake, "warm", warm)
+    settings = SimpleNamespace(accepted_domains=(), smtp_max_bytes=1024)
+    handler = SinkHandler(settings)  # type: ignore[arg-type]
+    try:
+        handler.warm()
+        assert warmed.wait(5)
+    finally:
+        handler.close()
+    [(warmed_with, thread)] = seen
+    assert warmed_with is settings
+    assert thread.startswith("sink-push")
