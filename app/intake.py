@@ -110,11 +110,11 @@ def push_many(settings: Settings, stored: Sequence[Stored]) -> list[None]:
     return [None] * len(stored)
 
 
-def needs_parse(received: Sequence[Received]) -> list[bool]:
-    """For each message, whether it must be parsed for more recipients: not
-    when its To and Cc plainly name only envelope recipients (the usual case),
-    so no parse is spent on it."""
-    return [not header_recipients_within(raw, list(rcpts)) for _, rcpts, raw in received]
+def needs_parse(raw: bytes, envelope_rcpts: Sequence[str]) -> bool:
+    """Whether a stored message must be parsed for more recipients: not when
+    its To and Cc plainly name only envelope recipients (the usual case), so
+    no parse is spent on it."""
+    return not header_recipients_within(raw, list(envelope_rcpts))
 
 
 def push(settings: Settings, sink_ids: Sequence[int], recipients: Iterable[str]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -69,9 +69,10 @@ class SinkHandler:
             size_of=lambda _: 1,
             max_items=256,
         )
-        # Stored batches not yet pushed and parsed; kept referenced so none is
+        # Pushes and parses in flight; kept referenced so none is
         # garbage-collected midway.
         self.pending: set[asyncio.Task[None]] = set()
+        # Stored messages held in memory to be looked at for more recipients.
         self.parses_waiting = 0
 
     async def handle_RCPT(
@@ -107,48 +108,50 @@ class SinkHandler:
         return f"250 OK queued as {sink_id}"
 
     def _after_store(self, received: Sequence[intake.Received], sink_ids: Sequence[int]) -> None:
-        """Once a batch is committed (its 250s are due): push and parse it."""
-        task = asyncio.get_running_loop().create_task(self._push_and_parse(received, sink_ids))
+        """Once a batch is committed (its 250s are due): push its recipients'
+        signals, and look at each message for more recipients. At most
+        MAX_PENDING_PARSES messages are held in memory for that; past it a
+        message keeps its envelope recipients (a flood with a slow broker or
+        slow parses cannot exhaust memory)."""
+        envelope = [r for _, rcpts, _ in received for r in rcpts]
+        self._track(self._push(sink_ids, envelope))
+        for sink_id, (_, rcpts, raw) in zip(sink_ids, received, strict=True):
+            if self.parses_waiting >= MAX_PENDING_PARSES:
+                log.warning(
+                    "too many messages waiting to be parsed; "
+                    "this one keeps its envelope recipients",
+                    extra={"event": "sink_parse_skipped", "sink_message_id": sink_id},
+                )
+                continue
+            self.parses_waiting += 1
+            self._track(self._parse_one(sink_id, rcpts, raw))
+
+    def _track(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 
-    async def _push_and_parse(
-        self, received: Sequence[intake.Received], sink_ids: Sequence[int]
-    ) -> None:
-        """After the answer: push the envelope recipients' signals, then parse
-        each message that may name more recipients and add those."""
+    async def _push(self, sink_ids: Sequence[int], envelope: Sequence[str]) -> None:
         try:
-            await self.pushes.submit((sink_ids, [r for _, rcpts, _ in received for r in rcpts]))
+            await self.pushes.submit((sink_ids, envelope))
         except Exception as exc:  # the messages are stored; their next check finds them
             log.warning(
                 "stored messages could not be pushed",
                 extra={"event": "sink_push_failed", "error": type(exc).__name__},
             )
-        loop = asyncio.get_running_loop()
-        parse = await loop.run_in_executor(self._after_threads, intake.needs_parse, received)
-        stored = zip(sink_ids, received, parse, strict=True)
-        await asyncio.gather(
-            *(
-                self._parse_one(sink_id, rcpts, raw)
-                for sink_id, (_, rcpts, raw), wanted in stored
-                if wanted
-            )
-        )
 
     async def _parse_one(self, sink_id: int, rcpts: Sequence[str], raw: bytes) -> None:
-        """Parse one stored message and add its To/Cc recipients (and push theirs)."""
-        if self.parses_waiting >= MAX_PENDING_PARSES:
-            log.warning(
-                "too many messages waiting to be parsed; this one keeps its envelope recipients",
-                extra={"event": "sink_parse_skipped", "sink_message_id": sink_id},
-            )
-            return
-        self.parses_waiting += 1
+        """Parse one stored message, unless its To/Cc plainly name only envelope
+        recipients, and add its other To/Cc recipients (and push theirs).
+        Counted in ``parses_waiting`` until done."""
+        loop = asyncio.get_running_loop()
         try:
+            if not await loop.run_in_executor(self._after_threads, intake.needs_parse, raw, rcpts):
+                return
             mail = await self.parser.parse(raw)
             if mail is None:
                 return
-            await asyncio.get_running_loop().run_in_executor(
+            await loop.run_in_executor(
                 self._after_threads,
                 intake.add_header_recipients,
                 self.settings,

@@ -177,3 +177,52 @@ def test_the_sink_connects_on_its_push_thread_at_start_not_with_the_first_mail(
     [(warmed_with, thread)] = seen
     assert warmed_with is settings
     assert thread.startswith("sink-push")
+
+
+def test_the_sink_holds_at_most_its_bound_of_stored_messages_for_parsing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A flood while parses (or the broker) are slow: past MAX_PENDING_PARSES
+    a stored message is not held in memory; it keeps its envelope recipients."""
+    from types import SimpleNamespace
+
+    from app import intake
+    from app.smtp import handler as handler_mod
+
+    release = threading.Event()
+    pushed: list[int] = []
+
+    def slow_triage(raw: bytes, rcpts: Sequence[str]) -> bool:
+        release.wait(10)
+        return False
+
+    def push_many(settings: object, stored: Sequence[intake.Stored]) -> list[None]:
+        pushed.extend(i for ids, _ in stored for i in ids)
+        return [None] * len(stored)
+
+    monkeypatch.setattr(intake, "needs_parse", slow_triage)
+    monkeypatch.setattr(intake, "push_many", push_many)
+    settings = SimpleNamespace(accepted_domains=(), smtp_max_bytes=1024)
+    bound = handler_mod.MAX_PENDING_PARSES
+
+    async def scenario() -> tuple[int, int]:
+        sink = handler_mod.SinkHandler(settings)  # type: ignore[arg-type]
+        try:
+            count = bound + 5
+            received = [(None, ["a@example.test"], b"x" * 10) for _ in range(count)]
+            sink._after_store(received, list(range(count)))
+            held = sink.parses_waiting
+            release.set()
+            while sink.pending:
+                await asyncio.gather(*sink.pending)
+            return held, sink.parses_waiting
+        finally:
+            sink.close()
+
+    with caplog.at_level("WARNING", logger="signalbox.smtp"):
+        held, after = asyncio.run(scenario())
+    assert held == bound
+    assert after == 0
+    skipped = [r for r in caplog.records if getattr(r, "event", None) == "sink_parse_skipped"]
+    assert len(skipped) == 5
+    assert sorted(pushed) == list(range(bound + 5))  # every stored message is pushed
