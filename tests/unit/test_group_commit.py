@@ -1,4 +1,5 @@
-"""The sink's group commit: batching, order, caps and failure isolation."""
+"""The sink's group commit (batching, order, caps, failure isolation) and what
+the sink does around it: the memory bound on held messages, the warm start."""
 
 from __future__ import annotations
 
