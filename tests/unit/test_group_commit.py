@@ -41,47 +41,42 @@ def _batcher(store: Store, executor: ThreadPoolExecutor, **kwargs: object) -> Gr
     return GroupCommit(store, executor, size_of=len, **kwargs)  # type: ignore[arg-type]
 
 
-def test_items_that_arrive_during_a_commit_share_the_next_one_in_order() -> None:
-    async def scenario() -> tuple[list[str], list[list[str]], list[tuple[list[str], list[str]]]]:
-        store = Store()
-        stored: list[tuple[list[str], list[str]]] = []
+def _behind_first(store: Store, first: str, items: Sequence[str], **kwargs: object) -> list[object]:
+    """Submit `first`; while it commits alone, submit `items`; then let the
+    commit end. The results in submission order (exceptions as values)."""
+
+    async def scenario() -> list[object]:
         with ThreadPoolExecutor(1) as executor:
-
-            def on_stored(items: Sequence[str], ids: Sequence[str]) -> None:
-                stored.append((list(items), list(ids)))
-
-            batcher = _batcher(store, executor, on_stored=on_stored)
-            first = asyncio.create_task(batcher.submit("a"))
-            await _wait(store.first_started)  # "a" is committing alone: nothing waited for it
-            rest = [asyncio.create_task(batcher.submit(x)) for x in ("b", "c", "d")]
+            batcher = _batcher(store, executor, **kwargs)
+            head = asyncio.create_task(batcher.submit(first))
+            await _wait(store.first_started)  # `first` is committing: nothing waited for it
+            rest = [asyncio.create_task(batcher.submit(x)) for x in items]
             await asyncio.sleep(0)
             store.release.set()
-            results = await asyncio.gather(first, *rest)
-        return results, store.calls, stored
+            return await asyncio.gather(head, *rest, return_exceptions=True)
 
-    results, calls, stored = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_items_that_arrive_during_a_commit_share_the_next_one_in_order() -> None:
+    store = Store()
+    stored: list[tuple[list[str], list[str]]] = []
+
+    def on_stored(items: Sequence[str], ids: Sequence[str]) -> None:
+        stored.append((list(items), list(ids)))
+
+    results = _behind_first(store, "a", ["b", "c", "d"], on_stored=on_stored)
     assert results == ["id-a", "id-b", "id-c", "id-d"]
-    assert calls == [["a"], ["b", "c", "d"]]
+    assert store.calls == [["a"], ["b", "c", "d"]]
     assert stored == [(["a"], ["id-a"]), (["b", "c", "d"], ["id-b", "id-c", "id-d"])]
 
 
 def test_a_batch_keeps_to_its_item_and_byte_caps_and_a_big_item_goes_alone() -> None:
-    async def scenario() -> list[list[str]]:
-        store = Store()
-        with ThreadPoolExecutor(1) as executor:
-            batcher = _batcher(store, executor, max_items=3, max_bytes=10)
-            first = asyncio.create_task(batcher.submit("x"))
-            await _wait(store.first_started)
-            items = ["a", "b", "c", "d", "e", "f" * 20, "gggg", "hhhh", "iiii"]
-            rest = [asyncio.create_task(batcher.submit(x)) for x in items]
-            await asyncio.sleep(0)
-            store.release.set()
-            results = await asyncio.gather(first, *rest)
-        assert results == [f"id-{x}" for x in ["x", *items]]
-        return store.calls
-
-    calls = asyncio.run(scenario())
-    assert calls == [
+    store = Store()
+    items = ["a", "b", "c", "d", "e", "f" * 20, "gggg", "hhhh", "iiii"]
+    results = _behind_first(store, "x", items, max_items=3, max_bytes=10)
+    assert results == [f"id-{x}" for x in ["x", *items]]
+    assert store.calls == [
         ["x"],
         ["a", "b", "c"],
         ["d", "e"],  # "f"*20 would pass 10 bytes
@@ -92,23 +87,14 @@ def test_a_batch_keeps_to_its_item_and_byte_caps_and_a_big_item_goes_alone() -> 
 
 
 def test_one_refused_item_fails_alone_and_the_rest_of_its_batch_is_stored() -> None:
-    async def scenario() -> tuple[list[object], list[list[str]], list[list[str]]]:
-        store = Store(refuse=frozenset({"bad"}))
-        stored: list[list[str]] = []
-        with ThreadPoolExecutor(1) as executor:
-            batcher = _batcher(store, executor, on_stored=lambda _, ids: stored.append(list(ids)))
-            first = asyncio.create_task(batcher.submit("a"))
-            await _wait(store.first_started)
-            rest = [asyncio.create_task(batcher.submit(x)) for x in ("b", "bad", "c")]
-            await asyncio.sleep(0)
-            store.release.set()
-            results = await asyncio.gather(first, *rest, return_exceptions=True)
-        return results, store.calls, stored
-
-    results, calls, stored = asyncio.run(scenario())
+    store = Store(refuse=frozenset({"bad"}))
+    stored: list[list[str]] = []
+    results = _behind_first(
+        store, "a", ["b", "bad", "c"], on_stored=lambda _, ids: stored.append(list(ids))
+    )
     assert results[0] == "id-a" and results[1] == "id-b" and results[3] == "id-c"
     assert isinstance(results[2], ValueError)
-    assert calls == [["a"], ["b", "bad", "c"], ["b"], ["bad"], ["c"]]
+    assert store.calls == [["a"], ["b", "bad", "c"], ["b"], ["bad"], ["c"]]
     assert stored == [["id-a"], ["id-b"], ["id-c"]]
 
 
@@ -123,22 +109,11 @@ def test_a_store_that_miscounts_its_results_fails_every_submitter() -> None:
 
 
 def test_a_failure_no_single_item_caused_fails_the_whole_batch_at_once() -> None:
-    async def scenario() -> tuple[list[object], list[list[str]]]:
-        store = Store(refuse=frozenset({"bad"}))
-        with ThreadPoolExecutor(1) as executor:
-            batcher = _batcher(store, executor, split_on=lambda exc: False)
-            first = asyncio.create_task(batcher.submit("a"))
-            await _wait(store.first_started)
-            rest = [asyncio.create_task(batcher.submit(x)) for x in ("b", "bad", "c")]
-            await asyncio.sleep(0)
-            store.release.set()
-            results = await asyncio.gather(first, *rest, return_exceptions=True)
-        return results, store.calls
-
-    results, calls = asyncio.run(scenario())
+    store = Store(refuse=frozenset({"bad"}))
+    results = _behind_first(store, "a", ["b", "bad", "c"], split_on=lambda exc: False)
     assert results[0] == "id-a"
     assert all(isinstance(r, ValueError) for r in results[1:])
-    assert calls == [["a"], ["b", "bad", "c"]]
+    assert store.calls == [["a"], ["b", "bad", "c"]]
 
 
 def test_the_sink_splits_a_batch_on_a_refused_value_not_on_an_unreachable_database() -> None:
