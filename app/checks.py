@@ -93,11 +93,14 @@ def run_check(
     provider_for: Any,
     breaker_for: Any,
     rng: random.Random | None = None,
+    resend_pushed: bool = True,
 ) -> CheckReport:
     """Check `signal_id` and the other due signals of its provider.
 
     `provider_for(name) -> Provider` and `breaker_for(name) -> Breaker` are
-    injected by the front door (the Celery task).
+    injected by the front door (the Celery task, or `look_here`'s caller).
+    Signals pushed while the check ran are sent a task unless
+    `resend_pushed` is False (the caller looks at `report.pushed` itself).
     """
     rng = rng or random.Random()
     report = CheckReport()
@@ -152,7 +155,51 @@ def run_check(
             )
     effects.emit(report)
     publish(report.dead_letters)
-    for pushed_id in report.pushed:
+    if resend_pushed:
+        for pushed_id in report.pushed:
+            dispatch.enqueue_check(pushed_id)
+    return report
+
+
+# How many times `look_here` looks again at signals pushed while it looked,
+# before it leaves them to a task.
+LOOK_HERE_ROUNDS = 3
+
+
+def look_here(
+    settings: Settings, signal_id: str, *, provider_for: Any, breaker_for: Any
+) -> CheckReport:
+    """Make the check of `signal_id` (and its provider's other due signals)
+    in this process, not through a worker.
+
+    For a provider that pushes (the sink), whose look is a database query,
+    the sink makes it where the push is made and beat where the sweep finds
+    it due. So a backlog of slow provider calls holding every worker
+    process, or a worker killed with the task it reserved, cannot keep the
+    look from being made before the deadline. The check is the same use
+    case, with the same lease, fence and history, as a worker's.
+    """
+    report = run_check(
+        settings, signal_id, provider_for=provider_for, breaker_for=breaker_for, resend_pushed=False
+    )
+    pending = list(report.pushed)
+    for _ in range(LOOK_HERE_ROUNDS - 1):
+        if not pending:
+            break
+        again: list[str] = []
+        for pushed_id in pending:
+            more = run_check(
+                settings,
+                pushed_id,
+                provider_for=provider_for,
+                breaker_for=breaker_for,
+                resend_pushed=False,
+            )
+            report.found.extend(more.found)
+            report.dead_letters.extend(more.dead_letters)
+            again.extend(more.pushed)
+        pending = again
+    for pushed_id in pending:
         dispatch.enqueue_check(pushed_id)
     return report
 

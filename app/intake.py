@@ -13,7 +13,7 @@ did not name, and pushes theirs.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from app import dispatch, signals
 from app.db import messages as messages_repo
@@ -24,6 +24,9 @@ from app.providers.runtime import provider_configs
 from app.settings import Settings
 
 log = logging.getLogger("signalbox.sink")
+
+# Makes the check of a signal's provider batch here (`checks.look_here`).
+Look = Callable[[str], object]
 
 
 # One received message: (MAIL FROM, envelope recipients, raw bytes).
@@ -69,7 +72,12 @@ def warm(settings: Settings) -> None:
 
 
 def add_header_recipients(
-    settings: Settings, sink_id: int, envelope_rcpts: Sequence[str], mail: ParsedMail
+    settings: Settings,
+    sink_id: int,
+    envelope_rcpts: Sequence[str],
+    mail: ParsedMail,
+    *,
+    look: Look | None = None,
 ) -> list[str]:
     """Add the To and Cc addresses of the parsed message that the envelope did
     not name to the stored message, and check their signals. Returns them."""
@@ -90,7 +98,7 @@ def add_header_recipients(
         return []
     with transaction() as session:
         messages_repo.sink_message_add_recipients(session, sink_id, extra)
-    push(settings, [sink_id], extra)
+    push(settings, [sink_id], extra, look=look)
     return extra
 
 
@@ -99,13 +107,16 @@ def add_header_recipients(
 Stored = tuple[Sequence[int], Sequence[str]]
 
 
-def push_many(settings: Settings, stored: Sequence[Stored]) -> list[None]:
+def push_many(
+    settings: Settings, stored: Sequence[Stored], *, look: Look | None = None
+) -> list[None]:
     """Push the signals of every envelope recipient of ``stored`` at once (the
     sink merges the pushes that wait while one runs). One None per item."""
     push(
         settings,
         [sink_id for ids, _ in stored for sink_id in ids],
         (r for _, rcpts in stored for r in rcpts),
+        look=look,
     )
     return [None] * len(stored)
 
@@ -117,10 +128,17 @@ def needs_parse(raw: bytes, envelope_rcpts: Sequence[str]) -> bool:
     return not header_recipients_within(raw, list(envelope_rcpts))
 
 
-def push(settings: Settings, sink_ids: Sequence[int], recipients: Iterable[str]) -> None:
+def push(
+    settings: Settings,
+    sink_ids: Sequence[int],
+    recipients: Iterable[str],
+    *,
+    look: Look | None = None,
+) -> None:
     """Check the waiting signals of every sink-type provider for ``recipients``
-    at once. Never raises: a lost push only means the signals find the stored
-    message at their next scheduled check."""
+    at once: by ``look`` in this process when given, else by a task. Never
+    raises: a lost push only means the signals find the stored message at
+    their next scheduled check."""
     recipients = sorted({r.lower() for r in recipients})
     if not recipients:
         return
@@ -128,7 +146,7 @@ def push(settings: Settings, sink_ids: Sequence[int], recipients: Iterable[str])
         if config.type != "sink":
             continue
         try:
-            signals.push(name, recipients)
+            signals.push(name, recipients, look=look)
         except Exception as exc:
             log.warning(
                 "push after receipt failed; signals will find the message at their next check",

@@ -8,7 +8,7 @@ sweep because the database says what is due.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -197,13 +197,20 @@ def signal_list(
 
 
 def push(
-    provider: str, recipients: Iterable[str] | None = None, namespace: str | None = None
+    provider: str,
+    recipients: Iterable[str] | None = None,
+    namespace: str | None = None,
+    *,
+    look: Callable[[str], object] | None = None,
 ) -> list[str]:
     """A provider said mail arrived: check its waiting signals now.
 
     Signals are made due in short transactions of PUSH_PAGE rows (a push
-    never holds thousands of row locks), and one task is sent per check
-    batch: a check takes every due signal of its provider."""
+    never holds thousands of row locks), and one check is asked per check
+    batch (a check takes every due signal of its provider): made here by
+    `look(signal_id)` when the caller gives one (the sink, see
+    `checks.look_here`), else sent as a task. A look that fails leaves its
+    signals due: the sweep makes it again."""
     ids: list[str] = []
     after: tuple[datetime, str] | None = None
     while True:
@@ -212,8 +219,23 @@ def push(
                 session, provider, recipients, namespace, after=after, limit=PUSH_PAGE
             )
         for i, (signal_id, _) in enumerate(page, start=len(ids)):
-            if i % BATCH_LIMIT == 0:
+            if i % BATCH_LIMIT != 0:
+                continue
+            if look is None:
                 dispatch.enqueue_check(signal_id)
+                continue
+            try:
+                look(signal_id)
+            except Exception as exc:
+                log.warning(
+                    "pushed look failed; the sweep looks again",
+                    extra={
+                        "event": "push_look_failed",
+                        "signal_id": signal_id,
+                        "provider": provider,
+                        "error": type(exc).__name__,
+                    },
+                )
         ids.extend(signal_id for signal_id, _ in page)
         if len(page) < PUSH_PAGE:
             return ids

@@ -8,7 +8,9 @@ short transaction and safe to run concurrently with another sweep (`SKIP
 LOCKED`, leases).
 
 It runs in the beat process itself (`workers.beat`), never behind checks
-on a queue, so a backlog of slow checks cannot starve it. A lost task is
+on a queue, so a backlog of slow checks cannot starve it; and it makes the
+due checks of providers that push (the sink) itself, for the same reason:
+their final look must not wait behind another provider's slow calls. A lost task is
 re-sent only while no task waits in the `signals` queue: a backlog already
 holds the tasks, and copies would only feed it.
 """
@@ -16,11 +18,13 @@ holds the tasks, and copies would only feed it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app import checks, claims, dispatch, expiry
 from app.db import repository as repo
 from app.db.engine import transaction
+from app.providers.runtime import provider_configs, pushes
 from app.settings import Settings
 
 log = logging.getLogger("signalbox.sweep")
@@ -34,19 +38,31 @@ class SweepReport:
     republished: int
 
 
-def sweep(settings: Settings, limit: int = 500) -> SweepReport:
+def sweep(
+    settings: Settings, limit: int = 500, *, look: Callable[[str], object] | None = None
+) -> SweepReport:
+    """One tick. With `look` (beat passes `checks.look_here`), the due checks
+    of providers that push (the sink: a database query) are made here, so
+    no backlog of slow provider calls in the workers can delay them; the
+    others are sent as tasks."""
     expired = expiry.expire_overdue(limit, grace_seconds=settings.deadline_grace_seconds)
     lapsed = claims.lapse_leases(limit)
     waiting_tasks = dispatch.queue_depth(dispatch.SIGNALS_QUEUE)
+    here = (
+        [name for name in provider_configs(settings) if pushes(settings, name)]
+        if look is not None
+        else []
+    )
     with transaction() as session:
         due = repo.signal_mark_due_enqueued(
             session,
             requeue_after_seconds=settings.requeue_after_seconds,
             resend_lost=not waiting_tasks,
             limit=limit,
+            looked_here=here,
         )
     # One check takes every due signal of its provider (up to a batch), so
-    # one task per provider and batch is enough: the others ride along.
+    # one task (or look) per provider and batch is enough: the others ride along.
     per_provider: dict[str, int] = {}
     for signal_id, reason, provider in due:
         if reason == "sweep":
@@ -56,7 +72,22 @@ def sweep(settings: Settings, limit: int = 500) -> SweepReport:
             )
         seen = per_provider.get(provider, 0)
         per_provider[provider] = seen + 1
-        if seen % checks.BATCH_LIMIT == 0:
+        if seen % checks.BATCH_LIMIT != 0:
+            continue
+        if look is None or provider not in here:
             dispatch.enqueue_check(signal_id)
+            continue
+        try:
+            look(signal_id)
+        except Exception as exc:  # stamped: looked at again after requeue_after_seconds
+            log.warning(
+                "sweep's look failed; it is made again",
+                extra={
+                    "event": "sweep_look_failed",
+                    "signal_id": signal_id,
+                    "provider": provider,
+                    "error": type(exc).__name__,
+                },
+            )
     republished = expiry.republish_unsent()
     return SweepReport(expired=expired, lapsed=lapsed, enqueued=len(due), republished=republished)

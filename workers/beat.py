@@ -21,10 +21,16 @@ log = logging.getLogger("signalbox.beat")
 
 
 def _sweep() -> Any:
-    from app import sweep
-    from app.settings import get_settings
+    from functools import partial
 
-    return sweep.sweep(get_settings())
+    from app import checks, sweep
+    from app.providers.runtime import provider_for
+    from app.settings import get_settings
+    from workers.breaker import breaker_for
+
+    settings = get_settings()
+    look = partial(checks.look_here, settings, provider_for=provider_for, breaker_for=breaker_for)
+    return sweep.sweep(settings, look=look)
 
 
 def _heartbeat() -> None:

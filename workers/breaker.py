@@ -288,3 +288,36 @@ def _texts(reply: Any, count: int) -> Sequence[str]:
     if not isinstance(reply, list | tuple) or len(reply) != count:
         raise RuntimeError(f"unexpected reply from a circuit breaker script: {reply!r}")
     return [_text(item) for item in reply]
+
+
+_clients_lock = threading.Lock()
+_clients: dict[int, Redis] = {}
+
+
+def _redis_client() -> Redis:
+    """This process's client of the breaker's Redis (one per pid: never
+    shared across a fork)."""
+    from app.settings import get_settings
+
+    settings = get_settings()
+    with _clients_lock:
+        client = _clients.get(os.getpid())
+        if client is None:
+            url = settings.redis_url or settings.broker_url or ""
+            client = Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+            _clients[os.getpid()] = client
+        return client
+
+
+def breaker_for(provider: str) -> CircuitBreaker:
+    """The breaker of `provider`, as settings configure it: what every process
+    that checks a provider (worker, beat, sink) passes to a check."""
+    from app.settings import get_settings
+
+    settings = get_settings()
+    return CircuitBreaker(
+        _redis_client(),
+        provider,
+        failure_threshold=settings.breaker_failure_threshold,
+        open_seconds=settings.breaker_open_seconds,
+    )

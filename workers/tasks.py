@@ -3,51 +3,19 @@
 from __future__ import annotations
 
 import logging
-import threading
+from functools import partial
 from typing import Any
 
-import redis
 from celery import shared_task
 
 from app import checks, sweep
 from app.db import dead_letters as dlq_repo
 from app.db.engine import transaction
-from app.providers.runtime import get_provider
+from app.providers.runtime import provider_for
 from app.settings import get_settings
+from workers.breaker import breaker_for
 
 log = logging.getLogger("signalbox.tasks")
-
-_redis_lock = threading.Lock()
-_redis: dict[int, redis.Redis] = {}
-
-
-def _redis_client() -> redis.Redis:
-    import os
-
-    settings = get_settings()
-    with _redis_lock:
-        client = _redis.get(os.getpid())
-        if client is None:
-            url = settings.redis_url or settings.broker_url or ""
-            client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-            _redis[os.getpid()] = client
-        return client
-
-
-def breaker_for(provider: str) -> Any:
-    from workers.breaker import CircuitBreaker
-
-    settings = get_settings()
-    return CircuitBreaker(
-        _redis_client(),
-        provider,
-        failure_threshold=settings.breaker_failure_threshold,
-        open_seconds=settings.breaker_open_seconds,
-    )
-
-
-def provider_for(name: str) -> Any:
-    return get_provider(get_settings(), name)
 
 
 @shared_task(name="signalbox.check", acks_late=True)
@@ -60,7 +28,9 @@ def check(signal_id: str) -> dict[str, Any]:
 
 @shared_task(name="signalbox.sweep", acks_late=True)
 def sweep_task() -> dict[str, int]:
-    report = sweep.sweep(get_settings())
+    settings = get_settings()
+    look = partial(checks.look_here, settings, provider_for=provider_for, breaker_for=breaker_for)
+    report = sweep.sweep(settings, look=look)
     return report.__dict__
 
 

@@ -530,9 +530,11 @@ def signal_mark_due_enqueued(
     requeue_after_seconds: float,
     resend_lost: bool,
     limit: int,
+    looked_here: Sequence[str] = (),
 ) -> list[tuple[str, str, str]]:
     """Stamp and return (id, reason, provider) of the due signals that need a
-    task sent.
+    task sent (or, for the providers in `looked_here`, a look made by the
+    caller).
 
     A signal needs one when its next check is due (the final look at the
     deadline included) and no task was sent for it since. With `resend_lost`
@@ -540,7 +542,9 @@ def signal_mark_due_enqueued(
     `requeue_after_seconds` ago that left the signal due was lost (broker
     restart, worker killed): it is re-sent with reason `sweep`. Without it
     only tasks older than ten times that are presumed lost, so a backlog is
-    never fed with copies of what it already holds.
+    never fed with copies of what it already holds. A look the caller makes
+    itself feeds no backlog: for `looked_here` providers a task or look older
+    than `requeue_after_seconds` is always presumed lost.
     """
     rows = session.execute(
         text(
@@ -550,7 +554,9 @@ def signal_mark_due_enqueued(
                  WHERE status = 'waiting' AND next_check_at <= now()
                    AND (check_lease_until IS NULL OR check_lease_until < now())
                    AND (enqueued_at IS NULL OR enqueued_at < next_check_at
-                        OR enqueued_at < now() - make_interval(secs => :requeue))
+                        OR enqueued_at < now() - make_interval(secs => CASE
+                               WHEN provider = ANY(:looked_here) THEN :requeue_here
+                               ELSE :requeue END))
                  ORDER BY next_check_at
                  LIMIT :limit
                  FOR UPDATE SKIP LOCKED
@@ -566,6 +572,8 @@ def signal_mark_due_enqueued(
         ),
         {
             "requeue": requeue_after_seconds * (1 if resend_lost else 10),
+            "requeue_here": requeue_after_seconds,
+            "looked_here": list(looked_here),
             "limit": limit,
         },
     ).all()

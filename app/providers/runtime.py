@@ -42,3 +42,20 @@ def get_provider(settings: Settings, name: str) -> Provider:
         if key not in _instances:
             _instances[key] = build_provider(config, os.environ)
         return _instances[key]
+
+
+def provider_for(name: str) -> Provider:
+    """Provider `name` of this process's settings: what a check is given."""
+    from app.settings import get_settings
+
+    return get_provider(get_settings(), name)
+
+
+def pushes(settings: Settings, name: str) -> bool:
+    """Whether provider `name` pushes its arrivals (the sink): its checks are
+    database queries, made where the push or the sweep is, never queued
+    behind a slow provider's calls. False for a provider that cannot be built."""
+    try:
+        return bool(getattr(get_provider(settings, name), "pushes", False))
+    except Exception:
+        return False

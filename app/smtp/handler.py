@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -45,8 +45,16 @@ class SinkHandler:
     `SIGNALBOX_SMTP_MAX_RECIPIENTS` with 452. aiosmtpd itself answers 552 to
     mail over `SIGNALBOX_SMTP_MAX_BYTES`, and nothing of it is stored."""
 
-    def __init__(self, settings: Settings, parser: ParsePool | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        parser: ParsePool | None = None,
+        look: Callable[[str], object] | None = None,
+    ) -> None:
+        """`look(signal_id)` makes a pushed check here (`checks.look_here`);
+        without it a push sends a check task."""
         self.settings = settings
+        self.look = look
         self.domains = settings.accepted_domains
         self.parser = parser or ParsePool()
         # Stores have a thread of their own: a slow broker holding every push
@@ -64,7 +72,7 @@ class SinkHandler:
         )
         # Pushes merge like stores: those waiting while one runs go in one.
         self.pushes: GroupCommit[intake.Stored, None] = GroupCommit(
-            partial(intake.push_many, settings),
+            partial(intake.push_many, settings, look=look),
             self._push_thread,
             size_of=lambda _: 1,
             max_items=256,
@@ -153,7 +161,7 @@ class SinkHandler:
                 return
             await loop.run_in_executor(
                 self._after_threads,
-                intake.add_header_recipients,
+                partial(intake.add_header_recipients, look=self.look),
                 self.settings,
                 sink_id,
                 rcpts,

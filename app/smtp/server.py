@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import Any
 
 from aiosmtpd.controller import Controller
@@ -70,8 +71,14 @@ class SinkController(Controller):
 
 
 def make_controller(settings: Settings) -> SinkController:
+    from app.checks import look_here
+    from app.providers.runtime import provider_for
+    from workers.breaker import breaker_for
+
+    # A push's check is made here, not queued behind a slow provider's calls.
+    look = partial(look_here, settings, provider_for=provider_for, breaker_for=breaker_for)
     return SinkController(
-        SinkHandler(settings),
+        SinkHandler(settings, look=look),
         settings,
         hostname=settings.smtp_host,
         port=settings.smtp_port,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import smtplib
 import time
 import uuid
 from collections.abc import Callable
@@ -11,6 +12,7 @@ import pytest
 import redis
 
 from tests.integration.helpers import create_signal, db_rows, mail, wait_result
+from tests.servers import maildev_server
 from tests.stack_fixtures import Stack, wait_until
 
 pytestmark = pytest.mark.integration
@@ -65,39 +67,39 @@ def test_worker_killed_mid_check_loses_nothing_and_counts_nothing_twice(
     assert db_rows(stack, "SELECT count(*) FROM sink_messages") == [(1,)]
 
 
+@pytest.mark.providers
 def test_signal_whose_task_was_dropped_from_the_broker_is_found_by_the_sweep(
-    stack_factory: Callable[..., Stack],
+    stack_factory: Callable[..., Stack], tmp_path: Path
 ) -> None:
-    stack = stack_factory({"SIGNALBOX_REQUEUE_AFTER_SECONDS": "2"})
-    stack.start(worker=False, beat=False)
-    signal = create_signal(stack, expires_in_seconds=90)
-    stack.send(mail(signal["recipient"]), [signal["recipient"]])
-    broker = redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"])
-    # The sink pushes after answering 250: wait for the push's task too.
-    wait_until(
-        lambda: db_rows(
-            stack,
-            "SELECT 1 FROM signals WHERE id = %s AND next_check_reason = 'push'",
-            signal["signal_id"],
-        ),
-        20,
-        what="the sink's push",
-    )
-    wait_until(lambda: broker.llen("signals") >= 2, 20, what="both tasks queued")
-    broker.delete("signals")  # the broker lost every task
-
-    stack.start_worker()
-    stack.start_beat()
-    view = wait_result(stack, signal["signal_id"], wait=40)
-
-    assert view["status"] == "found"
-    reasons = [
-        r
-        for (r,) in db_rows(
-            stack, "SELECT reason FROM checks WHERE signal_id = %s", signal["signal_id"]
+    """A polled provider's check task (MailDev) is lost with the broker's
+    queue: the sweep sends it again. (A sink signal's looks do not wait on
+    a task at all: test_slow_providers.py.)"""
+    with maildev_server(tmp_path / "maildev") as maildev:
+        stack = stack_factory({"SIGNALBOX_REQUEUE_AFTER_SECONDS": "2"})
+        (stack.logs.parent / "providers.toml").write_text(
+            f'[providers.md]\ntype = "maildev"\nurl = "{maildev.url}"\n'
         )
-    ]
-    assert reasons == ["sweep"]
+        stack.start(worker=False, beat=False)
+        signal = create_signal(stack, provider="md", expires_in_seconds=90)
+        with smtplib.SMTP(maildev.host, maildev.smtp_port, timeout=10) as smtp:
+            smtp.sendmail("app@example.test", [signal["recipient"]], mail(signal["recipient"]))
+        broker = redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"])
+        wait_until(lambda: broker.llen("signals") >= 1, 20, what="the first look's task queued")
+        broker.delete("signals")  # the broker lost every task
+
+        stack.start_worker()
+        stack.start_beat()
+        view = wait_result(stack, signal["signal_id"], wait=40)
+
+        assert view["status"] == "found"
+        reasons = [
+            r
+            for (r,) in db_rows(
+                stack, "SELECT reason FROM checks WHERE signal_id = %s", signal["signal_id"]
+            )
+        ]
+        assert reasons == ["sweep"]
+        assert "check_requeued" in stack.log_text("beat")
 
 
 def test_two_workers_never_check_one_signal_at_once_and_give_a_message_to_one_signal(

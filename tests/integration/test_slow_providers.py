@@ -4,12 +4,23 @@ every worker process: real MailDev behind a real delaying TCP proxy."""
 from __future__ import annotations
 
 import smtplib
+import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import create_signal, db_rows, mail, signal_view, wait_result
+from tests.integration.helpers import (
+    create_signal,
+    db_rows,
+    db_scalar,
+    insert_sink_message,
+    mail,
+    signal_view,
+    wait_result,
+)
 from tests.servers import DelayingProxy, MaildevServer, maildev_server
 from tests.stack_fixtures import Stack, wait_until
 
@@ -63,33 +74,64 @@ def test_a_provider_slower_than_the_check_lease_still_counts(
         slow.server_delay = 0
 
 
-def test_the_sweep_runs_while_slow_checks_hold_every_worker_process(
-    stack_factory: Callable[..., Stack], maildev: MaildevServer
-) -> None:
-    """Two slow providers keep both worker processes busy for 25 s; the
-    sweep, run by beat itself, still lapses a claim lease meanwhile."""
+@contextmanager
+def two_slow_providers(
+    stack_factory: Callable[..., Stack], maildev: MaildevServer, env: dict[str, str] | None = None
+) -> Iterator[tuple[Stack, DelayingProxy, DelayingProxy]]:
+    """A started stack (two worker processes) with two MailDev providers,
+    `slow-a` and `slow-b`, behind delaying proxies."""
     with (
         DelayingProxy(maildev.host, maildev.web_port) as slow_a,
         DelayingProxy(maildev.host, maildev.web_port) as slow_b,
     ):
-        stack = stack_factory({"SIGNALBOX_COALESCE_WINDOW_SECONDS": "0"})
+        stack = stack_factory({"SIGNALBOX_COALESCE_WINDOW_SECONDS": "0", **(env or {})})
         (stack.logs.parent / "providers.toml").write_text(
             f'[providers.slow-a]\ntype = "maildev"\nurl = "{slow_a.url}"\ntimeout = 60\n'
             f'[providers.slow-b]\ntype = "maildev"\nurl = "{slow_b.url}"\ntimeout = 60\n'
         )
         stack.start()
+        try:
+            yield stack, slow_a, slow_b
+        finally:
+            slow_a.server_delay = slow_b.server_delay = 0
+
+
+HOLD_SECONDS = 25.0
+
+
+def hold_every_worker_process(stack: Stack, slow_a: DelayingProxy, slow_b: DelayingProxy) -> None:
+    """Make both worker processes wait HOLD_SECONDS on a slow provider call."""
+    slow_a.server_delay = slow_b.server_delay = HOLD_SECONDS
+    create_signal(stack, provider="slow-a", expires_in_seconds=120)
+    create_signal(stack, provider="slow-b", expires_in_seconds=120)
+    wait_until(
+        lambda: slow_a.connections and slow_b.connections,
+        20,
+        what="both slow providers to be called",
+    )
+
+
+def slow_calls_in_flight(stack: Stack) -> int:
+    return int(
+        db_scalar(
+            stack,
+            "SELECT count(*) FROM signals WHERE provider LIKE 'slow-%%'"
+            " AND check_lease_until > now()",
+        )
+    )
+
+
+def test_the_sweep_runs_while_slow_checks_hold_every_worker_process(
+    stack_factory: Callable[..., Stack], maildev: MaildevServer
+) -> None:
+    """Two slow providers keep both worker processes busy for 25 s; the
+    sweep, run by beat itself, still lapses a claim lease meanwhile."""
+    with two_slow_providers(stack_factory, maildev) as (stack, slow_a, slow_b):
         found = create_signal(stack)
         stack.send(mail(found["recipient"], run=found["run_id"]), [found["recipient"]])
         assert wait_result(stack, found["signal_id"])["status"] == "found"
 
-        slow_a.server_delay = slow_b.server_delay = 25.0
-        create_signal(stack, provider="slow-a", expires_in_seconds=120)
-        create_signal(stack, provider="slow-b", expires_in_seconds=120)
-        wait_until(
-            lambda: slow_a.connections and slow_b.connections,
-            20,
-            what="both slow providers to be called",
-        )
+        hold_every_worker_process(stack, slow_a, slow_b)
         with stack.client() as api:
             claim = api.post(
                 f"/v1/signals/{found['signal_id']}/claim",
@@ -103,10 +145,95 @@ def test_the_sweep_runs_while_slow_checks_hold_every_worker_process(
             what="the sweep to lapse the claim while both workers are busy",
         )
         # Both slow calls were still in flight when the lease lapsed.
-        busy = db_rows(
+        assert slow_calls_in_flight(stack) == 2
+
+
+def test_sink_mail_is_found_on_push_while_slow_checks_hold_every_worker_process(
+    stack_factory: Callable[..., Stack], maildev: MaildevServer
+) -> None:
+    """The sink's look at a delivery is a database query made by the sink
+    itself: it is not queued behind slow provider calls holding both worker
+    processes (a soak lost sink mail that way: its check tasks waited behind
+    slow IMAP calls until the deadline passed)."""
+    with two_slow_providers(stack_factory, maildev) as (stack, slow_a, slow_b):
+        hold_every_worker_process(stack, slow_a, slow_b)
+        signal = create_signal(stack, expires_in_seconds=120)
+        stack.send(mail(signal["recipient"], run=signal["run_id"]), [signal["recipient"]])
+
+        view = wait_result(stack, signal["signal_id"], wait=15)
+
+        assert view["status"] == "found", view
+        assert slow_calls_in_flight(stack) == 2  # no worker process was free
+        reasons = db_rows(
             stack,
-            "SELECT count(*) FROM signals WHERE provider LIKE 'slow-%%'"
-            " AND check_lease_until > now()",
+            "SELECT reason, outcome FROM checks WHERE signal_id = %s ORDER BY started_at",
+            signal["signal_id"],
         )
-        assert busy == [(2,)]
-        slow_a.server_delay = slow_b.server_delay = 0
+        assert ("push", "matched") in reasons, reasons
+
+
+def test_a_sink_signals_scheduled_look_is_made_while_slow_checks_hold_every_worker_process(
+    stack_factory: Callable[..., Stack], maildev: MaildevServer
+) -> None:
+    """Mail the sink stored without a push (as if the push were lost) is
+    found by the signal's next scheduled look, which beat makes itself while
+    both worker processes wait on slow provider calls."""
+    with two_slow_providers(stack_factory, maildev) as (stack, slow_a, slow_b):
+        signal = create_signal(stack, expires_in_seconds=12, max_checks=20)
+        wait_until(
+            lambda: (
+                db_scalar(
+                    stack, "SELECT count(*) FROM checks WHERE signal_id = %s", signal["signal_id"]
+                )
+                > 0
+            ),
+            10,
+            what="the first look",
+        )
+        hold_every_worker_process(stack, slow_a, slow_b)
+        insert_sink_message(stack, signal["recipient"], mail(signal["recipient"]))
+
+        view = wait_result(stack, signal["signal_id"], wait=18)
+
+        assert view["status"] == "found", view
+        assert slow_calls_in_flight(stack) == 2  # no worker process was free
+        reasons = db_rows(
+            stack,
+            "SELECT reason FROM checks WHERE signal_id = %s AND outcome = 'matched'",
+            signal["signal_id"],
+        )
+        assert reasons and reasons[0][0] in {"scheduled", "sweep"}, reasons
+
+
+def test_a_sink_signals_first_look_stuck_behind_slow_checks_is_made_by_the_sweep(
+    stack_factory: Callable[..., Stack], maildev: MaildevServer
+) -> None:
+    """A sink signal created while both worker processes wait on slow calls:
+    its first-look task waits in the queue behind them. The sweep makes
+    that look itself once the task is older than the re-send age, even
+    though tasks wait in the queue (a look made by beat feeds no backlog),
+    and finds the mail that was there before the signal."""
+    env = {"SIGNALBOX_REQUEUE_AFTER_SECONDS": "3"}
+    with two_slow_providers(stack_factory, maildev, env) as (stack, slow_a, slow_b):
+        hold_every_worker_process(stack, slow_a, slow_b)
+        recipient = f"early-{uuid.uuid4().hex[:8]}@example.test"
+        insert_sink_message(stack, recipient, mail(recipient))
+        signal = create_signal(
+            stack,
+            recipient=recipient,
+            received_after=(datetime.now(UTC) - timedelta(minutes=1)).isoformat(),
+            expires_in_seconds=120,
+        )
+        # Another check task waits behind the slow calls too: the queue is not empty.
+        create_signal(stack, provider="slow-a", expires_in_seconds=120)
+
+        view = wait_result(stack, signal["signal_id"], wait=15)
+
+        assert view["status"] == "found", view
+        assert slow_calls_in_flight(stack) == 2  # no worker process was free
+        reasons = db_rows(
+            stack,
+            "SELECT reason FROM checks WHERE signal_id = %s AND outcome = 'matched'",
+            signal["signal_id"],
+        )
+        assert reasons == [("sweep",)], reasons

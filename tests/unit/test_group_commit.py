@@ -172,7 +172,9 @@ def test_the_sink_holds_at_most_its_bound_of_stored_messages_for_parsing(
         release.wait(10)
         return False
 
-    def push_many(settings: object, stored: Sequence[intake.Stored]) -> list[None]:
+    def push_many(
+        settings: object, stored: Sequence[intake.Stored], *, look: object = None
+    ) -> list[None]:
         pushed.extend(i for ids, _ in stored for i in ids)
         return [None] * len(stored)
 
