@@ -167,8 +167,9 @@ def test_within_a_namespace_one_mail_still_satisfies_only_one_signal(stack: Stac
 
 @pytest.fixture
 def isolated_stack(stack_factory: Callable[..., Stack]) -> Iterator[Stack]:
-    """API and beat know `owned.test` as nobody's and a provider `gone`; the
-    worker knows `owned.test` as namespace default's and has no `gone`: a
+    """The API knows `owned.test` as nobody's and a provider `gone`; the
+    processes that check (worker, sink and beat, which make the sink's
+    looks) know `owned.test` as namespace default's and have no `gone`: a
     signal created before the ownership (or the removal) was configured."""
     stack = stack_factory()
     data = stack.logs.parent
@@ -176,13 +177,17 @@ def isolated_stack(stack_factory: Callable[..., Stack]) -> Iterator[Stack]:
         '[providers.gone]\ntype = "maildev"\nurl = "http://127.0.0.1:9"\n'
     )
     (data / "worker-providers.toml").write_text("")
-    stack.start(worker=False)
-    stack.start_worker(
-        extra_env={
-            "SIGNALBOX_NAMESPACE_DOMAINS": "default:owned.test",
-            "SIGNALBOX_PROVIDERS_FILE": str(data / "worker-providers.toml"),
-        }
-    )
+    checking = {
+        "SIGNALBOX_NAMESPACE_DOMAINS": "default:owned.test",
+        "SIGNALBOX_PROVIDERS_FILE": str(data / "worker-providers.toml"),
+    }
+    stack.spawn("api", ["api"])
+    stack.spawn("smtp", ["smtp"], checking)
+    stack.spawn("beat", ["beat"], checking)
+    stack.spawn_worker(extra_env=checking)
+    stack.wait_api()
+    stack.wait_smtp()
+    stack.wait_worker()
     yield stack
 
 
