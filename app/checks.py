@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -402,6 +402,16 @@ class _Guarded:
 _PARSED: OrderedDict[tuple[str, str], ParsedMail] = OrderedDict()
 PARSED_CACHE_ENTRIES = 4096
 _PARSED_LOCK = threading.Lock()
+# How this process parses a message it matches. A worker parses in its own
+# main thread, where parse_mail's CPU budget applies; the sink, whose looks
+# run in threads beside its event loop, parses in its parse pool.
+_parse: Callable[[bytes], ParsedMail] = parse_mail
+
+
+def parse_with(parse: Callable[[bytes], ParsedMail]) -> None:
+    """Make this process's checks parse messages with `parse`."""
+    global _parse
+    _parse = parse
 
 
 def _parsed(provider: str, message: ProviderMessage) -> ParsedMail:
@@ -413,7 +423,7 @@ def _parsed(provider: str, message: ProviderMessage) -> ParsedMail:
         if mail is not None:
             _PARSED.move_to_end(key)
             return mail
-    mail = parse_mail(message.raw)
+    mail = _parse(message.raw)
     with _PARSED_LOCK:
         _PARSED[key] = mail
         if len(_PARSED) > PARSED_CACHE_ENTRIES:

@@ -94,6 +94,29 @@ class ParsePool:
         report_bounds(mail.defects)
         return mail
 
+    def parse_blocking(self, raw: bytes) -> ParsedMail:
+        """``parse_mail`` in the pool, for a thread that may wait: the sink's
+        own looks, which parse the messages they match. In a thread of the
+        sink the parse's CPU budget could not apply; in the pool it does.
+        Raises (TimeoutError, BrokenProcessPool) when the pool could not
+        parse it: the look fails and is made again."""
+        executor = self._pool()
+        future = executor.submit(parse_mail, raw, time_budget=self.budget)
+        try:
+            mail = future.result(timeout=self.hard_timeout)
+        except TimeoutError:
+            log.warning(
+                "a message took too long to parse; its pool is replaced",
+                extra={"event": "sink_parse_timeout", "size": len(raw)},
+            )
+            self._discard(executor)
+            raise
+        except BrokenProcessPool:
+            self._discard(executor)
+            raise
+        report_bounds(mail.defects)
+        return mail
+
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)

@@ -71,19 +71,22 @@ class SinkController(Controller):
 
 
 def make_controller(settings: Settings) -> SinkController:
-    from app.checks import look_here
+    from app import checks
     from app.providers.runtime import provider_for
     from workers.breaker import breaker_for
 
     # A push's check is made here, not queued behind a slow provider's calls.
-    look = partial(look_here, settings, provider_for=provider_for, breaker_for=breaker_for)
+    look = partial(checks.look_here, settings, provider_for=provider_for, breaker_for=breaker_for)
+    handler = SinkHandler(settings, look=look)
+    # Its matching parses in the parse pool: no message stalls the sink.
+    checks.parse_with(handler.parser.parse_blocking)
     return SinkController(
-        SinkHandler(settings, look=look),
+        handler,
         settings,
         hostname=settings.smtp_host,
         port=settings.smtp_port,
         data_size_limit=settings.smtp_max_bytes,
         # Mail bytes exactly as sent: parsing is ours and never crashes.
         decode_data=False,
-        server_kwargs={"ident": "Signalbox sink"},
+        ident="Signalbox sink",
     )

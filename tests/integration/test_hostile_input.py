@@ -146,6 +146,37 @@ def test_parse_pool_gives_up_on_a_parse_past_its_limit_and_recovers() -> None:
     assert fine is not None and fine.to == ("user@example.test",)
 
 
+def test_the_sinks_own_looks_parse_in_the_pool_where_the_cpu_budget_applies() -> None:
+    """The sink makes its signals' looks in threads beside its event loop,
+    where no CPU timer can interrupt a parse: there a hostile message would
+    be parsed to the end. The sink's checks parse in its pool instead, where
+    the budget cuts the parse short (bound `time`)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app import checks
+    from app.domain.mail import bounds_exceeded, parse_mail
+    from app.settings import load_settings
+    from app.smtp.server import make_controller
+
+    raw = hostile("cc@example.test", parts=20_000)
+    with ThreadPoolExecutor(1) as thread:
+        in_a_thread = thread.submit(parse_mail, raw, time_budget=0.01).result()
+    assert "time" not in bounds_exceeded(in_a_thread)  # the budget could not apply
+
+    controller = make_controller(load_settings())
+    try:
+        assert checks._parse == controller.sink.parser.parse_blocking
+        controller.sink.parser.budget = 0.01
+        with ThreadPoolExecutor(1) as thread:
+            in_the_pool = thread.submit(checks._parse, raw).result()
+    finally:
+        checks.parse_with(parse_mail)
+        controller.sink.close()
+        controller.loop.close()  # never started: close what __init__ opened
+    assert "time" in bounds_exceeded(in_the_pool)
+    assert in_the_pool.subject.startswith("Your report is ready")
+
+
 # --------------------------------------------------------------------------- masking
 
 SECRET_SUBJECT = "Your login code is 739204"
