@@ -7,7 +7,7 @@ is due, and the sweep re-sends what a lost send left behind.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -84,6 +84,90 @@ def queue_depth(queue: str) -> int | None:
 def enqueue_check(signal_id: str) -> bool:
     """Ring for a check of `signal_id` (and whatever else is due on its provider)."""
     return _send(CHECK_TASK, signal_id, "signals", "check task")
+
+
+# First-look tickets (Redis). A check takes every due signal of its provider,
+# so a burst of creates needs one first-look task per provider, not one each:
+#   ticket:{provider}  -> the signal id whose task holds the ticket
+#   holder:{signal id} -> its provider (so the task, which carries only the
+#                         id, can hand the ticket back)
+# A create sends a task only if it gets the ticket; the task hands it back
+# before it takes its batch. A create asks for the ticket after its commit,
+# so one that is refused is committed before the holder's batch is taken and
+# rides in it (docs/api.md, "The first look"). Redis unreachable: every
+# create sends its own task, as before.
+_TICKET = "signalbox:first_look:ticket:"
+_HOLDER = "signalbox:first_look:holder:"
+_TAKE_TICKET = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3]) then
+    redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+    return 1
+end
+return 0
+"""
+_RETURN_TICKET = """
+local provider = redis.call('GET', KEYS[1])
+if not provider then return 0 end
+redis.call('DEL', KEYS[1])
+local ticket = ARGV[2] .. provider
+if redis.call('GET', ticket) == ARGV[1] then redis.call('DEL', ticket) end
+return 1
+"""
+
+
+def _tickets() -> Any:
+    from workers.breaker import redis_client
+
+    return redis_client()
+
+
+def enqueue_first_look(provider: str, signal_id: str, ttl_seconds: float) -> bool:
+    """Ring for the first look of a new, committed signal: a task, unless a
+    task of `provider` is already on its way (it takes this signal too). The
+    ticket lapses after `ttl_seconds` if its task is lost; the sweep re-sends
+    what a lost task left, as for any lost task."""
+    try:
+        took = _tickets().eval(
+            _TAKE_TICKET,
+            2,
+            _TICKET + provider,
+            _HOLDER + signal_id,
+            signal_id,
+            provider,
+            max(1, int(ttl_seconds * 1000)),
+        )
+    except Exception as exc:  # no ticket to be had: a task each, as before
+        log.info(
+            "first-look ticket unavailable; sending the task",
+            extra={
+                "event": "first_look_ticket_failed",
+                "signal_id": signal_id,
+                "error": type(exc).__name__,
+            },
+        )
+        took = 1
+    if not took:
+        return True
+    if enqueue_check(signal_id):
+        return True
+    first_look_started(signal_id)  # nothing is on its way: the next create sends
+    return False
+
+
+def first_look_started(signal_id: str) -> None:
+    """A check task of `signal_id` begins: hand back the first-look ticket it
+    holds, if any (before it takes its batch). Never raises."""
+    try:
+        _tickets().eval(_RETURN_TICKET, 1, _HOLDER + signal_id, signal_id, _TICKET)
+    except Exception as exc:
+        log.info(
+            "first-look ticket not returned; it lapses",
+            extra={
+                "event": "first_look_return_failed",
+                "signal_id": signal_id,
+                "error": type(exc).__name__,
+            },
+        )
 
 
 def publish_dead_letter(dead_letter_id: str) -> bool:

@@ -125,7 +125,7 @@ def signal_create(
                 "provider": req.provider,
             },
         )
-        dispatch.enqueue_check(signal_id)
+        dispatch.enqueue_first_look(req.provider, signal_id, settings.requeue_after_seconds)
     return Created(view=view, created=created)
 
 

@@ -294,9 +294,9 @@ _clients_lock = threading.Lock()
 _clients: dict[int, Redis] = {}
 
 
-def _redis_client() -> Redis:
-    """This process's client of the breaker's Redis (one per pid: never
-    shared across a fork)."""
+def redis_client() -> Redis:
+    """This process's client of the Redis shared by the workers (breaker,
+    first-look tickets; one per pid: never shared across a fork)."""
     from app.settings import get_settings
 
     settings = get_settings()
@@ -316,7 +316,7 @@ def breaker_for(provider: str) -> CircuitBreaker:
 
     settings = get_settings()
     return CircuitBreaker(
-        _redis_client(),
+        redis_client(),
         provider,
         failure_threshold=settings.breaker_failure_threshold,
         open_seconds=settings.breaker_open_seconds,

@@ -8,7 +8,7 @@ from typing import Any
 
 from celery import shared_task
 
-from app import checks, sweep
+from app import checks, dispatch, sweep
 from app.db import dead_letters as dlq_repo
 from app.db.engine import transaction
 from app.providers.runtime import provider_for
@@ -20,9 +20,15 @@ log = logging.getLogger("signalbox.tasks")
 
 @shared_task(name="signalbox.check", acks_late=True)
 def check(signal_id: str) -> dict[str, Any]:
+    # Before the batch is taken: a create refused the ticket meanwhile is
+    # committed, so this check takes it.
+    dispatch.first_look_started(signal_id)
     report = checks.run_check(
         get_settings(), signal_id, provider_for=provider_for, breaker_for=breaker_for
     )
+    if report.signals >= checks.BATCH_LIMIT:
+        # A full batch: more may be due (a burst of creates shared one task).
+        dispatch.enqueue_check(signal_id)
     return {"signals": report.signals, "outcome": report.outcome, "found": len(report.found)}
 
 
