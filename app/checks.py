@@ -94,6 +94,7 @@ def run_check(
     breaker_for: Any,
     rng: random.Random | None = None,
     resend_pushed: bool = True,
+    bulkhead_for: Any = None,
 ) -> CheckReport:
     """Check `signal_id` and the other due signals of its provider.
 
@@ -101,6 +102,9 @@ def run_check(
     injected by the front door (the Celery task, or `look_here`'s caller).
     Signals pushed while the check ran are sent a task unless
     `resend_pushed` is False (the caller looks at `report.pushed` itself).
+    `bulkhead_for(name) -> Bulkhead` (a worker's, see workers/bulkhead.py)
+    bounds how many of this worker's processes call a polled provider at
+    once; a check refused a slot is `circuit_open` / `provider_busy`.
     """
     rng = rng or random.Random()
     report = CheckReport()
@@ -118,7 +122,7 @@ def run_check(
     looked_at = taken[0]["looked_at"]
     report.provider, report.signals = provider_name, len(taken)
     fences = [(r["id"], r["check_fence"]) for r in taken]
-    with _LeaseKeeper(fences, settings.check_lease_seconds):
+    with _LeaseKeeper(fences, settings.check_lease_seconds) as keeper:
         provider, look = provider_or_error(provider_for, provider_name)
         precision = getattr(provider, "timestamp_precision", timedelta(0))
         pushes = bool(getattr(provider, "pushes", False))
@@ -126,7 +130,22 @@ def run_check(
             # A final look (at or after a deadline) is the one expiry waits
             # for: an open breaker does not skip it.
             final = any(r["looked_at"] >= r["expires_at"] for r in taken)
-            look = ask_provider(provider, breaker_for, _query(taken, precision), final=final)
+            # A polled provider's call holds this process as long as it takes:
+            # the bulkhead keeps a slow one from holding every process.
+            bulkhead = None if pushes else _bulkhead(bulkhead_for, provider_name)
+            slot = bulkhead.acquire() if bulkhead is not None else None
+            if bulkhead is not None and slot is None:
+                look = _Look(CheckOutcome.CIRCUIT_OPEN, error_code="provider_busy")
+            else:
+                keeper.also = slot.renew if slot is not None else None
+                try:
+                    look = ask_provider(
+                        provider, breaker_for, _query(taken, precision), final=final
+                    )
+                finally:
+                    keeper.also = None
+                    if slot is not None:
+                        slot.release()
     report.outcome = look.outcome.value
     batch_id = new_id("chk")
     for attempt in range(1, TX_ATTEMPTS + 1):
@@ -204,6 +223,25 @@ def look_here(
     return report
 
 
+def _bulkhead(bulkhead_for: Any, provider_name: str) -> Any:
+    """The provider's bulkhead, or None (no bulkhead here, or it cannot be
+    built: the call is made, as with a breaker that cannot be asked)."""
+    if bulkhead_for is None:
+        return None
+    try:
+        return bulkhead_for(provider_name)
+    except Exception as exc:
+        log.warning(
+            "provider bulkhead unavailable; calling the provider anyway",
+            extra={
+                "event": "bulkhead_unavailable",
+                "provider": provider_name,
+                "error": type(exc).__name__,
+            },
+        )
+        return None
+
+
 # A check's second transaction is retried this many times when PostgreSQL
 # aborts it to break a deadlock or a serialization conflict.
 TX_ATTEMPTS = 3
@@ -252,6 +290,8 @@ class _LeaseKeeper:
         self.lease = lease_seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="check-lease", daemon=True)
+        # Renewed with the lease while set (the provider call's bulkhead slot).
+        self.also: Callable[[], None] | None = None
 
     def __enter__(self) -> _LeaseKeeper:
         self._thread.start()
@@ -264,6 +304,9 @@ class _LeaseKeeper:
     def _run(self) -> None:
         while not self._stop.wait(self.lease / 3):
             try:
+                also = self.also
+                if also is not None:
+                    also()
                 with transaction() as session:
                     repo.signal_extend_check_leases(session, self.fences, self.lease)
             except Exception as exc:  # the next beat may succeed; the lease is the backstop

@@ -358,6 +358,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     ]
     if args.concurrency:
         argv += ["--concurrency", str(args.concurrency)]
+    # The pool processes' bulkhead (workers/bulkhead.py) is sized from this.
+    os.environ["SIGNALBOX_WORKER_PROCESSES"] = str(args.concurrency or os.cpu_count() or 1)
     get_celery().worker_main(argv)
     return 0
 

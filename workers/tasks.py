@@ -13,18 +13,33 @@ from app.db import dead_letters as dlq_repo
 from app.db.engine import transaction
 from app.providers.runtime import provider_for
 from app.settings import get_settings
-from workers.breaker import breaker_for
+from workers.breaker import breaker_for, redis_client
+from workers.bulkhead import Bulkhead, default_limit
 
 log = logging.getLogger("signalbox.tasks")
 
 
-@shared_task(name="signalbox.check", acks_late=True)
-def check(signal_id: str) -> dict[str, Any]:
+def bulkhead_for(worker: str, provider: str) -> Bulkhead:
+    return Bulkhead(
+        redis_client(),
+        worker,
+        provider,
+        limit=default_limit(),
+        lease_seconds=get_settings().check_lease_seconds,
+    )
+
+
+@shared_task(name="signalbox.check", acks_late=True, bind=True)
+def check(self: Any, signal_id: str) -> dict[str, Any]:
     # Before the batch is taken: a create refused the ticket meanwhile is
     # committed, so this check takes it.
     dispatch.first_look_started(signal_id)
     report = checks.run_check(
-        get_settings(), signal_id, provider_for=provider_for, breaker_for=breaker_for
+        get_settings(),
+        signal_id,
+        provider_for=provider_for,
+        breaker_for=breaker_for,
+        bulkhead_for=partial(bulkhead_for, self.request.hostname or "worker"),
     )
     if report.signals >= checks.BATCH_LIMIT:
         # A full batch: more may be due (a burst of creates shared one task).

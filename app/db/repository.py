@@ -397,7 +397,11 @@ def signal_record_check(
                 UPDATE signals
                    SET checks_count = checks_count + :inc,
                        consecutive_errors = :errors,
-                       last_check_at = now(), last_look_at = :c_started,
+                       last_check_at = now(),
+                       -- A check that made no call (breaker open, provider
+                       -- busy) is no look: expiry still waits for one.
+                       last_look_at = CASE WHEN :c_outcome = 'circuit_open' THEN last_look_at
+                                           ELSE :c_started END,
                        last_outcome = :c_outcome,
                        last_error_code = :c_error,
                        next_check_at = CASE WHEN enqueued_at > :c_started THEN now()

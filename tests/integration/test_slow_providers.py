@@ -76,10 +76,14 @@ def test_a_provider_slower_than_the_check_lease_still_counts(
 
 @contextmanager
 def two_slow_providers(
-    stack_factory: Callable[..., Stack], maildev: MaildevServer, env: dict[str, str] | None = None
+    stack_factory: Callable[..., Stack],
+    maildev: MaildevServer,
+    env: dict[str, str] | None = None,
+    more_providers: str = "",
 ) -> Iterator[tuple[Stack, DelayingProxy, DelayingProxy]]:
     """A started stack (two worker processes) with two MailDev providers,
-    `slow-a` and `slow-b`, behind delaying proxies."""
+    `slow-a` and `slow-b`, behind delaying proxies (and `more_providers`,
+    lines of the providers file)."""
     with (
         DelayingProxy(maildev.host, maildev.web_port) as slow_a,
         DelayingProxy(maildev.host, maildev.web_port) as slow_b,
@@ -88,6 +92,7 @@ def two_slow_providers(
         (stack.logs.parent / "providers.toml").write_text(
             f'[providers.slow-a]\ntype = "maildev"\nurl = "{slow_a.url}"\ntimeout = 60\n'
             f'[providers.slow-b]\ntype = "maildev"\nurl = "{slow_b.url}"\ntimeout = 60\n'
+            + more_providers
         )
         stack.start()
         try:
@@ -237,3 +242,41 @@ def test_a_sink_signals_first_look_stuck_behind_slow_checks_is_made_by_the_sweep
             signal["signal_id"],
         )
         assert reasons == [("sweep",)], reasons
+
+
+def test_a_slow_provider_never_holds_every_worker_process(
+    stack_factory: Callable[..., Stack], maildev: MaildevServer
+) -> None:
+    """One slow provider, two checks of it at once, two worker processes: the
+    bulkhead lets it hold one; the other check is refused (`circuit_open`,
+    `provider_busy`, no budget spent) and the free process finds another
+    polled provider's mail while the slow call is still in flight. (A soak
+    lost MailDev mail whose checks waited behind slow IMAP calls.)"""
+    fast = f'[providers.fast]\ntype = "maildev"\nurl = "{maildev.url}"\n'
+    with two_slow_providers(stack_factory, maildev, more_providers=fast) as (stack, slow_a, _):
+        slow_a.server_delay = HOLD_SECONDS
+        held = create_signal(stack, provider="slow-a", expires_in_seconds=120)
+        wait_until(lambda: slow_a.connections, 20, what="the slow provider to be called")
+        refused = create_signal(stack, provider="slow-a", expires_in_seconds=120, max_checks=5)
+
+        def busy() -> list[tuple[object, ...]]:
+            return db_rows(
+                stack,
+                "SELECT outcome, error_code, counted FROM checks WHERE signal_id = %s",
+                refused["signal_id"],
+            )
+
+        wait_until(busy, 15, what="the second check of the slow provider")
+        assert busy()[0] == ("circuit_open", "provider_busy", False)
+
+        signal = create_signal(stack, provider="fast", expires_in_seconds=120)
+        send_to_maildev(maildev, signal["recipient"], signal["run_id"])
+        view = wait_result(stack, signal["signal_id"], wait=15)
+
+        assert view["status"] == "found", view
+        still = db_scalar(
+            stack,
+            "SELECT check_lease_until > now() FROM signals WHERE id = %s",
+            held["signal_id"],
+        )
+        assert still is True  # the slow call was still in flight
