@@ -71,9 +71,7 @@ def signal_create(
     key = idempotency_key or f"{req.run_id}:{req.test_case}"
     signal_id = new_id("sig")
     with transaction() as session:
-        facts = repo.signal_create_facts(
-            session, namespace, req.recipient, limit=settings.max_waiting_per_namespace
-        )
+        facts = repo.signal_create_facts(session, namespace, req.recipient)
         # Judged by the database's clock, the authority for every timestamp.
         check_received_after(
             req.received_after,
@@ -151,7 +149,7 @@ def _check_quota(
     limit = settings.max_waiting_per_namespace
     if waiting < limit - QUOTA_SLACK:
         return
-    if repo.signal_waiting_count(session, namespace, limit=limit, serialise=True) < limit:
+    if repo.signal_waiting_count(session, namespace, serialise=True) < limit:
         return
     if repo.idempotency_key_signal(session, namespace, key) is not None:
         return

@@ -24,6 +24,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
@@ -255,6 +256,17 @@ class Claim(Base):
         ),
         Index("ix_claims_active_lease", "lease_until", postgresql_where=text("state = 'active'")),
     )
+
+
+class NamespaceWaiting(Base):
+    """How many signals of a namespace are waiting, in rows per backend
+    shard, kept by the `signals_count_waiting` trigger (migration 0005);
+    the sum of a namespace's rows is its count."""
+
+    __tablename__ = "namespace_waiting"
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    waiting: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class Receipt(Base):

@@ -59,21 +59,20 @@ class CreateFacts:
     waiting: int
 
 
-def signal_create_facts(
-    session: Session, namespace: str, address: str, *, limit: int
-) -> CreateFacts:
+def signal_create_facts(session: Session, namespace: str, address: str) -> CreateFacts:
     """The database's clock, the namespace owning `address`'s mailbox (live or
-    deleted; None) and the namespace's waiting signals counted up to `limit`."""
+    deleted; None) and how many of the namespace's signals are waiting (the
+    trigger-kept count of `namespace_waiting`: no scan)."""
     row = session.execute(
         text(
             """
             SELECT clock_timestamp() AS now,
                    (SELECT namespace FROM mailboxes WHERE address = :a) AS owner,
-                   (SELECT count(*) FROM (SELECT 1 FROM signals
-                     WHERE namespace = :ns AND status = 'waiting' LIMIT :limit) AS w) AS waiting
+                   (SELECT coalesce(sum(waiting), 0) FROM namespace_waiting
+                     WHERE namespace = :ns) AS waiting
             """
         ),
-        {"a": address.strip().lower(), "ns": namespace, "limit": limit},
+        {"a": address.strip().lower(), "ns": namespace},
     ).one()
     return CreateFacts(now=row.now, mailbox_owner=row.owner, waiting=int(row.waiting))
 
@@ -176,11 +175,9 @@ def signal_view_get(session: Session, signal_id: str, namespace: str | None = No
     return session.execute(text(sql), {"id": signal_id, "ns": namespace}).mappings().first()
 
 
-def signal_waiting_count(
-    session: Session, namespace: str, *, limit: int, serialise: bool = False
-) -> int:
-    """How many of the namespace's signals are waiting, counted up to `limit`
-    (a bounded count: its cost does not grow past the limit).
+def signal_waiting_count(session: Session, namespace: str, *, serialise: bool = False) -> int:
+    """How many of the namespace's signals are waiting: the sum of its rows
+    in `namespace_waiting`, which a trigger on `signals` keeps (no scan).
 
     `serialise` first takes a transaction-scoped advisory lock on the
     namespace, so concurrent creates near the quota count one after another
@@ -193,11 +190,8 @@ def signal_waiting_count(
         )
     return int(
         session.execute(
-            text(
-                "SELECT count(*) FROM (SELECT 1 FROM signals"
-                " WHERE namespace = :ns AND status = 'waiting' LIMIT :limit) AS w"
-            ),
-            {"ns": namespace, "limit": limit},
+            text("SELECT coalesce(sum(waiting), 0) FROM namespace_waiting WHERE namespace = :ns"),
+            {"ns": namespace},
         ).scalar_one()
     )
 

@@ -59,3 +59,42 @@ def test_db_upgrade_command_migrates_an_empty_database(empty_database: str) -> N
         version = conn.execute("SELECT version_num FROM alembic_version").fetchone()
     head = ScriptDirectory.from_config(alembic_config(empty_database)).get_current_head()
     assert version == (head,)
+
+
+def _waiting_counts(conn: psycopg.Connection) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT namespace, sum(waiting) FROM namespace_waiting GROUP BY namespace"
+        " HAVING sum(waiting) <> 0"
+    ).fetchall()
+    return {ns: int(n) for ns, n in rows}
+
+
+def test_waiting_counts_start_from_the_signals_already_waiting_and_follow_them(
+    empty_database: str,
+) -> None:
+    """Migration 0005 counts the signals waiting before it, then its trigger
+    follows every insert, status change, delete and TRUNCATE."""
+    upgrade(empty_database, "0004")
+    rows = [("a", "waiting"), ("a", "waiting"), ("a", "found"), ("b", "waiting")]
+    with psycopg.connect(_libpq(empty_database), autocommit=True) as conn:
+        for i, (namespace, status) in enumerate(rows):
+            conn.execute(
+                "INSERT INTO signals (id, namespace, idempotency_key, run_id, test_case,"
+                " recipient, received_after, expires_at, max_checks, provider, status,"
+                " max_claims, next_check_at)"
+                " VALUES (%s, %s, %s, 'r', 't', 'x@example.test', now(),"
+                " now() + interval '1 hour', 5, 'sink', %s, 3, now())",
+                (f"sig_{i}", namespace, f"key-{i}", status),
+            )
+    upgrade(empty_database)
+    with psycopg.connect(_libpq(empty_database), autocommit=True) as conn:
+        assert _waiting_counts(conn) == {"a": 2, "b": 1}
+        conn.execute("UPDATE signals SET status = 'found' WHERE id = 'sig_0'")
+        conn.execute("UPDATE signals SET status = 'waiting' WHERE id = 'sig_2'")  # a redrive
+        conn.execute("UPDATE signals SET metadata = '{}' WHERE id = 'sig_1'")  # no status change
+        assert _waiting_counts(conn) == {"a": 2, "b": 1}
+        conn.execute("DELETE FROM signals WHERE id = 'sig_3'")
+        conn.execute("DELETE FROM signals WHERE id = 'sig_0'")  # found: not counted
+        assert _waiting_counts(conn) == {"a": 2}
+        conn.execute("TRUNCATE signals CASCADE")
+        assert conn.execute("SELECT count(*) FROM namespace_waiting").fetchone() == (0,)
