@@ -223,6 +223,27 @@ def look_here(
     return report
 
 
+def try_look(
+    look: Callable[[str], object], signal_id: str, provider: str, *, event: str, message: str
+) -> bool:
+    """Make `look(signal_id)`; a failure is logged (with `event`), not
+    raised: the look's signals stay due and the sweep looks again."""
+    try:
+        look(signal_id)
+        return True
+    except Exception as exc:
+        log.warning(
+            message,
+            extra={
+                "event": event,
+                "signal_id": signal_id,
+                "provider": provider,
+                "error": type(exc).__name__,
+            },
+        )
+        return False
+
+
 def _bulkhead(bulkhead_for: Any, provider_name: str) -> Any:
     """The provider's bulkhead, or None (no bulkhead here, or it cannot be
     built: the call is made, as with a breaker that cannot be asked)."""

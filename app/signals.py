@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app import dispatch, views
-from app.checks import BATCH_LIMIT
+from app.checks import BATCH_LIMIT, try_look
 from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.db.engine import transaction
@@ -222,18 +222,13 @@ def push(
             if look is None:
                 dispatch.enqueue_check(signal_id)
                 continue
-            try:
-                look(signal_id)
-            except Exception as exc:
-                log.warning(
-                    "pushed look failed; the sweep looks again",
-                    extra={
-                        "event": "push_look_failed",
-                        "signal_id": signal_id,
-                        "provider": provider,
-                        "error": type(exc).__name__,
-                    },
-                )
+            try_look(
+                look,
+                signal_id,
+                provider,
+                event="push_look_failed",
+                message="pushed look failed; the sweep looks again",
+            )
         ids.extend(signal_id for signal_id, _ in page)
         if len(page) < PUSH_PAGE:
             return ids

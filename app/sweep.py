@@ -77,17 +77,13 @@ def sweep(
         if look is None or provider not in here:
             dispatch.enqueue_check(signal_id)
             continue
-        try:
-            look(signal_id)
-        except Exception as exc:  # stamped: looked at again after requeue_after_seconds
-            log.warning(
-                "sweep's look failed; it is made again",
-                extra={
-                    "event": "sweep_look_failed",
-                    "signal_id": signal_id,
-                    "provider": provider,
-                    "error": type(exc).__name__,
-                },
-            )
+        # Stamped: a failed look is made again after requeue_after_seconds.
+        checks.try_look(
+            look,
+            signal_id,
+            provider,
+            event="sweep_look_failed",
+            message="sweep's look failed; it is made again",
+        )
     republished = expiry.republish_unsent()
     return SweepReport(expired=expired, lapsed=lapsed, enqueued=len(due), republished=republished)
