@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, Protocol
 
 import psycopg
@@ -133,19 +134,9 @@ def run_check(
             # A polled provider's call holds this process as long as it takes:
             # the bulkhead keeps a slow one from holding every process.
             bulkhead = None if pushes else _bulkhead(bulkhead_for, provider_name)
-            slot = bulkhead.acquire() if bulkhead is not None else None
-            if bulkhead is not None and slot is None:
-                look = _Look(CheckOutcome.CIRCUIT_OPEN, error_code="provider_busy")
-            else:
-                keeper.also = slot.renew if slot is not None else None
-                try:
-                    look = ask_provider(
-                        provider, breaker_for, _query(taken, precision), final=final
-                    )
-                finally:
-                    keeper.also = None
-                    if slot is not None:
-                        slot.release()
+            look = _ask_in_bulkhead(
+                bulkhead, keeper, provider, breaker_for, _query(taken, precision), final=final
+            )
     report.outcome = look.outcome.value
     batch_id = new_id("chk")
     for attempt in range(1, TX_ATTEMPTS + 1):
@@ -178,6 +169,19 @@ def run_check(
         for pushed_id in report.pushed:
             dispatch.enqueue_check(pushed_id)
     return report
+
+
+# Makes the check of a signal's provider batch in this process (`look_here`).
+Look = Callable[[str], object]
+
+
+def look_here_for(settings: Settings) -> Look:
+    """`look_here` with this process's providers and breakers: what the sink
+    and beat pass to the push and the sweep."""
+    from app.providers.runtime import provider_for
+    from workers.breaker import breaker_for
+
+    return partial(look_here, settings, provider_for=provider_for, breaker_for=breaker_for)
 
 
 # How many times `look_here` looks again at signals pushed while it looked,
@@ -223,9 +227,7 @@ def look_here(
     return report
 
 
-def try_look(
-    look: Callable[[str], object], signal_id: str, provider: str, *, event: str, message: str
-) -> bool:
+def try_look(look: Look, signal_id: str, provider: str, *, event: str, message: str) -> bool:
     """Make `look(signal_id)`; a failure is logged (with `event`), not
     raised: the look's signals stay due and the sweep looks again."""
     try:
@@ -242,6 +244,30 @@ def try_look(
             },
         )
         return False
+
+
+def _ask_in_bulkhead(
+    bulkhead: Any,
+    keeper: _LeaseKeeper,
+    provider: Provider,
+    breaker_for: Any,
+    query: SearchQuery,
+    *,
+    final: bool,
+) -> _Look:
+    """`ask_provider` holding a slot of `bulkhead` (None: no bulkhead), renewed
+    with the check lease; no slot free: `circuit_open` / `provider_busy`,
+    and no call."""
+    slot = bulkhead.acquire() if bulkhead is not None else None
+    if bulkhead is not None and slot is None:
+        return _Look(CheckOutcome.CIRCUIT_OPEN, error_code="provider_busy")
+    keeper.also = slot.renew if slot is not None else None
+    try:
+        return ask_provider(provider, breaker_for, query, final=final)
+    finally:
+        keeper.also = None
+        if slot is not None:
+            slot.release()
 
 
 def _bulkhead(bulkhead_for: Any, provider_name: str) -> Any:

@@ -358,8 +358,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     ]
     if args.concurrency:
         argv += ["--concurrency", str(args.concurrency)]
+    from workers.bulkhead import PROCESSES_ENV
+
     # The pool processes' bulkhead (workers/bulkhead.py) is sized from this.
-    os.environ["SIGNALBOX_WORKER_PROCESSES"] = str(args.concurrency or os.cpu_count() or 1)
+    os.environ[PROCESSES_ENV] = str(args.concurrency or os.cpu_count() or 1)
     get_celery().worker_main(argv)
     return 0
 

@@ -13,9 +13,10 @@ did not name, and pushes theirs.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from app import dispatch, signals
+from app.checks import Look
 from app.db import messages as messages_repo
 from app.db.engine import transaction
 from app.domain.ids import recipient_hash
@@ -24,9 +25,6 @@ from app.providers.runtime import provider_configs
 from app.settings import Settings
 
 log = logging.getLogger("signalbox.sink")
-
-# Makes the check of a signal's provider batch here (`checks.look_here`).
-Look = Callable[[str], object]
 
 
 # One received message: (MAIL FROM, envelope recipients, raw bytes).

@@ -8,7 +8,7 @@ sweep because the database says what is due.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app import dispatch, views
-from app.checks import BATCH_LIMIT, try_look
+from app.checks import BATCH_LIMIT, Look, try_look
 from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.db.engine import transaction
@@ -199,7 +199,7 @@ def push(
     recipients: Iterable[str] | None = None,
     namespace: str | None = None,
     *,
-    look: Callable[[str], object] | None = None,
+    look: Look | None = None,
 ) -> list[str]:
     """A provider said mail arrived: check its waiting signals now.
 

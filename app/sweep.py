@@ -18,7 +18,6 @@ holds the tasks, and copies would only feed it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from app import checks, claims, dispatch, expiry
@@ -38,9 +37,7 @@ class SweepReport:
     republished: int
 
 
-def sweep(
-    settings: Settings, limit: int = 500, *, look: Callable[[str], object] | None = None
-) -> SweepReport:
+def sweep(settings: Settings, limit: int = 500, *, look: checks.Look | None = None) -> SweepReport:
     """One tick. With `look` (beat passes `checks.look_here`), the due checks
     of providers that push (the sink: a database query) are made here, so
     no backlog of slow provider calls in the workers can delay them; the

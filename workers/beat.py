@@ -21,16 +21,11 @@ log = logging.getLogger("signalbox.beat")
 
 
 def _sweep() -> Any:
-    from functools import partial
-
     from app import checks, sweep
-    from app.providers.runtime import provider_for
     from app.settings import get_settings
-    from workers.breaker import breaker_for
 
     settings = get_settings()
-    look = partial(checks.look_here, settings, provider_for=provider_for, breaker_for=breaker_for)
-    return sweep.sweep(settings, look=look)
+    return sweep.sweep(settings, look=checks.look_here_for(settings))
 
 
 def _heartbeat() -> None:

@@ -51,8 +51,7 @@ def check(self: Any, signal_id: str) -> dict[str, Any]:
 @shared_task(name="signalbox.sweep", acks_late=True)
 def sweep_task() -> dict[str, int]:
     settings = get_settings()
-    look = partial(checks.look_here, settings, provider_for=provider_for, breaker_for=breaker_for)
-    report = sweep.sweep(settings, look=look)
+    report = sweep.sweep(settings, look=checks.look_here_for(settings))
     return report.__dict__
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -49,7 +49,7 @@ class SinkHandler:
         self,
         settings: Settings,
         parser: ParsePool | None = None,
-        look: Callable[[str], object] | None = None,
+        look: intake.Look | None = None,
     ) -> None:
         """`look(signal_id)` makes a pushed check here (`checks.look_here`);
         without it a push sends a check task."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from functools import partial
 from typing import Any
 
 from aiosmtpd.controller import Controller
@@ -72,12 +71,9 @@ class SinkController(Controller):
 
 def make_controller(settings: Settings) -> SinkController:
     from app import checks
-    from app.providers.runtime import provider_for
-    from workers.breaker import breaker_for
 
     # A push's check is made here, not queued behind a slow provider's calls.
-    look = partial(checks.look_here, settings, provider_for=provider_for, breaker_for=breaker_for)
-    handler = SinkHandler(settings, look=look)
+    handler = SinkHandler(settings, look=checks.look_here_for(settings))
     # Its matching parses in the parse pool: no message stalls the sink.
     checks.parse_with(handler.parser.parse_blocking)
     return SinkController(
