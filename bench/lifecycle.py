@@ -133,7 +133,8 @@ def _py_spy(pid: int, seconds: int, out: Path) -> subprocess.Popen[bytes] | None
     if not binary_path:
         print("py-spy not found: pip install py-spy into the venv", file=sys.stderr)
         return None
-    cmd = [binary_path, "record", "-p", str(pid), "-f", "raw", "-d", str(seconds)]
+    # --subprocesses: the API runs its requests in uvicorn's worker processes.
+    cmd = [binary_path, "record", "-p", str(pid), "--subprocesses", "-f", "raw", "-d", str(seconds)]
     return subprocess.Popen(
         # --gil: only samples holding the GIL, i.e. Python on the CPU, not waiting.
         [*cmd, "-r", "50", "--gil", "--nonblocking", "-o", str(out)],

@@ -191,6 +191,21 @@ _PLAIN_ITEM_RE = re.compile(
 )
 
 
+# A header value of printable ASCII and folding whitespace, with no encoded
+# word (``=?``): nothing in it to decode.
+_PLAIN_VALUE_RE = re.compile(r"[\x20-\x7e\t\r\n]*")
+# One item of an address list the modern parser reads as written, with no
+# defect: a dot-atom address, bare or in angle brackets after an optional
+# display name of plain words or one quoted string; then a comma or the end.
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_STRICT_ADDR = rf"{_ATEXT}(?:\.{_ATEXT})*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*"
+_STRICT_ITEM_RE = re.compile(
+    rf"[ \t]*(?:({_STRICT_ADDR})|"
+    rf"(?:\"[^\"\\]*\"|[A-Za-z0-9'_-]+(?:[ \t]+[A-Za-z0-9'_-]+)*)?[ \t]*<({_STRICT_ADDR})>)"
+    r"[ \t]*(?=,|$)"
+)
+
+
 def header_recipients_within(raw: bytes, envelope: Iterator[str] | list[str]) -> bool:
     """True when every To and Cc address of `raw` is plainly one of `envelope`:
     a full parse could add no recipient (the sink then skips it). False when
@@ -348,17 +363,33 @@ class _BoundedPolicy(EmailPolicy):
     linear time and is never cut.
     """
 
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        # The stdlib parses a header anew on every read: a part's Content-Type
+        # is read half a dozen times per parse (structure, maintype, charset,
+        # ...). One instance serves one parse, so the cache is bounded by the
+        # (already bounded) message. Policies are read-only: set it past that.
+        object.__setattr__(self, "_parsed", {})
+
     def header_fetch_parse(self, name: str, value: str) -> Any:
+        key = (name, value)
+        cached = self._parsed.get(key)  # type: ignore[attr-defined]
+        if cached is not None:
+            return cached
         if len(value) > _MAX_PARSED_HEADER and name.lower() != "subject":
             value = value[:_MAX_PARSED_HEADER]
-        return super().header_fetch_parse(name, value)
+        parsed = super().header_fetch_parse(name, value)
+        self._parsed[key] = parsed  # type: ignore[attr-defined]
+        return parsed
 
 
 class _Parser:
-    def __init__(self, raw: bytes) -> None:
+    def __init__(self, raw: bytes, *, plain_fast_path: bool = True) -> None:
         self.raw = raw
         self.defects: dict[str, None] = {}  # ordered set
-        self._raw_msg: Message | None = None
+        # False reads every header with the modern parser (the reference the
+        # fast path is tested against).
+        self.plain_fast_path = plain_fast_path
         self.modern = True
         try:
             self.msg: Message = email.message_from_bytes(raw, policy=_BoundedPolicy())
@@ -401,10 +432,23 @@ class _Parser:
         self.defects.setdefault(name, None)
 
     def _raw_values(self, name: str) -> list[str]:
-        if self._raw_msg is None:
-            parser = email.parser.BytesParser(policy=_RawHeaderPolicy())
-            self._raw_msg = parser.parsebytes(self.raw, headersonly=True)
-        return [str(v) for v in (self._raw_msg.get_all(name) or [])]
+        """The header's values as they were on the wire (folds kept), in order.
+
+        Both policies store exactly that (``header_source_parse`` is the same
+        in compat32 and the modern policy); only reading them parses."""
+        key = name.lower()
+        return [str(v) for k, v in self.msg.raw_items() if k.lower() == key]
+
+    def _plain_values(self, name: str) -> list[str] | None:
+        """The header's unfolded values when each is plain (see ``_PLAIN_VALUE_RE``):
+        the modern parser would read such a value as itself, with no defect, so
+        the (costly) parse is skipped. None when any is not plain."""
+        if not self.plain_fast_path:
+            return None
+        values = self._raw_values(name)
+        if not all(_PLAIN_VALUE_RE.fullmatch(v) and "=?" not in v for v in values):
+            return None
+        return [v.replace("\r", "").replace("\n", "") for v in values]
 
     def _header_values(self, name: str) -> list[object] | None:
         """The parsed header objects, or None when the modern parser raised."""
@@ -421,6 +465,9 @@ class _Parser:
             return None
 
     def _subject(self) -> str:
+        plain = self._plain_values("Subject")
+        if plain is not None:  # printable ASCII: already NFC, nothing to decode
+            return normalize_whitespace(plain[0]) if plain else ""
         values = self._header_values("Subject")
         if values is None:
             decoded = [_decode_raw_header(v) for v in self._raw_values("Subject")[:1]]
@@ -430,6 +477,10 @@ class _Parser:
         return unicodedata.normalize("NFC", normalize_whitespace(subject))
 
     def _single(self, name: str) -> str | None:
+        # Message-ID has a structured parser of its own; the others are unstructured.
+        plain = self._plain_values(name) if name.lower() != "message-id" else None
+        if plain is not None:
+            return (normalize_whitespace(plain[0]) if plain else "") or None
         values = self._header_values(name)
         if values is None:
             strings = [_decode_raw_header(v) for v in self._raw_values(name)[:1]]
@@ -442,12 +493,35 @@ class _Parser:
         raw_values = self._raw_values(name)
         found: list[str] | None = None
         if all(len(v) <= _MAX_PARSED_HEADER for v in raw_values):
-            found = self._modern_addresses(name)
+            found = self._strict_addresses(name)
+            if found is None:
+                found = self._modern_addresses(name)
         else:
             self._note(f"LongHeaderDefect:{name}")
         if found is None:
             found = _fallback_addresses([_clean(v) for v in raw_values])
         return tuple(dict.fromkeys(a for a in map(_bare_address, found) if a))
+
+    def _strict_addresses(self, name: str) -> list[str] | None:
+        """The addresses of a plain list (``_STRICT_ITEM_RE``), read without the
+        modern parser, which reads the same addresses and notes no defect in
+        such a list; None when any value is anything else."""
+        plain = self._plain_values(name)
+        if plain is None:
+            return None
+        found: list[str] = []
+        for value in plain:
+            pos = 0
+            while True:
+                item = _STRICT_ITEM_RE.match(value, pos)
+                if item is None:
+                    return None
+                found.append(item.group(1) or item.group(2))
+                pos = item.end()
+                if pos == len(value):
+                    break
+                pos += 1  # the comma
+        return found
 
     def _modern_addresses(self, name: str) -> list[str] | None:
         values = self._header_values(name)
