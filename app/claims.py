@@ -95,32 +95,50 @@ def lapse_leases(limit: int = 500) -> int:
 def claim(namespace: str, signal_id: str, req: ClaimCreate) -> Answer:
     dead: list[str] = []
     with transaction() as session:
-        signal = repo.signal_get(session, signal_id, namespace)
-        if signal is None:
-            raise NotFound(f"no signal {signal_id}")
-        if signal["run_id"] != req.run_id:
-            raise Conflict("run_id is not this signal's run", code="run_mismatch")
-        if signal["status"] == Status.CLAIMED:
-            active = claims_repo.claim_active_for_signal(session, signal_id)
-            now = repo.db_now(session)
-            if active is not None and active["lease_until"] <= now:
-                # The sweep has not lapsed it yet: do it now, then answer anew.
-                dlq = _lapse(session, active, signal)
-                if dlq:
-                    dead.append(dlq)
+        # The common case, a found signal, is one statement; anything else
+        # (not found, another run, claimed, a lease to lapse) reads why.
+        taken = _take(session, signal_id, namespace, req)
+        if taken is None:
+            signal = repo.signal_get(session, signal_id, namespace)
+            if signal is None:
+                raise NotFound(f"no signal {signal_id}")
+            if signal["run_id"] != req.run_id:
+                raise Conflict("run_id is not this signal's run", code="run_mismatch")
+            if signal["status"] == Status.CLAIMED:
+                active = claims_repo.claim_active_for_signal(session, signal_id)
+                now = repo.db_now(session)
+                if active is not None and active["lease_until"] <= now:
+                    # The sweep has not lapsed it yet: do it now, then try again.
+                    dlq = _lapse(session, active, signal)
+                    if dlq:
+                        dead.append(dlq)
+                    taken = _take(session, signal_id, namespace, req)
+            if taken is None:
                 signal = repo.signal_get(session, signal_id, namespace)
                 assert signal is not None
-        taken = None
-        if signal["status"] == Status.FOUND:
-            taken = claims_repo.signal_take_for_claim(
-                session, signal_id, lease_seconds=float(req.lease_seconds)
-            )
-            if taken is None:  # another consumer moved first
-                signal = repo.signal_get(session, signal_id, namespace)
-                assert signal is not None
-        answer = _claimed(session, taken, req) if taken is not None else _refusal(session, signal)
+                answer = _refusal(session, signal)
+        if taken is not None:
+            answer = _claimed(taken)
     publish(dead)
     return answer
+
+
+def _take(
+    session: Session, signal_id: str, namespace: str, req: ClaimCreate
+) -> Mapping[Any, Any] | None:
+    taken = claims_repo.claim_take(
+        session,
+        signal_id,
+        namespace,
+        run_id=req.run_id,
+        claim_id=new_id("clm"),
+        lease_seconds=float(req.lease_seconds),
+    )
+    if taken is not None and taken["message_id"] is None:
+        # A claimed message outlives its signal's claims (foreign key): only
+        # a hand-made deletion gets here. Nothing is written (rolled back).
+        raise NotFound(f"no message of signal {signal_id}")
+    return taken
 
 
 def _message_of(session: Session, message_id: str) -> Mapping[Any, Any]:
@@ -131,7 +149,12 @@ def _message_of(session: Session, message_id: str) -> Mapping[Any, Any]:
 
 
 def _claim_answer(
-    claim_row: Mapping[Any, Any], signal: Mapping[Any, Any], message: Mapping[Any, Any]
+    *,
+    claim_id: str,
+    signal_id: str,
+    lease_until: Any,
+    claims_left: int,
+    message: Mapping[Any, Any],
 ) -> Answer:
     """The 200 of a live claim, content included (the same for the claim and
     for reading it again)."""
@@ -141,11 +164,11 @@ def _claim_answer(
         200,
         {
             "status": "claimed",
-            "claim_id": claim_row["id"],
-            "signal_id": signal["id"],
+            "claim_id": claim_id,
+            "signal_id": signal_id,
             "message_id": message["id"],
-            "lease_until": views.iso(claim_row["lease_until"]),
-            "claims_left": max(0, signal["max_claims"] - signal["claims_used"]),
+            "lease_until": views.iso(lease_until),
+            "claims_left": max(0, claims_left),
             "subject": message["subject"],
             "received_at": views.iso(message["received_at"]),
             "body_excerpt": content.body_excerpt if content else "",
@@ -156,31 +179,29 @@ def _claim_answer(
     )
 
 
-def _claimed(session: Session, signal: Mapping[Any, Any], req: ClaimCreate) -> Answer:
-    claim_row = claims_repo.claim_insert(
-        session,
-        {
-            "id": new_id("clm"),
-            "signal_id": signal["id"],
-            "fence": signal["claim_fence"],
-            "run_id": req.run_id,
-            "message_id": signal["message_id"],
-            "claimed_at": signal["now"],
-            "lease_until": signal["lease_until"],
-        },
-    )
-    message = _message_of(session, signal["message_id"])
+def _claimed(taken: Mapping[Any, Any]) -> Answer:
     log.info(
         "signal claimed",
         extra={
             "event": "signal_claimed",
-            "run_id": signal["run_id"],
-            "signal_id": signal["id"],
-            "claim_id": claim_row["id"],
-            "recipient_hash": recipient_hash(signal["recipient"]),
+            "run_id": taken["run_id"],
+            "signal_id": taken["signal_id"],
+            "claim_id": taken["claim_id"],
+            "recipient_hash": recipient_hash(taken["recipient"]),
         },
     )
-    return _claim_answer(claim_row, signal, message)
+    return _claim_answer(
+        claim_id=taken["claim_id"],
+        signal_id=taken["signal_id"],
+        lease_until=taken["lease_until"],
+        claims_left=taken["max_claims"] - taken["claims_used"],
+        message={
+            "id": taken["message_id"],
+            "subject": taken["subject"],
+            "received_at": taken["received_at"],
+            "raw": taken["raw"],
+        },
+    )
 
 
 def _refusal(session: Session, signal: Mapping[Any, Any]) -> Answer:
@@ -257,54 +278,37 @@ def consume(namespace: str, claim_id: str) -> dict[str, Any]:
             assert receipt is not None
             return views.receipt_view(receipt)
         _require_live(claim_row)
-        signal = repo.signal_get(session, claim_row["signal_id"])
-        assert signal is not None
-        if not claims_repo.signal_mark_consumed(session, signal["id"], claim_row["fence"]):
-            raise LeaseExpired(claim_id=claim_id)
-        claims_repo.claim_end(session, claim_id, claim_row["fence"], to_state="consumed")
-        message = messages_repo.message_get_many(session, [claim_row["message_id"]])[
-            claim_row["message_id"]
-        ]
-        receipt = claims_repo.receipt_insert(
-            session,
-            {
-                "id": new_id("rcp"),
-                "signal_id": signal["id"],
-                "claim_id": claim_id,
-                "namespace": namespace,
-                "run_id": signal["run_id"],
-                "message_id": message["id"],
-                "claimed_at": claim_row["claimed_at"],
-                "evidence": _evidence(signal, message, claim_id),
-            },
+        receipt = claims_repo.claim_consume(
+            session, claim_row, {"id": new_id("rcp"), "evidence": _evidence(claim_row)}
         )
+        if receipt is None:  # a guard failed: the transaction rolls back
+            raise LeaseExpired(claim_id=claim_id)
         log.info(
             "signal consumed",
             extra={
                 "event": "signal_consumed",
-                "run_id": signal["run_id"],
-                "signal_id": signal["id"],
+                "run_id": claim_row["run_id"],
+                "signal_id": claim_row["signal_id"],
                 "claim_id": claim_id,
-                "recipient_hash": recipient_hash(signal["recipient"]),
+                "recipient_hash": recipient_hash(claim_row["recipient"]),
             },
         )
         return views.receipt_view(receipt)
 
 
-def _evidence(
-    signal: Mapping[Any, Any], message: Mapping[Any, Any], claim_id: str
-) -> dict[str, Any]:
-    """Why the message belongs to the run: every rule the matcher checked."""
+def _evidence(claim_row: Mapping[Any, Any]) -> dict[str, Any]:
+    """Why the message belongs to the run: every rule the matcher checked.
+    ``claim_row`` is a row of ``claims_repo.claim_lock_live``."""
     return {
-        "claim_id": claim_id,
+        "claim_id": claim_row["id"],
         "recipient": "matched",
-        "recipient_hash": recipient_hash(signal["recipient"]),
-        "subject": "matched" if signal["subject_contains"] else "not_filtered",
-        "body": "matched" if signal["body_contains"] else "not_filtered",
-        "run_marker": "matched" if message["run_marker"] else "absent",
-        "received_at": views.iso(message["received_at"]),
-        "received_after": views.iso(signal["received_after"]),
-        "provider": signal["provider"],
+        "recipient_hash": recipient_hash(claim_row["recipient"]),
+        "subject": "matched" if claim_row["subject_contains"] else "not_filtered",
+        "body": "matched" if claim_row["body_contains"] else "not_filtered",
+        "run_marker": "matched" if claim_row["run_marker"] else "absent",
+        "received_at": views.iso(claim_row["message_received_at"]),
+        "received_after": views.iso(claim_row["received_after"]),
+        "provider": claim_row["provider"],
     }
 
 
@@ -377,4 +381,10 @@ def claim_read(namespace: str, claim_id: str) -> Answer:
                 },
             )
         message = _message_of(session, claim_row["message_id"])
-    return _claim_answer(claim_row, signal, message)
+    return _claim_answer(
+        claim_id=claim_row["id"],
+        signal_id=signal["id"],
+        lease_until=claim_row["lease_until"],
+        claims_left=signal["max_claims"] - signal["claims_used"],
+        message=message,
+    )

@@ -13,45 +13,60 @@ from app.db.repository import affected
 from app.domain.states import CLAIM, CONSUME, GIVE_BACK
 
 
-def signal_take_for_claim(
-    session: Session, signal_id: str, *, lease_seconds: float
+def claim_take(
+    session: Session,
+    signal_id: str,
+    namespace: str,
+    *,
+    run_id: str,
+    claim_id: str,
+    lease_seconds: float,
 ) -> RowMapping | None:
-    """found → claimed in one guarded statement: bumps the claim fence and
-    the claims used. None if the signal was not `found` (someone moved first)
-    or has no claim left."""
+    """found → claimed, the claim row and the claimed message, in one statement.
+
+    The guarded UPDATE bumps the claim fence and the claims used; the claim is
+    inserted from what it returned, and the message (raw bytes included, None
+    once purged) read with it. None when the signal is not this namespace's
+    and run's, not `found` (someone moved first), or has no claim left: the
+    caller then reads why. ``message_id`` is None when the message is gone."""
     return (
         session.execute(
             text(
                 """
-                UPDATE signals
-                   SET status = :dst, claim_fence = claim_fence + 1,
-                       claims_used = claims_used + 1, updated_at = now()
-                 WHERE id = :id AND status = :src AND claims_used < max_claims
-                 RETURNING *, now() AS now, now() + make_interval(secs => :lease) AS lease_until
+                WITH taken AS (
+                    UPDATE signals
+                       SET status = :dst, claim_fence = claim_fence + 1,
+                           claims_used = claims_used + 1, updated_at = now()
+                     WHERE id = :id AND namespace = :namespace AND run_id = :run_id
+                       AND status = :src AND claims_used < max_claims
+                     RETURNING id, run_id, recipient, message_id, claim_fence,
+                               max_claims, claims_used,
+                               now() + make_interval(secs => :lease) AS lease_until
+                ), claim AS (
+                    INSERT INTO claims
+                        (id, signal_id, fence, run_id, message_id, claimed_at, lease_until)
+                    SELECT :claim_id, id, claim_fence, run_id, message_id, now(), lease_until
+                      FROM taken
+                    RETURNING id, lease_until
+                )
+                SELECT t.id AS signal_id, t.run_id, t.recipient, t.max_claims, t.claims_used,
+                       c.id AS claim_id, c.lease_until,
+                       m.id AS message_id, m.subject, m.received_at, m.raw
+                  FROM taken t CROSS JOIN claim c
+                  LEFT JOIN messages m ON m.id = t.message_id
                 """
             ),
-            {"id": signal_id, "lease": lease_seconds, **CLAIM.params},
+            {
+                "id": signal_id,
+                "namespace": namespace,
+                "run_id": run_id,
+                "claim_id": claim_id,
+                "lease": lease_seconds,
+                **CLAIM.params,
+            },
         )
         .mappings()
         .first()
-    )
-
-
-def claim_insert(session: Session, values: Mapping[Any, Any]) -> RowMapping:
-    return (
-        session.execute(
-            text(
-                """
-                INSERT INTO claims
-                    (id, signal_id, fence, run_id, message_id, claimed_at, lease_until)
-                VALUES (:id, :signal_id, :fence, :run_id, :message_id, :claimed_at, :lease_until)
-                RETURNING *
-                """
-            ),
-            dict(values),
-        )
-        .mappings()
-        .one()
     )
 
 
@@ -87,15 +102,18 @@ def claim_active_many(session: Session, signal_ids: Sequence[str]) -> dict[str, 
 
 
 def claim_lock_live(session: Session, claim_id: str) -> RowMapping | None:
-    """The claim and its signal, locked, if the claim is active, its lease has
-    not lapsed, and its fence is still the signal's (fencing)."""
+    """The claim and its signal, locked, with what a receipt's evidence needs
+    of the signal and the message. ``live``: the lease has not lapsed."""
     return (
         session.execute(
             text(
                 """
                 SELECT c.*, s.namespace, s.claim_fence, s.status AS signal_status,
-                       c.lease_until > now() AS live, now() AS now
+                       c.lease_until > now() AS live, now() AS now,
+                       s.recipient, s.provider, s.subject_contains, s.body_contains,
+                       s.received_after, m.run_marker, m.received_at AS message_received_at
                   FROM claims c JOIN signals s ON s.id = c.signal_id
+                  LEFT JOIN messages m ON m.id = c.message_id
                  WHERE c.id = :id
                  FOR UPDATE OF c, s
                 """
@@ -155,18 +173,46 @@ def signal_release_claim(session: Session, signal_id: str, fence: int) -> bool:
     )
 
 
-def signal_mark_consumed(session: Session, signal_id: str, fence: int) -> bool:
+def claim_consume(
+    session: Session, claim: Mapping[Any, Any], receipt: Mapping[str, Any]
+) -> RowMapping | None:
+    """claimed → consumed, the claim ended and its receipt written, in one
+    statement, each guarded by the claim's fence. ``claim`` is a row of
+    :func:`claim_lock_live` (so both rows are locked); ``receipt`` holds the
+    receipt's id and evidence. None when a guard failed (nothing written)."""
     return (
-        affected(
-            session.execute(
-                text(
-                    "UPDATE signals SET status = :dst, updated_at = now()"
-                    " WHERE id = :id AND status = :src AND claim_fence = :fence"
-                ),
-                {"id": signal_id, "fence": fence, **CONSUME.params},
-            )
+        session.execute(
+            text(
+                """
+                WITH sig AS (
+                    UPDATE signals SET status = :dst, updated_at = now()
+                     WHERE id = :signal_id AND status = :src AND claim_fence = :fence
+                     RETURNING id, run_id
+                ), ended AS (
+                    UPDATE claims SET state = 'consumed', ended_at = now()
+                     WHERE id = :claim_id AND fence = :fence AND state = 'active'
+                     RETURNING id, claimed_at, message_id
+                )
+                INSERT INTO receipts (id, signal_id, claim_id, namespace, run_id, message_id,
+                                      claimed_at, evidence)
+                SELECT :id, sig.id, ended.id, :namespace, sig.run_id, ended.message_id,
+                       ended.claimed_at, :evidence
+                  FROM sig CROSS JOIN ended
+                RETURNING *
+                """
+            ).bindparams(bindparam("evidence", type_=JSONB)),
+            {
+                "id": receipt["id"],
+                "evidence": receipt["evidence"],
+                "signal_id": claim["signal_id"],
+                "claim_id": claim["id"],
+                "fence": claim["fence"],
+                "namespace": claim["namespace"],
+                **CONSUME.params,
+            },
         )
-        == 1
+        .mappings()
+        .first()
     )
 
 
@@ -179,25 +225,6 @@ def claim_lapsed_ids(session: Session, limit: int) -> list[str]:
             ),
             {"limit": limit},
         ).scalars()
-    )
-
-
-def receipt_insert(session: Session, values: Mapping[Any, Any]) -> RowMapping:
-    return (
-        session.execute(
-            text(
-                """
-                INSERT INTO receipts (id, signal_id, claim_id, namespace, run_id, message_id,
-                                      claimed_at, evidence)
-                VALUES (:id, :signal_id, :claim_id, :namespace, :run_id, :message_id,
-                        :claimed_at, :evidence)
-                RETURNING *
-                """
-            ).bindparams(bindparam("evidence", type_=JSONB)),
-            dict(values),
-        )
-        .mappings()
-        .one()
     )
 
 

@@ -108,43 +108,24 @@ def _claimed(engine: Engine) -> tuple[str, str]:
     signal_id, message_id = _found(engine)
     claim_id = f"clm_{uuid.uuid4().hex[:24]}"
     with transaction(engine) as s:
-        taken = claims_repo.signal_take_for_claim(s, signal_id, lease_seconds=90)
-        assert taken is not None
-        claims_repo.claim_insert(
-            s,
-            {
-                "id": claim_id,
-                "signal_id": signal_id,
-                "fence": taken["claim_fence"],
-                "run_id": "run-views",
-                "message_id": message_id,
-                "claimed_at": taken["now"],
-                "lease_until": taken["lease_until"],
-            },
+        taken = claims_repo.claim_take(
+            s, signal_id, NS, run_id="run-views", claim_id=claim_id, lease_seconds=90
         )
+        assert taken is not None and taken["message_id"] == message_id
     return signal_id, claim_id
 
 
 def _consumed(engine: Engine) -> str:
     signal_id, claim_id = _claimed(engine)
     with transaction(engine) as s:
-        claim = claims_repo.claim_get(s, claim_id)
+        claim = claims_repo.claim_lock_live(s, claim_id)
         assert claim is not None
-        assert claims_repo.signal_mark_consumed(s, signal_id, claim["fence"])
-        claims_repo.claim_end(s, claim_id, claim["fence"], to_state="consumed")
-        claims_repo.receipt_insert(
+        receipt = claims_repo.claim_consume(
             s,
-            {
-                "id": f"rcp_{uuid.uuid4().hex[:24]}",
-                "signal_id": signal_id,
-                "claim_id": claim_id,
-                "namespace": NS,
-                "run_id": "run-views",
-                "message_id": claim["message_id"],
-                "claimed_at": claim["claimed_at"],
-                "evidence": {"recipient": "matched"},
-            },
+            claim,
+            {"id": f"rcp_{uuid.uuid4().hex[:24]}", "evidence": {"recipient": "matched"}},
         )
+        assert receipt is not None
     return signal_id
 
 
