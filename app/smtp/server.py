@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import Any
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP
 
+from app.domain.mail import PLAIN_ADDR_SPEC
 from app.settings import Settings
 from app.smtp.handler import SinkHandler
 
@@ -23,6 +25,10 @@ class _ConnectionGate:
         self.open = 0
 
 
+# `<local@domain>` of a plain address, then the parameters (MAIL FROM:<a@b> SIZE=10).
+_PLAIN_PATH_RE = re.compile(rf"<({PLAIN_ADDR_SPEC})>")
+
+
 class _CappedSMTP(SMTP):
     """An SMTP session that answers 421 and closes when the sink already has
     `SIGNALBOX_SMTP_MAX_CONNECTIONS` sessions open."""
@@ -30,6 +36,22 @@ class _CappedSMTP(SMTP):
     def __init__(self, handler: Any, *, gate: _ConnectionGate, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self._gate = gate
+
+    def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
+        """aiosmtpd's reading of a MAIL FROM / RCPT TO path, without its RFC 5322
+        parser (a fifth of the sink's CPU, and a class defined per call) when
+        the path is a plain `<address>`: that parser reads such a path as
+        written and drops the whitespace after it. Anything else goes to it."""
+        plain = _PLAIN_PATH_RE.match(arg)
+        if plain is not None:
+            rest = arg[plain.end() :].lstrip(" \t")
+            if not rest.startswith("("):  # a comment: the parser's to read
+                address = plain.group(1)
+                local_part = address.rpartition("@")[0]
+                if self.local_part_limit and len(local_part) > self.local_part_limit:
+                    return None, None
+                return address, rest
+        return super()._getaddr(arg)  # type: ignore[no-any-return]
 
     async def _handle_client(self) -> None:
         if self._gate.open >= self._gate.limit:
