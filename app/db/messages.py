@@ -268,7 +268,13 @@ def sink_message_before_windows(
     per_recipient: int,
 ) -> Sequence[Row]:
     """The latest `per_recipient` sink messages to each recipient received
-    within `lookback_seconds` before its window: near misses worth reporting."""
+    within `lookback_seconds` before its window: near misses worth reporting.
+
+    The recipient's messages come from the GIN index alone (the `OFFSET 0`
+    keeps the time bounds out of that scan): the planner cannot know a
+    window's moment, guesses the lookback holds few messages, and otherwise
+    walks the time index backwards through every message of the lookback,
+    22 ms per window at 60,000 messages against 0.03 ms by recipient."""
     return (
         session.execute(
             text(
@@ -277,9 +283,11 @@ def sink_message_before_windows(
                   FROM unnest(CAST(:rcpts AS text[]), CAST(:sinces AS timestamptz[])) AS w(r, s)
                  CROSS JOIN LATERAL (
                         SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw
-                          FROM sink_messages sm
-                         WHERE sm.all_recipients && ARRAY[w.r]
-                           AND sm.received_at >= w.s - make_interval(secs => :lookback)
+                          FROM (SELECT id, received_at, envelope_recipients, raw
+                                  FROM sink_messages
+                                 WHERE all_recipients && ARRAY[w.r]
+                                OFFSET 0) sm
+                         WHERE sm.received_at >= w.s - make_interval(secs => :lookback)
                            AND sm.received_at < w.s
                          ORDER BY sm.received_at DESC
                          LIMIT :per) m

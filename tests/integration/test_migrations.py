@@ -98,3 +98,34 @@ def test_waiting_counts_start_from_the_signals_already_waiting_and_follow_them(
         assert _waiting_counts(conn) == {"a": 2}
         conn.execute("TRUNCATE signals CASCADE")
         assert conn.execute("SELECT count(*) FROM namespace_waiting").fetchone() == (0,)
+
+
+def test_the_sink_recipient_index_keeps_no_pending_list(empty_database: str) -> None:
+    """Migration 0006: every look at the sink searches this GIN index, and a
+    search reads GIN's pending list in full; the index keeps none, and what
+    was pending when it was turned off is merged. `gin_clean_pending_list`
+    merges the list and answers how many pages it held."""
+    index = "ix_sink_messages_all_recipients"
+    rows = (
+        "INSERT INTO sink_messages (envelope_recipients, all_recipients, size, raw)"
+        " SELECT ARRAY['r' || g || '@example.test'], ARRAY['r' || g || '@example.test'],"
+        " 1, '\\x00' FROM generate_series(1, 200) g"
+    )
+    upgrade(empty_database, "0005")
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        conn.execute(rows)  # pending under the default (fastupdate on)
+    upgrade(empty_database)
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        (options,) = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE relname = %s", [index]
+        ).fetchone() or (None,)
+        (left_pending,) = conn.execute(
+            "SELECT gin_clean_pending_list(%s::regclass)", [index]
+        ).fetchone() or (None,)
+        conn.execute(rows)
+        (newly_pending,) = conn.execute(
+            "SELECT gin_clean_pending_list(%s::regclass)", [index]
+        ).fetchone() or (None,)
+    assert options == ["fastupdate=off"]
+    assert left_pending == 0  # 0006 merged what the default had left pending
+    assert newly_pending == 0  # and new rows go straight into the index
