@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from app.settings import Settings, get_settings, to_sqlalchemy_url
 
@@ -16,21 +19,54 @@ _lock = threading.Lock()
 _engines: dict[tuple[int, str], Engine] = {}
 
 
+# A pooled connection idle longer than this is pinged before it is handed out.
+PING_AFTER_IDLE_SECONDS = 1.0
+
+
 def make_engine(
     url: str, *, pool_size: int = 10, statement_timeout_ms: int = 0, lock_timeout_ms: int = 0
 ) -> Engine:
     """An engine whose sessions never wait unbounded: `statement_timeout` and
-    `lock_timeout` (milliseconds, 0 = none) are set on every connection."""
+    `lock_timeout` (milliseconds, 0 = none) are set on every connection.
+
+    A connection is pinged at checkout only when it sat in the pool longer
+    than `PING_AFTER_IDLE_SECONDS` (SQLAlchemy's `pool_pre_ping` pings every
+    checkout: a round trip per transaction, ~7 per lifecycle). One that fails
+    the ping is replaced. A connection in steady use is not pinged: after a
+    PostgreSQL restart the first statement on it fails, as one in flight
+    during the restart would, and that failure invalidates the whole pool,
+    so every other connection is replaced at its next checkout."""
     options = (
         f"-c statement_timeout={int(statement_timeout_ms)} -c lock_timeout={int(lock_timeout_ms)}"
     )
-    return create_engine(
+    engine = create_engine(
         to_sqlalchemy_url(url),
-        pool_pre_ping=True,
         pool_size=pool_size,
         max_overflow=20,
         connect_args={"options": options, "connect_timeout": 10},
     )
+    _ping_after_idle(engine)
+    return engine
+
+
+def _ping_after_idle(engine: Engine) -> None:
+    @event.listens_for(engine, "checkin")
+    def _idle_from(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(
+        dbapi_connection: Any, record: ConnectionPoolEntry, proxy: PoolProxiedConnection
+    ) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since <= PING_AFTER_IDLE_SECONDS:
+            return  # new, or in steady use
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as error:
+            # The pool discards this connection and checks out another
+            # (SQLAlchemy's documented pessimistic disconnect handling).
+            raise exc.DisconnectionError() from error
 
 
 def get_engine(settings: Settings | None = None) -> Engine:

