@@ -19,7 +19,7 @@ from app import dispatch, views
 from app.checks import BATCH_LIMIT, Look, try_look
 from app.db import messages as messages_repo
 from app.db import repository as repo
-from app.db.engine import transaction
+from app.db.engine import reads, transaction
 from app.domain import ownership
 from app.domain.ids import new_id, recipient_hash
 from app.domain.states import Status
@@ -172,7 +172,7 @@ def _raise_if_conflicting(row: Any, req: SignalCreate) -> None:
 def signal_read(namespace: str | None, signal_id: str, *, masked: bool = False) -> dict[str, Any]:
     """The signal's view; `namespace` None reads any namespace (operators,
     who get it `masked`)."""
-    with transaction() as session:
+    with reads() as session:  # the long poll's re-reads: no BEGIN, no COMMIT
         row = repo.signal_view_get(session, signal_id, namespace)
         if row is None:
             raise NotFound(f"no signal {signal_id}")

@@ -92,6 +92,7 @@ def dispose_engines() -> None:
             engine.dispose(close=False)
         _engines.clear()
         _factories.clear()
+        _autocommit.clear()
 
 
 # One session factory per engine: `sessionmaker()` builds a new Session
@@ -113,4 +114,25 @@ def _factory(engine: Engine) -> sessionmaker[Session]:
 def transaction(engine: Engine | None = None) -> Iterator[Session]:
     """One unit of work: commit on success, roll back on any exception."""
     with _factory(engine or get_engine())() as session, session.begin():
+        yield session
+
+
+_autocommit: dict[Engine, Engine] = {}
+
+
+@contextmanager
+def reads(engine: Engine | None = None) -> Iterator[Session]:
+    """Reads outside a transaction: each statement runs on its own
+    (autocommit), without the BEGIN and COMMIT round trips of
+    :func:`transaction`. Nothing is lost by it: under READ COMMITTED every
+    statement of a transaction takes its own snapshot anyway. For reads
+    only: a write here would commit at once, alone."""
+    engine = engine or get_engine()
+    autocommit = _autocommit.get(engine)
+    if autocommit is None:
+        with _lock:  # shares the engine's pool; the option is set per checkout
+            autocommit = _autocommit.setdefault(
+                engine, engine.execution_options(isolation_level="AUTOCOMMIT")
+            )
+    with _factory(autocommit)() as session:
         yield session

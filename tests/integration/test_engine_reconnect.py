@@ -1,7 +1,9 @@
-"""Pooled connections after a PostgreSQL restart, on a real server we stop
-and start: a connection idle in the pool is pinged and replaced before use
-(no error); one in steady use (not pinged, to save a round trip per
-transaction) fails once, and that failure replaces the whole pool."""
+"""The engine's connections, on a real PostgreSQL of the test's own.
+
+After a restart (stopped and started here), a connection idle in the pool is
+pinged and replaced before use (no error); one in steady use (not pinged,
+to save a round trip per transaction) fails once, and that failure replaces
+the whole pool. `reads()` runs statements without a transaction."""
 
 from __future__ import annotations
 
@@ -65,3 +67,22 @@ def test_a_connection_in_steady_use_fails_once_then_the_pool_is_fresh(
             second.execute(text("SELECT 1"))
     finally:
         engine.dispose()
+
+
+def test_reads_run_each_statement_on_its_own(own_postgres: object) -> None:
+    """`reads()` sends no BEGIN: each statement is a transaction of its own,
+    so its `now()` is its own start. In `transaction()` the BEGIN came first.
+    The pooled connection (one here) goes back to transactions after."""
+    from app.db.engine import reads
+
+    engine = make_engine(conninfo_to_url(own_postgres.get_uri()), pool_size=1)  # type: ignore[attr-defined]
+    probe = text("SELECT now() = statement_timestamp()")
+    try:
+        with reads(engine) as session:
+            alone = [session.execute(probe).scalar_one() for _ in range(2)]
+        with transaction(engine) as session:
+            inside = [session.execute(probe).scalar_one() for _ in range(2)]
+    finally:
+        engine.dispose()
+    assert alone == [True, True]
+    assert inside == [False, False]
