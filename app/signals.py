@@ -19,7 +19,7 @@ from app import dispatch, views
 from app.checks import BATCH_LIMIT, Look, try_look
 from app.db import messages as messages_repo
 from app.db import repository as repo
-from app.db.engine import reads, transaction
+from app.db.engine import autocommit, transaction
 from app.domain import ownership
 from app.domain.ids import new_id, recipient_hash
 from app.domain.states import Status
@@ -70,6 +70,39 @@ def signal_create(
     _check_provider(settings, req.provider)
     key = idempotency_key or f"{req.run_id}:{req.test_case}"
     signal_id = new_id("sig")
+    values = {
+        "id": signal_id,
+        "namespace": namespace,
+        "idempotency_key": key,
+        "run_id": req.run_id,
+        "test_case": req.test_case,
+        "recipient": req.recipient,
+        "subject_contains": req.subject_contains,
+        "body_contains": req.body_contains,
+        "received_after": req.received_after,
+        "expires_in": float(req.expires_in_seconds),
+        "max_checks": req.max_checks,
+        "provider": req.provider,
+        "require_run_marker": req.require_run_marker,
+        "metadata": req.metadata,
+        "max_claims": settings.max_claims,
+    }
+    # The common create is one statement, committed alone: the database
+    # inserts only when its facts clear every check with room to spare.
+    # Anything else (a replay, a refusal, a quota nearly reached) is decided
+    # below, in a transaction, on the same checks.
+    with autocommit() as session:
+        row = repo.signal_create_if_clear(
+            session,
+            values,
+            settings.idempotency_ttl_hours,
+            domain_owner=settings.namespace_domain_owners.get(ownership.domain_of(req.recipient)),
+            clear_below=settings.max_waiting_per_namespace - QUOTA_SLACK,
+            lookback_hours=settings.max_lookback_hours,
+            lookahead_hours=settings.max_lookahead_hours,
+        )
+        if row is not None:
+            return _created(settings, namespace, req, views.signal_views(session, [row])[0])
     with transaction() as session:
         facts = repo.signal_create_facts(session, namespace, req.recipient)
         # Judged by the database's clock, the authority for every timestamp.
@@ -82,49 +115,37 @@ def signal_create(
         _check_owner(settings, namespace, req.recipient, facts.mailbox_owner)
         _check_quota(settings, session, namespace, key, facts.waiting)
         row = repo.signal_create(
-            session,
-            {
-                "id": signal_id,
-                "namespace": namespace,
-                "idempotency_key": key,
-                "run_id": req.run_id,
-                "test_case": req.test_case,
-                "recipient": req.recipient,
-                "subject_contains": req.subject_contains,
-                "body_contains": req.body_contains,
-                "received_after": req.received_after,
-                "now": facts.now,
-                "expires_in": float(req.expires_in_seconds),
-                "max_checks": req.max_checks,
-                "provider": req.provider,
-                "require_run_marker": req.require_run_marker,
-                "metadata": req.metadata,
-                "max_claims": settings.max_claims,
-            },
-            settings.idempotency_ttl_hours,
+            session, {**values, "now": facts.now}, settings.idempotency_ttl_hours
         )
-        created = row is not None
-        if row is None:
+        if row is not None:
+            view = views.signal_views(session, [row])[0]
+        else:
             row = repo.signal_view_by_key(session, namespace, key)
             if row is None:  # the key lapsed between the two statements
                 raise IdempotencyConflict("idempotency key changed hands; retry the request")
-            signal_id = row["id"]
             _raise_if_conflicting(row, req)
-        view = views.signal_views(session, [row])[0]
-    if created:
-        metrics.signals_created(namespace)
-        log.info(
-            "signal created",
-            extra={
-                "event": "signal_created",
-                "run_id": req.run_id,
-                "signal_id": signal_id,
-                "recipient_hash": recipient_hash(req.recipient),
-                "provider": req.provider,
-            },
-        )
-        dispatch.enqueue_first_look(req.provider, signal_id, settings.requeue_after_seconds)
-    return Created(view=view, created=created)
+            return Created(view=views.signal_views(session, [row])[0], created=False)
+    return _created(settings, namespace, req, view)
+
+
+def _created(
+    settings: Settings, namespace: str, req: SignalCreate, view: dict[str, Any]
+) -> Created:
+    """What follows a new signal's commit: count it, log it, send its first look."""
+    signal_id = view["signal_id"]
+    metrics.signals_created(namespace)
+    log.info(
+        "signal created",
+        extra={
+            "event": "signal_created",
+            "run_id": req.run_id,
+            "signal_id": signal_id,
+            "recipient_hash": recipient_hash(req.recipient),
+            "provider": req.provider,
+        },
+    )
+    dispatch.enqueue_first_look(req.provider, signal_id, settings.requeue_after_seconds)
+    return Created(view=view, created=True)
 
 
 def _check_owner(
@@ -172,7 +193,7 @@ def _raise_if_conflicting(row: Any, req: SignalCreate) -> None:
 def signal_read(namespace: str | None, signal_id: str, *, masked: bool = False) -> dict[str, Any]:
     """The signal's view; `namespace` None reads any namespace (operators,
     who get it `masked`)."""
-    with reads() as session:  # the long poll's re-reads: no BEGIN, no COMMIT
+    with autocommit() as session:  # the long poll's re-reads: no BEGIN, no COMMIT
         row = repo.signal_view_get(session, signal_id, namespace)
         if row is None:
             raise NotFound(f"no signal {signal_id}")

@@ -121,12 +121,11 @@ _autocommit: dict[Engine, Engine] = {}
 
 
 @contextmanager
-def reads(engine: Engine | None = None) -> Iterator[Session]:
-    """Reads outside a transaction: each statement runs on its own
-    (autocommit), without the BEGIN and COMMIT round trips of
-    :func:`transaction`. Nothing is lost by it: under READ COMMITTED every
-    statement of a transaction takes its own snapshot anyway. For reads
-    only: a write here would commit at once, alone."""
+def autocommit(engine: Engine | None = None) -> Iterator[Session]:
+    """Statements outside a transaction: each runs and commits on its own,
+    without the BEGIN and COMMIT round trips of :func:`transaction`. For
+    reads (under READ COMMITTED every statement of a transaction takes its
+    own snapshot anyway) and for a unit of work that is one statement."""
     engine = engine or get_engine()
     autocommit = _autocommit.get(engine)
     if autocommit is None:

@@ -91,16 +91,17 @@ _NEW_VIEW_COLUMNS = """
     NULL::text AS view_message_run_marker
 """
 
-_SIGNAL_CREATE = text(
-    f"""
-    WITH key AS (
-        INSERT INTO idempotency_keys (namespace, key, signal_id, expires_at)
-        VALUES (:namespace, :idempotency_key, :id, now() + make_interval(secs => :ttl))
-        ON CONFLICT (namespace, key) DO UPDATE
-            SET signal_id = EXCLUDED.signal_id, expires_at = EXCLUDED.expires_at
-            WHERE idempotency_keys.expires_at <= now()
-        RETURNING signal_id
-    )
+# The idempotency key, bound to the new signal unless a live binding exists.
+_BIND_KEY = """
+    INSERT INTO idempotency_keys (namespace, key, signal_id, expires_at)
+    {source}
+    ON CONFLICT (namespace, key) DO UPDATE
+        SET signal_id = EXCLUDED.signal_id, expires_at = EXCLUDED.expires_at
+        WHERE idempotency_keys.expires_at <= now()
+    RETURNING signal_id
+"""
+# The new signal, inserted when the key was bound to it; `{now}` is the clock.
+_INSERT_SIGNAL = """
     INSERT INTO signals (
         id, namespace, idempotency_key, run_id, test_case, recipient,
         subject_contains, body_contains, received_after, created_at, updated_at,
@@ -108,11 +109,24 @@ _SIGNAL_CREATE = text(
         status, next_check_at, next_check_reason, enqueued_at, max_claims)
     SELECT
         :id, :namespace, :idempotency_key, :run_id, :test_case, :recipient,
-        :subject_contains, :body_contains, coalesce(:received_after, :now), :now, :now,
-        :now + make_interval(secs => :expires_in), :max_checks, :provider,
+        :subject_contains, :body_contains, coalesce(:received_after, {now}), {now}, {now},
+        {now} + make_interval(secs => :expires_in), :max_checks, :provider,
         :require_run_marker, :metadata,
-        'waiting', :now, 'first', :now, :max_claims
+        'waiting', {now}, 'first', {now}, :max_claims
+    {source}
     WHERE EXISTS (SELECT 1 FROM key WHERE signal_id = :id)
+"""
+
+_SIGNAL_CREATE = text(
+    f"""
+    WITH key AS (
+        {
+        _BIND_KEY.format(
+            source="VALUES (:namespace, :idempotency_key, :id, now() + make_interval(secs => :ttl))"
+        )
+    }
+    )
+    {_INSERT_SIGNAL.format(now=":now", source="")}
     RETURNING *, {_NEW_VIEW_COLUMNS}
     """
 ).bindparams(bindparam("metadata", type_=JSONB))
@@ -128,6 +142,77 @@ def signal_create(session: Session, values: Mapping[Any, Any], ttl_hours: float)
     nothing. The key's foreign key is checked at the end of the statement,
     when the signal exists."""
     return session.execute(_SIGNAL_CREATE, {**values, "ttl": ttl_hours * 3600.0}).mappings().first()
+
+
+# The common create, decided in the statement: the facts of
+# signal_create_facts, and the insert only when they clear every check by a
+# margin (the caller's checks, made in a transaction, decide the rest). One
+# row always: the created signal's, or NULLs.
+_SIGNAL_CREATE_CLEAR = text(
+    f"""
+    WITH facts AS (
+        SELECT clock_timestamp() AS now,
+               (SELECT namespace FROM mailboxes WHERE address = :address) AS mailbox_owner,
+               (SELECT coalesce(sum(waiting), 0) FROM namespace_waiting
+                 WHERE namespace = :namespace) AS waiting
+    ), clear AS (
+        SELECT now FROM facts
+         WHERE waiting < :clear_below
+           AND coalesce(mailbox_owner, CAST(:domain_owner AS text), :namespace) = :namespace
+           AND coalesce(
+                 CAST(:received_after AS timestamptz)
+                   BETWEEN now - make_interval(secs => :lookback_seconds - 1)
+                       AND now + make_interval(secs => :lookahead_seconds - 1),
+                 true)
+    ), key AS (
+        {
+        _BIND_KEY.format(
+            source="SELECT :namespace, :idempotency_key, :id,"
+            " now() + make_interval(secs => :ttl) FROM clear"
+        )
+    }
+    ), created AS (
+        {_INSERT_SIGNAL.format(now="clear.now", source="FROM clear")}
+        RETURNING *
+    )
+    SELECT c.*, {_NEW_VIEW_COLUMNS} FROM facts LEFT JOIN created c ON true
+    """
+).bindparams(bindparam("metadata", type_=JSONB))
+
+
+def signal_create_if_clear(
+    session: Session,
+    values: Mapping[Any, Any],
+    ttl_hours: float,
+    *,
+    domain_owner: str | None,
+    clear_below: int,
+    lookback_hours: float,
+    lookahead_hours: float,
+) -> Row | None:
+    """A create in one statement, when it is clear: the namespace has fewer
+    than `clear_below` waiting signals, may use the address (its mailbox's
+    owner, else `domain_owner`, is None or the namespace), `received_after`
+    is None or a second inside the lookback and lookahead, and the key has
+    no live binding. The new row with signal_view_get's columns, or None
+    when nothing was inserted: the caller then decides, in a transaction."""
+    row = (
+        session.execute(
+            _SIGNAL_CREATE_CLEAR,
+            {
+                **values,
+                "address": str(values["recipient"]).strip().lower(),
+                "domain_owner": domain_owner,
+                "clear_below": clear_below,
+                "lookback_seconds": lookback_hours * 3600.0,
+                "lookahead_seconds": lookahead_hours * 3600.0,
+                "ttl": ttl_hours * 3600.0,
+            },
+        )
+        .mappings()
+        .one()
+    )
+    return row if row["id"] is not None else None
 
 
 def signal_view_by_key(session: Session, namespace: str, key: str) -> Row | None:

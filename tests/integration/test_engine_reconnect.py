@@ -3,7 +3,7 @@
 After a restart (stopped and started here), a connection idle in the pool is
 pinged and replaced before use (no error); one in steady use (not pinged,
 to save a round trip per transaction) fails once, and that failure replaces
-the whole pool. `reads()` runs statements without a transaction."""
+the whole pool. `autocommit()` runs statements without a transaction."""
 
 from __future__ import annotations
 
@@ -69,16 +69,16 @@ def test_a_connection_in_steady_use_fails_once_then_the_pool_is_fresh(
         engine.dispose()
 
 
-def test_reads_run_each_statement_on_its_own(own_postgres: object) -> None:
-    """`reads()` sends no BEGIN: each statement is a transaction of its own,
+def test_autocommit_runs_each_statement_on_its_own(own_postgres: object) -> None:
+    """`autocommit()` sends no BEGIN: each statement is a transaction of its own,
     so its `now()` is its own start. In `transaction()` the BEGIN came first.
     The pooled connection (one here) goes back to transactions after."""
-    from app.db.engine import reads
+    from app.db.engine import autocommit
 
     engine = make_engine(conninfo_to_url(own_postgres.get_uri()), pool_size=1)  # type: ignore[attr-defined]
     probe = text("SELECT now() = statement_timestamp()")
     try:
-        with reads(engine) as session:
+        with autocommit(engine) as session:
             alone = [session.execute(probe).scalar_one() for _ in range(2)]
         with transaction(engine) as session:
             inside = [session.execute(probe).scalar_one() for _ in range(2)]

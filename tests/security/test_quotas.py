@@ -96,3 +96,34 @@ def test_a_signal_that_stops_waiting_frees_a_place(quota_stack: Stack) -> None:
             # Stands in for a worker expiring it: only the count matters here.
             conn.execute("UPDATE signals SET status = 'expired' WHERE id = %s", (ids[0],))
         assert api.post("/v1/signals", json=signal_body(run_id, "more")).status_code == 201
+
+
+def test_concurrent_creates_across_the_one_statement_bound_stop_exactly_at_the_quota(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """Far from the quota a create is one statement that counts in parallel;
+    within QUOTA_SLACK (64) of it, creates count one at a time. With a quota
+    of 70, 100 concurrent creates cross from one to the other: exactly 70."""
+    limit = 70
+    stack = stack_factory({"SIGNALBOX_MAX_WAITING_PER_NAMESPACE": str(limit)})
+    stack.start_api()
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    barrier = threading.Barrier(25)
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def create(worker: int) -> None:
+        with stack.client() as api:
+            barrier.wait()
+            for i in range(4):
+                r = api.post("/v1/signals", json=signal_body(run_id, f"case-{worker}-{i}"))
+                with lock:
+                    statuses.append(r.status_code)
+
+    threads = [threading.Thread(target=create, args=(w,)) for w in range(25)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(statuses) == [201] * limit + [429] * (100 - limit)
+    assert waiting(stack, "default") == limit
