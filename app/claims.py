@@ -274,9 +274,9 @@ def consume(namespace: str, claim_id: str) -> dict[str, Any]:
     with transaction() as session:
         claim_row = _live_claim(session, namespace, claim_id)
         if claim_row["state"] == "consumed":
-            receipt = claims_repo.receipt_by_claim(session, claim_id)
-            assert receipt is not None
-            return views.receipt_view(receipt)
+            kept = claims_repo.receipt_by_claim(session, claim_id)
+            assert kept is not None
+            return views.receipt_view(kept)
         _require_live(claim_row)
         receipt = claims_repo.claim_consume(
             session, claim_row, {"id": new_id("rcp"), "evidence": _evidence(claim_row)}

@@ -5,34 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import RowMapping, bindparam, text
-from sqlalchemy.dialects.postgresql import JSONB
+from psycopg.types.json import Jsonb
+from sqlalchemy import RowMapping, text
 from sqlalchemy.orm import Session
 
-from app.db.repository import affected
+from app.db import raw
+from app.db.repository import Row, affected
 from app.domain.states import CLAIM, CONSUME, GIVE_BACK
 
-
-def claim_take(
-    session: Session,
-    signal_id: str,
-    namespace: str,
-    *,
-    run_id: str,
-    claim_id: str,
-    lease_seconds: float,
-) -> RowMapping | None:
-    """found → claimed, the claim row and the claimed message, in one statement.
-
-    The guarded UPDATE bumps the claim fence and the claims used; the claim is
-    inserted from what it returned, and the message (raw bytes included, None
-    once purged) read with it. None when the signal is not this namespace's
-    and run's, not `found` (someone moved first), or has no claim left: the
-    caller then reads why. ``message_id`` is None when the message is gone."""
-    return (
-        session.execute(
-            text(
-                """
+_CLAIM_TAKE = raw.Query(
+    """
                 WITH taken AS (
                     UPDATE signals
                        SET status = :dst, claim_fence = claim_fence + 1,
@@ -54,19 +36,37 @@ def claim_take(
                        m.id AS message_id, m.subject, m.received_at, m.raw
                   FROM taken t CROSS JOIN claim c
                   LEFT JOIN messages m ON m.id = t.message_id
-                """
-            ),
-            {
-                "id": signal_id,
-                "namespace": namespace,
-                "run_id": run_id,
-                "claim_id": claim_id,
-                "lease": lease_seconds,
-                **CLAIM.params,
-            },
-        )
-        .mappings()
-        .first()
+"""
+)
+
+
+def claim_take(
+    session: Session,
+    signal_id: str,
+    namespace: str,
+    *,
+    run_id: str,
+    claim_id: str,
+    lease_seconds: float,
+) -> Row | None:
+    """found → claimed, the claim row and the claimed message, in one statement.
+
+    The guarded UPDATE bumps the claim fence and the claims used; the claim is
+    inserted from what it returned, and the message (raw bytes included, None
+    once purged) read with it. None when the signal is not this namespace's
+    and run's, not `found` (someone moved first), or has no claim left: the
+    caller then reads why. ``message_id`` is None when the message is gone."""
+    return raw.row(
+        session,
+        _CLAIM_TAKE,
+        {
+            "id": signal_id,
+            "namespace": namespace,
+            "run_id": run_id,
+            "claim_id": claim_id,
+            "lease": lease_seconds,
+            **CLAIM.params,
+        },
     )
 
 
@@ -101,13 +101,8 @@ def claim_active_many(session: Session, signal_ids: Sequence[str]) -> dict[str, 
     return {r["signal_id"]: r for r in rows}
 
 
-def claim_lock_live(session: Session, claim_id: str) -> RowMapping | None:
-    """The claim and its signal, locked, with what a receipt's evidence needs
-    of the signal and the message. ``live``: the lease has not lapsed."""
-    return (
-        session.execute(
-            text(
-                """
+_CLAIM_LOCK_LIVE = raw.Query(
+    """
                 SELECT c.*, s.namespace, s.claim_fence, s.status AS signal_status,
                        c.lease_until > now() AS live, now() AS now,
                        s.recipient, s.provider, s.subject_contains, s.body_contains,
@@ -116,13 +111,14 @@ def claim_lock_live(session: Session, claim_id: str) -> RowMapping | None:
                   LEFT JOIN messages m ON m.id = c.message_id
                  WHERE c.id = :id
                  FOR UPDATE OF c, s
-                """
-            ),
-            {"id": claim_id},
-        )
-        .mappings()
-        .first()
-    )
+"""
+)
+
+
+def claim_lock_live(session: Session, claim_id: str) -> Row | None:
+    """The claim and its signal, locked, with what a receipt's evidence needs
+    of the signal and the message. ``live``: the lease has not lapsed."""
+    return raw.row(session, _CLAIM_LOCK_LIVE, {"id": claim_id})
 
 
 def claim_end(session: Session, claim_id: str, fence: int, *, to_state: str) -> bool:
@@ -173,17 +169,8 @@ def signal_release_claim(session: Session, signal_id: str, fence: int) -> bool:
     )
 
 
-def claim_consume(
-    session: Session, claim: Mapping[Any, Any], receipt: Mapping[str, Any]
-) -> RowMapping | None:
-    """claimed → consumed, the claim ended and its receipt written, in one
-    statement, each guarded by the claim's fence. ``claim`` is a row of
-    :func:`claim_lock_live` (so both rows are locked); ``receipt`` holds the
-    receipt's id and evidence. None when a guard failed (nothing written)."""
-    return (
-        session.execute(
-            text(
-                """
+_CLAIM_CONSUME = raw.Query(
+    """
                 WITH sig AS (
                     UPDATE signals SET status = :dst, updated_at = now()
                      WHERE id = :signal_id AND status = :src AND claim_fence = :fence
@@ -199,20 +186,29 @@ def claim_consume(
                        ended.claimed_at, :evidence
                   FROM sig CROSS JOIN ended
                 RETURNING *
-                """
-            ).bindparams(bindparam("evidence", type_=JSONB)),
-            {
-                "id": receipt["id"],
-                "evidence": receipt["evidence"],
-                "signal_id": claim["signal_id"],
-                "claim_id": claim["id"],
-                "fence": claim["fence"],
-                "namespace": claim["namespace"],
-                **CONSUME.params,
-            },
-        )
-        .mappings()
-        .first()
+"""
+)
+
+
+def claim_consume(
+    session: Session, claim: Mapping[Any, Any], receipt: Mapping[str, Any]
+) -> Row | None:
+    """claimed → consumed, the claim ended and its receipt written, in one
+    statement, each guarded by the claim's fence. ``claim`` is a row of
+    :func:`claim_lock_live` (so both rows are locked); ``receipt`` holds the
+    receipt's id and evidence. None when a guard failed (nothing written)."""
+    return raw.row(
+        session,
+        _CLAIM_CONSUME,
+        {
+            "id": receipt["id"],
+            "evidence": Jsonb(receipt["evidence"]),
+            "signal_id": claim["signal_id"],
+            "claim_id": claim["id"],
+            "fence": claim["fence"],
+            "namespace": claim["namespace"],
+            **CONSUME.params,
+        },
     )
 
 

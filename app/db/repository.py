@@ -12,13 +12,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, bindparam, text
+from psycopg.types.json import Jsonb
+from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
+from app.db import raw
 from app.domain.states import FIND, REDRIVE, Status, transition
 
-Row = RowMapping
+# What a repository function returns for a row: a RowMapping, or a dict from raw.
+Row = Mapping[Any, Any]
 
 
 def affected(result: Any) -> int:
@@ -148,7 +151,7 @@ def signal_create(session: Session, values: Mapping[Any, Any], ttl_hours: float)
 # signal_create_facts, and the insert only when they clear every check by a
 # margin (the caller's checks, made in a transaction, decide the rest). One
 # row always: the created signal's, or NULLs.
-_SIGNAL_CREATE_CLEAR = text(
+_SIGNAL_CREATE_CLEAR = raw.Query(
     f"""
     WITH facts AS (
         SELECT clock_timestamp() AS now,
@@ -177,7 +180,7 @@ _SIGNAL_CREATE_CLEAR = text(
     )
     SELECT c.*, {_NEW_VIEW_COLUMNS} FROM facts LEFT JOIN created c ON true
     """
-).bindparams(bindparam("metadata", type_=JSONB))
+)
 
 
 def signal_create_if_clear(
@@ -196,23 +199,21 @@ def signal_create_if_clear(
     is None or a second inside the lookback and lookahead, and the key has
     no live binding. The new row with signal_view_get's columns, or None
     when nothing was inserted: the caller then decides, in a transaction."""
-    row = (
-        session.execute(
-            _SIGNAL_CREATE_CLEAR,
-            {
-                **values,
-                "address": str(values["recipient"]).strip().lower(),
-                "domain_owner": domain_owner,
-                "clear_below": clear_below,
-                "lookback_seconds": lookback_hours * 3600.0,
-                "lookahead_seconds": lookahead_hours * 3600.0,
-                "ttl": ttl_hours * 3600.0,
-            },
-        )
-        .mappings()
-        .one()
+    row = raw.row(
+        session,
+        _SIGNAL_CREATE_CLEAR,
+        {
+            **values,
+            "metadata": Jsonb(values["metadata"]),
+            "address": str(values["recipient"]).strip().lower(),
+            "domain_owner": domain_owner,
+            "clear_below": clear_below,
+            "lookback_seconds": lookback_hours * 3600.0,
+            "lookahead_seconds": lookahead_hours * 3600.0,
+            "ttl": ttl_hours * 3600.0,
+        },
     )
-    return row if row["id"] is not None else None
+    return row if row is not None and row["id"] is not None else None
 
 
 def signal_view_by_key(session: Session, namespace: str, key: str) -> Row | None:
@@ -244,20 +245,25 @@ def signal_get(session: Session, signal_id: str, namespace: str | None = None) -
     return session.execute(text(sql), {"id": signal_id, "ns": namespace}).mappings().first()
 
 
+_VIEW_GET = raw.Query(
+    f"""
+    SELECT s.*, {_VIEW_COLUMNS}
+      FROM signals s LEFT JOIN messages m ON m.id = s.message_id
+     WHERE s.id = :id
+    """
+)
+_VIEW_GET_IN = raw.Query(_VIEW_GET.sql + " AND s.namespace = :ns")
+
+
 def signal_view_get(session: Session, signal_id: str, namespace: str | None = None) -> Row | None:
     """A signal and what its view needs, in one statement: the row, the
     database clock (`view_now`) and its message's summary (`view_message_id`,
     `_received_at`, `_subject`, `_run_marker`; NULL before a match).
     `views.signal_views` then asks nothing more for a waiting or found signal.
     """
-    sql = f"""
-        SELECT s.*, {_VIEW_COLUMNS}
-          FROM signals s LEFT JOIN messages m ON m.id = s.message_id
-         WHERE s.id = :id
-    """
-    if namespace is not None:
-        sql += " AND s.namespace = :ns"
-    return session.execute(text(sql), {"id": signal_id, "ns": namespace}).mappings().first()
+    if namespace is None:
+        return raw.row(session, _VIEW_GET, {"id": signal_id})
+    return raw.row(session, _VIEW_GET_IN, {"id": signal_id, "ns": namespace})
 
 
 def signal_waiting_count(session: Session, namespace: str, *, serialise: bool = False) -> int:

@@ -1,0 +1,71 @@
+"""Statements run by app.db.raw behave as SQLAlchemy's would in a session:
+same transaction, SQLAlchemy's exceptions, and a lost connection
+invalidates the pool. On a real PostgreSQL of the test's own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+from app.db import raw
+from app.db.engine import autocommit, make_engine, transaction
+from tests.stack_fixtures import conninfo_to_url
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def engine(own_postgres: object) -> Iterator[Engine]:
+    eng = make_engine(conninfo_to_url(own_postgres.get_uri()), pool_size=1)  # type: ignore[attr-defined]
+    with transaction(eng) as s:
+        s.execute(text("CREATE TABLE t (id int PRIMARY KEY, note text)"))
+    yield eng
+    eng.dispose()
+
+
+INSERT = raw.Query("INSERT INTO t (id, note) VALUES (:id, :note) RETURNING id, note")
+COUNT = raw.Query("SELECT count(*) AS n FROM t")
+
+
+def test_a_raw_statement_is_part_of_the_sessions_transaction(engine: Engine) -> None:
+    with pytest.raises(RuntimeError), transaction(engine) as s:
+        assert raw.row(s, INSERT, {"id": 1, "note": "a"}) == {"id": 1, "note": "a"}
+        s.execute(text("INSERT INTO t VALUES (2, 'b')"))
+        raise RuntimeError("roll back")
+    with autocommit(engine) as s:
+        assert raw.row(s, COUNT, {}) == {"n": 0}  # both rolled back
+    with transaction(engine) as s:
+        raw.row(s, INSERT, {"id": 1, "note": "a"})
+    with autocommit(engine) as s:
+        assert raw.rows(s, raw.Query("SELECT id FROM t"), {}) == [{"id": 1}]
+        assert raw.run(s, raw.Query("UPDATE t SET note = 'z' WHERE id < :n"), {"n": 5}) == 1
+
+
+def test_errors_are_sqlalchemys(engine: Engine) -> None:
+    with transaction(engine) as s:
+        raw.row(s, INSERT, {"id": 1, "note": "a"})
+    with pytest.raises(IntegrityError), transaction(engine) as s:
+        raw.row(s, INSERT, {"id": 1, "note": "again"})
+    with pytest.raises(ProgrammingError), autocommit(engine) as s:
+        raw.row(s, raw.Query("SELECT nope FROM t"), {})
+
+
+def test_a_lost_connection_invalidates_the_pool(engine: Engine) -> None:
+    with autocommit(engine) as s:
+        pid = raw.row(s, raw.Query("SELECT pg_backend_pid() AS pid"), {})
+    assert pid is not None
+    with psycopg.connect(_url(engine), autocommit=True) as admin:  # ends the pooled one
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid["pid"]])
+    with pytest.raises(OperationalError) as failed, autocommit(engine) as s:
+        raw.row(s, COUNT, {})
+    assert failed.value.connection_invalidated
+    with autocommit(engine) as s:  # a fresh connection
+        assert raw.row(s, COUNT, {}) == {"n": 0}
+
+
+def _url(engine: Engine) -> str:
+    return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
