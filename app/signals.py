@@ -233,7 +233,7 @@ def push(
     ids: list[str] = []
     after: tuple[datetime, str] | None = None
     while True:
-        with transaction() as session:
+        with autocommit() as session:  # one statement: its own transaction
             page = repo.signal_push_due(
                 session, provider, recipients, namespace, after=after, limit=PUSH_PAGE
             )

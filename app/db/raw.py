@@ -14,6 +14,7 @@ would from ``session.execute``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -39,6 +40,13 @@ class Query:
         self.psycopg_sql = _NAMED.sub(r"%(\1)s", sql.replace("%", "%%"))
 
 
+@functools.lru_cache(maxsize=256)
+def query(sql: str) -> Query:
+    """The :class:`Query` of an SQL text built at run time from a few fixed
+    variants (optional filters, a batch's row count): converted once each."""
+    return Query(sql)
+
+
 def _execute(session: Session, query: Query, params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
     connection = session.connection()  # begins the session's transaction if needed
     driver = connection.connection.driver_connection
@@ -53,10 +61,10 @@ def _execute(session: Session, query: Query, params: Mapping[str, Any]) -> psyco
     return cursor
 
 
-def rows(session: Session, query: Query, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+def rows(session: Session, query: Query, params: Mapping[str, Any]) -> list[Mapping[Any, Any]]:
     """Every row, as dicts."""
     with _execute(session, query, params) as cursor:
-        return cursor.fetchall()
+        return list(cursor.fetchall())
 
 
 def row(session: Session, query: Query, params: Mapping[str, Any]) -> dict[str, Any] | None:

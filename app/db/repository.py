@@ -341,26 +341,8 @@ def signal_ids_by_run(session: Session, namespace: str, run_id: str) -> list[str
     )
 
 
-def signal_lock_for_check(
-    session: Session,
-    signal_id: str,
-    *,
-    lease_seconds: float,
-    batch_limit: int,
-    coalesce_seconds: float = 0.0,
-) -> list[Row]:
-    """Take `signal_id` and the other due signals of its provider for one check.
-
-    Signals due within `coalesce_seconds` ride along: one provider call then
-    answers them all instead of one call each a moment apart. Rows already
-    locked or under another check's lease are skipped. Each taken row gets a
-    new fence and a lease; the caller commits at once and calls the provider
-    with no lock held. Each row carries `looked_at`, the server's now.
+_LOCK_FOR_CHECK = raw.Query(
     """
-    return list(
-        session.execute(
-            text(
-                """
                 WITH target AS (
                     SELECT provider FROM signals WHERE id = :id
                 ), due AS (
@@ -379,17 +361,30 @@ def signal_lock_for_check(
                        updated_at = now()
                   FROM due WHERE s.id = due.id
                 RETURNING s.*, now() AS looked_at
-                """
-            ),
-            {
-                "id": signal_id,
-                "lease": lease_seconds,
-                "limit": batch_limit,
-                "window": coalesce_seconds,
-            },
-        )
-        .mappings()
-        .all()
+"""
+)
+
+
+def signal_lock_for_check(
+    session: Session,
+    signal_id: str,
+    *,
+    lease_seconds: float,
+    batch_limit: int,
+    coalesce_seconds: float = 0.0,
+) -> list[Row]:
+    """Take `signal_id` and the other due signals of its provider for one check.
+
+    Signals due within `coalesce_seconds` ride along: one provider call then
+    answers them all instead of one call each a moment apart. Rows already
+    locked or under another check's lease are skipped. Each taken row gets a
+    new fence and a lease; the caller commits at once and calls the provider
+    with no lock held. Each row carries `looked_at`, the server's now.
+    """
+    return raw.rows(
+        session,
+        _LOCK_FOR_CHECK,
+        {"id": signal_id, "lease": lease_seconds, "limit": batch_limit, "window": coalesce_seconds},
     )
 
 
@@ -457,27 +452,8 @@ _CHECK_ROW = """
 """
 
 
-def signal_record_check(
-    session: Session,
-    signal_id: str,
-    fence: int,
-    check: CheckRecord,
-    *,
-    consecutive_errors: int,
-    next_check_at: datetime | None,
-    next_check_reason: str,
-) -> tuple[bool, bool]:
-    """Write a check that found nothing (its row and its effect on the
-    signal) in one statement, guarded by the fence.
-
-    Returns (written, pushed): `pushed` says a push arrived while the check
-    ran (it stamped `enqueued_at` after the check began); the push is kept
-    (due now, reason `push`) instead of being overwritten by the backoff,
-    and the caller must send the task again.
+_RECORD_CHECK = raw.Query(
     """
-    row = session.execute(
-        text(
-            """
             WITH upd AS (
                 UPDATE signals
                    SET checks_count = checks_count + :inc,
@@ -499,9 +475,32 @@ def signal_record_check(
                 RETURNING id, generation, provider,
                           coalesce(enqueued_at > :c_started, false) AS pushed
             )"""
-            + _CHECK_ROW
-            + "SELECT pushed FROM upd"
-        ),
+    + _CHECK_ROW
+    + "SELECT pushed FROM upd"
+)
+
+
+def signal_record_check(
+    session: Session,
+    signal_id: str,
+    fence: int,
+    check: CheckRecord,
+    *,
+    consecutive_errors: int,
+    next_check_at: datetime | None,
+    next_check_reason: str,
+) -> tuple[bool, bool]:
+    """Write a check that found nothing (its row and its effect on the
+    signal) in one statement, guarded by the fence.
+
+    Returns (written, pushed): `pushed` says a push arrived while the check
+    ran (it stamped `enqueued_at` after the check began); the push is kept
+    (due now, reason `push`) instead of being overwritten by the backoff,
+    and the caller must send the task again.
+    """
+    row = raw.row(
+        session,
+        _RECORD_CHECK,
         {
             **check.params(),
             "id": signal_id,
@@ -511,20 +510,12 @@ def signal_record_check(
             "next_at": next_check_at,
             "next_reason": next_check_reason,
         },
-    ).first()
-    return (row is not None, bool(row[0]) if row is not None else False)
+    )
+    return (row is not None, bool(row["pushed"]) if row is not None else False)
 
 
-def signal_mark_found(
-    session: Session, signal_id: str, fence: int, message_id: str, check: CheckRecord
-) -> bool:
-    """waiting → found with `message_id`, and the matched check's row, in one
-    statement guarded by the fence. The unique index on (namespace,
-    message_id) raises IntegrityError if another signal of the namespace
-    took the message first."""
-    row = session.execute(
-        text(
-            """
+_MARK_FOUND = raw.Query(
+    """
             WITH upd AS (
                 UPDATE signals
                    SET status = :dst, message_id = :mid, found_at = now(),
@@ -535,9 +526,21 @@ def signal_mark_found(
                  WHERE id = :id AND check_fence = :fence AND status = :src
                 RETURNING id, generation, provider
             )"""
-            + _CHECK_ROW
-            + "SELECT count(*) FROM upd"
-        ),
+    + _CHECK_ROW
+    + "SELECT count(*) AS n FROM upd"
+)
+
+
+def signal_mark_found(
+    session: Session, signal_id: str, fence: int, message_id: str, check: CheckRecord
+) -> bool:
+    """waiting → found with `message_id`, and the matched check's row, in one
+    statement guarded by the fence. The unique index on (namespace,
+    message_id) raises IntegrityError if another signal of the namespace
+    took the message first."""
+    row = raw.row(
+        session,
+        _MARK_FOUND,
         {
             **check.params(),
             **FIND.params,
@@ -546,8 +549,8 @@ def signal_mark_found(
             "mid": message_id,
             "inc": 1 if check.counted else 0,
         },
-    ).scalar_one()
-    return int(row) == 1
+    )
+    return row is not None and int(row["n"]) == 1
 
 
 def signal_expire(
@@ -669,6 +672,25 @@ def signal_mark_due_enqueued(
     return [(r[0], r[1], r[2]) for r in rows]
 
 
+_PUSH_DUE_HEAD = """
+                WITH pushed AS (
+                    SELECT id FROM signals
+                     WHERE status = 'waiting' AND provider = :provider"""
+_PUSH_DUE_TAIL = """
+                     ORDER BY created_at, id
+                     LIMIT :limit
+                     FOR UPDATE
+                )
+                UPDATE signals s
+                   SET next_check_at = clock_timestamp(), next_check_reason = 'push',
+                       -- clock_timestamp(): stamped after any check's lock is
+                       -- released, so a check in flight sees the push as newer.
+                       enqueued_at = clock_timestamp()
+                  FROM pushed WHERE s.id = pushed.id
+                RETURNING s.id, s.created_at
+"""
+
+
 def signal_push_due(
     session: Session,
     provider: str,
@@ -692,31 +714,8 @@ def signal_push_due(
     # Rows are locked in (created_at, id) order, the order a check's second
     # transaction locks them in: two multi-row lockers in one order cannot
     # deadlock each other.
-    return list(
-        session.execute(
-            text(
-                """
-                WITH pushed AS (
-                    SELECT id FROM signals
-                     WHERE status = 'waiting' AND provider = :provider"""
-                + where
-                + """
-                     ORDER BY created_at, id
-                     LIMIT :limit
-                     FOR UPDATE
-                )
-                UPDATE signals s
-                   SET next_check_at = clock_timestamp(), next_check_reason = 'push',
-                       -- clock_timestamp(): stamped after any check's lock is
-                       -- released, so a check in flight sees the push as newer.
-                       enqueued_at = clock_timestamp()
-                  FROM pushed WHERE s.id = pushed.id
-                RETURNING s.id, s.created_at
-                """
-            ),
-            params,
-        ).all()
-    )
+    rows = raw.rows(session, raw.query(_PUSH_DUE_HEAD + where + _PUSH_DUE_TAIL), params)
+    return [(r["id"], r["created_at"]) for r in rows]
 
 
 def signal_oldest_due_age(session: Session) -> float:

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.db import messages as messages_repo
-from app.db.engine import transaction
+from app.db.engine import autocommit
 from app.errors import ProviderUnavailable
 from app.providers.base import ProviderMessage, SearchQuery
 
@@ -46,7 +46,7 @@ class SinkProvider:
         lookback = max(0.0, (min(t for _, t in windows) - query.since).total_seconds())
         rows: dict[int, Any] = {}
         try:
-            with transaction() as session:
+            with autocommit() as session:  # reads only: no BEGIN, no COMMIT
                 after: tuple[datetime, int] | None = None
                 while True:
                     page = messages_repo.sink_message_page(
