@@ -101,8 +101,9 @@ def signal_create(
             lookback_hours=settings.max_lookback_hours,
             lookahead_hours=settings.max_lookahead_hours,
         )
-        if row is not None:
-            return _created(settings, namespace, req, views.signal_views(session, [row])[0])
+        view = views.signal_views(session, [row])[0] if row is not None else None
+    if view is not None:
+        return _created(settings, namespace, req, view)
     with transaction() as session:
         facts = repo.signal_create_facts(session, namespace, req.recipient)
         # Judged by the database's clock, the authority for every timestamp.
