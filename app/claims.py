@@ -117,10 +117,9 @@ def claim(namespace: str, signal_id: str, req: ClaimCreate) -> Answer:
                 signal = repo.signal_get(session, signal_id, namespace)
                 assert signal is not None
                 answer = _refusal(session, signal)
-        if taken is not None:
-            answer = _claimed(taken)
     publish(dead)
-    return answer
+    # Parsed for its content once committed: no lock is held meanwhile.
+    return _claimed(taken) if taken is not None else answer
 
 
 def _take(
