@@ -23,7 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from sqlalchemy.orm import Session
 
-__all__ = ["Query", "row", "rows", "run"]
+__all__ = ["Query", "query", "row", "rows", "run"]
 
 # `:name`, not a `::type` cast, not inside a word (`'00:10:00'` has digits).
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
@@ -55,9 +55,12 @@ def _execute(session: Session, query: Query, params: Mapping[str, Any]) -> psyco
     try:
         cursor.execute(query.psycopg_sql, params)  # type: ignore[call-overload]
     except psycopg.Error as error:
-        # SQLAlchemy's own handling: wrap the error, and on a lost
-        # connection invalidate it (and the pool). Always raises.
-        connection._handle_dbapi_exception(error, query.sql, dict(params), cursor, None)
+        try:
+            # SQLAlchemy's own handling: wrap the error, and on a lost
+            # connection invalidate it (and the pool). Always raises.
+            connection._handle_dbapi_exception(error, query.sql, dict(params), cursor, None)
+        finally:
+            cursor.close()
     return cursor
 
 
