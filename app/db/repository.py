@@ -62,22 +62,24 @@ class CreateFacts:
     waiting: int
 
 
+# A create's facts (the one-statement create reads them too): the clock, the
+# owner of `:address`'s mailbox and `:namespace`'s trigger-kept waiting count.
+_CREATE_FACTS = """
+    SELECT clock_timestamp() AS now,
+           (SELECT namespace FROM mailboxes WHERE address = :address) AS mailbox_owner,
+           (SELECT coalesce(sum(waiting), 0) FROM namespace_waiting
+             WHERE namespace = :namespace) AS waiting
+"""
+
+
 def signal_create_facts(session: Session, namespace: str, address: str) -> CreateFacts:
     """The database's clock, the namespace owning `address`'s mailbox (live or
     deleted; None) and how many of the namespace's signals are waiting (the
     trigger-kept count of `namespace_waiting`: no scan)."""
     row = session.execute(
-        text(
-            """
-            SELECT clock_timestamp() AS now,
-                   (SELECT namespace FROM mailboxes WHERE address = :a) AS owner,
-                   (SELECT coalesce(sum(waiting), 0) FROM namespace_waiting
-                     WHERE namespace = :ns) AS waiting
-            """
-        ),
-        {"a": address.strip().lower(), "ns": namespace},
+        text(_CREATE_FACTS), {"address": address.strip().lower(), "namespace": namespace}
     ).one()
-    return CreateFacts(now=row.now, mailbox_owner=row.owner, waiting=int(row.waiting))
+    return CreateFacts(now=row.now, mailbox_owner=row.mailbox_owner, waiting=int(row.waiting))
 
 
 # What a view needs beside the signal's row (see signal_view_get): the
@@ -153,12 +155,7 @@ def signal_create(session: Session, values: Mapping[Any, Any], ttl_hours: float)
 # row always: the created signal's, or NULLs.
 _SIGNAL_CREATE_CLEAR = raw.Query(
     f"""
-    WITH facts AS (
-        SELECT clock_timestamp() AS now,
-               (SELECT namespace FROM mailboxes WHERE address = :address) AS mailbox_owner,
-               (SELECT coalesce(sum(waiting), 0) FROM namespace_waiting
-                 WHERE namespace = :namespace) AS waiting
-    ), clear AS (
+    WITH facts AS ({_CREATE_FACTS}), clear AS (
         SELECT now FROM facts
          WHERE waiting < :clear_below
            AND coalesce(mailbox_owner, CAST(:domain_owner AS text), :namespace) = :namespace
