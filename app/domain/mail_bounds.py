@@ -7,6 +7,7 @@ superlinear, so the raw bytes are cut to these bounds with linear scans first.
 
 from __future__ import annotations
 
+import gc
 import re
 import signal
 import threading
@@ -252,20 +253,36 @@ _TIMER_SIGNAL = getattr(signal, "SIGVTALRM", None)
 # callback, a ``__del__``, a weakref callback: it goes to
 # ``sys.unraisablehook``). Before each raise the handler therefore arms the
 # timer again for this much CPU time: a swallowed timeout fires again, in the
-# parser, until one propagates.
+# parser, until one propagates. The cyclic collector, which runs most such
+# callbacks, is paused for the budgeted body (see ``_CpuBudget``).
 RETRY_SECONDS = 0.005
 
 
 class _CpuBudget:
     """The timer of :func:`cpu_budget`. Its handler never raises inside
     ``__enter__`` or ``__exit__``: there a raise would leave the timer armed
-    and the handler installed for whatever code runs next."""
+    and the handler installed for whatever code runs next.
 
-    __slots__ = ("_active", "_outer_delay", "_outer_interval", "_previous", "_seconds", "_started")
+    The cyclic garbage collector is paused for the body: a collection runs
+    weakref callbacks, ``__del__`` methods and ``gc.callbacks`` of unrelated
+    objects, where the timer's raise would be swallowed (and reported on
+    stderr) rather than end the parse. The body's allocations are bounded by
+    the message bounds, and whatever cycles it leaves are collected after."""
+
+    __slots__ = (
+        "_active",
+        "_gc_was_enabled",
+        "_outer_delay",
+        "_outer_interval",
+        "_previous",
+        "_seconds",
+        "_started",
+    )
 
     def __init__(self, seconds: float | None) -> None:
         self._seconds = seconds
         self._active = False
+        self._gc_was_enabled = False
         self._outer_delay = 0.0
         self._outer_interval = 0.0
         self._previous: object = None
@@ -289,6 +306,8 @@ class _CpuBudget:
         except ValueError:  # not the main interpreter
             return
         self._outer_delay, self._outer_interval = outer_delay, outer_interval
+        self._gc_was_enabled = gc.isenabled()
+        gc.disable()
         self._started = time.process_time()
         self._active = True
         signal.setitimer(_TIMER, seconds)
@@ -310,6 +329,8 @@ class _CpuBudget:
         signal.setitimer(_TIMER, 0)
         self._active = False
         signal.signal(_TIMER_SIGNAL, self._previous)  # type: ignore[arg-type]
+        if self._gc_was_enabled:
+            gc.enable()
         if self._outer_delay:
             left = max(self._outer_delay - (time.process_time() - self._started), 0.001)
             signal.setitimer(_TIMER, left, self._outer_interval)

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from datetime import timedelta
 
 import pytest
@@ -210,6 +211,63 @@ def test_a_timeout_swallowed_where_python_cannot_raise_fires_again() -> None:
     assert set(swallowed) == {ParseTimeout}
     assert signal.getsignal(signal.SIGVTALRM) is handler
     assert signal.getitimer(signal.ITIMER_VIRTUAL) == (0.0, 0.0)
+
+
+def test_garbage_with_callbacks_does_not_swallow_the_timeout_during_a_parse() -> None:
+    """The CI failure of stop 16: a collection during the parse ran an
+    unrelated weakref callback, the timer fired in it and the raise was
+    swallowed there. The collector is paused for the budgeted body."""
+    swallowed: list[type[BaseException] | None] = []
+
+    class Node:
+        def __init__(self) -> None:
+            self.me = self
+
+    def burn(_ref: object) -> None:
+        end = time.process_time() + 0.03
+        while time.process_time() < end:
+            pass
+
+    refs: list[weakref.ref[Node]] = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: swallowed.append(unraisable.exc_type)
+    threshold = gc.get_threshold()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(10):  # cyclic garbage whose collection burns CPU in callbacks
+            node = Node()
+            refs.append(weakref.ref(node, burn))
+            del node
+        # A collection starts a few hundred allocations from now: past the
+        # budget's set-up, early in its body.
+        gc.set_threshold(gc.get_count()[0] + 300)
+        gc.enable()
+        with pytest.raises(ParseTimeout), cpu_budget(0.02):
+            assert not gc.isenabled()
+            kept: list[list[int]] = []  # live allocations count toward a collection
+            end = time.process_time() + 5
+            while time.process_time() < end:
+                kept.append([])
+    finally:
+        gc.set_threshold(*threshold)
+        sys.unraisablehook = hook
+        gc.enable()
+        gc.collect()
+    assert gc.isenabled()
+    assert swallowed == []
+
+
+def test_the_collector_stays_paused_after_the_budget_when_it_was_paused_before() -> None:
+    gc.disable()
+    try:
+        with cpu_budget(1.0):
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with cpu_budget(None):
+        assert gc.isenabled()  # no budget, no pause
 
 
 def test_outside_the_main_thread_the_bounds_alone_apply() -> None:
