@@ -15,6 +15,11 @@ from app.inputs import ClaimCreate, ClaimExtend
 
 router = APIRouter(prefix="/v1")
 
+# The routes answer the use cases' views, already JSON, as a JSONResponse:
+# FastAPI would otherwise validate a `dict[str, Any]` answer against itself
+# in a second thread hop and encode it again. `response_model` keeps the
+# OpenAPI document as it was.
+
 
 @router.post(
     "/signals/{signal_id}/claim",
@@ -28,16 +33,28 @@ def claim_signal(signal_id: SignalId, body: ClaimCreate, namespace: Namespace) -
     return JSONResponse(answer.body, status_code=answer.status_code)
 
 
-@router.post("/claims/{claim_id}/consume", responses=errors(*V1, 403, 404, 409))
-def consume_claim(claim_id: ClaimId, namespace: Namespace) -> dict[str, Any]:
-    return claims.consume(namespace, claim_id)
+@router.post(
+    "/claims/{claim_id}/consume",
+    response_model=dict[str, Any],
+    responses=errors(*V1, 403, 404, 409),
+)
+def consume_claim(claim_id: ClaimId, namespace: Namespace) -> JSONResponse:
+    return JSONResponse(claims.consume(namespace, claim_id))
 
 
-@router.post("/claims/{claim_id}/release", responses=errors(*V1, 403, 404, 409))
-def release_claim(claim_id: ClaimId, namespace: Namespace) -> dict[str, Any]:
-    return claims.release(namespace, claim_id)
+@router.post(
+    "/claims/{claim_id}/release",
+    response_model=dict[str, Any],
+    responses=errors(*V1, 403, 404, 409),
+)
+def release_claim(claim_id: ClaimId, namespace: Namespace) -> JSONResponse:
+    return JSONResponse(claims.release(namespace, claim_id))
 
 
-@router.post("/claims/{claim_id}/extend", responses=errors(*V1, 403, 404, 409))
-def extend_claim(claim_id: ClaimId, body: ClaimExtend, namespace: Namespace) -> dict[str, Any]:
-    return claims.extend(namespace, claim_id, body)
+@router.post(
+    "/claims/{claim_id}/extend",
+    response_model=dict[str, Any],
+    responses=errors(*V1, 403, 404, 409),
+)
+def extend_claim(claim_id: ClaimId, body: ClaimExtend, namespace: Namespace) -> JSONResponse:
+    return JSONResponse(claims.extend(namespace, claim_id, body))

@@ -47,29 +47,30 @@ def create_signal(
     return JSONResponse(created.view, status_code=created.status_code)
 
 
-@router.get("/signals/{signal_id}", responses=errors(*V1, 404, 429))
+# Answered as a JSONResponse like the claim routes (see app/api/routes/claims.py).
+@router.get("/signals/{signal_id}", response_model=dict[str, Any], responses=errors(*V1, 404, 429))
 async def get_signal(
     signal_id: SignalId,
     request: Request,
     caller: Caller,
     wait: Annotated[int, Query(ge=0, le=60)] = 0,
     namespace: NamespaceQuery = None,
-) -> dict[str, Any]:
+) -> JSONResponse:
     """Long poll: answers once the result leaves waiting/provider_error, or after `wait` s.
     Operators read any namespace's signal, its subject masked."""
     read = functools.partial(
         signals.signal_read, caller.scope(namespace), signal_id, masked=caller.is_ops
     )
     if wait == 0:
-        return await run_in_threadpool(read)
+        return JSONResponse(await run_in_threadpool(read))
     notifier = request.app.state.notifier
     # Subscribe before the one read: a change after it cannot be missed.
     async with notifier.subscribe(signal_id) as changed:
         view = await run_in_threadpool(read)
         if view["result"] not in PENDING:
-            return view
+            return JSONResponse(view)
         with request.app.state.long_polls.hold():  # 429 too_many_long_polls beyond the cap
-            return await _wait_for_change(request, read, changed, view, wait)
+            return JSONResponse(await _wait_for_change(request, read, changed, view, wait))
 
 
 async def _wait_for_change(
