@@ -1,8 +1,10 @@
 """Wake long polls when a signal changes: PostgreSQL LISTEN/NOTIFY.
 
-A trigger on `signals` notifies `signalbox_signal` with the signal id on every
-visible change, whichever process made it. One listener thread per API
-process fans the notifications out to the waiting requests' asyncio events.
+A trigger on `signals` notifies `signalbox_signal` with the signal id when the
+signal stops waiting (found or expired), whichever process made the change:
+a long poll waits only on a waiting signal (migration 0007). One listener
+thread per API process fans the notifications out to the waiting requests'
+asyncio events.
 """
 
 from __future__ import annotations

@@ -129,3 +129,40 @@ def test_the_sink_recipient_index_keeps_no_pending_list(empty_database: str) -> 
     assert options == ["fastupdate=off"]
     assert left_pending == 0  # 0006 merged what the default had left pending
     assert newly_pending == 0  # and new rows go straight into the index
+
+
+def test_long_polls_are_woken_only_when_a_signal_stops_waiting(empty_database: str) -> None:
+    """Migration 0007: a long poll waits only while its signal is `waiting`,
+    so only a change out of `waiting` notifies; claims, consumes, releases,
+    redrives and check updates wake no listener."""
+    upgrade(empty_database)
+    with (
+        psycopg.connect(_libpq(empty_database), autocommit=True) as listener,
+        psycopg.connect(_libpq(empty_database), autocommit=True) as conn,
+    ):
+        listener.execute("LISTEN signalbox_signal")
+        for i in range(2):
+            conn.execute(
+                "INSERT INTO signals (id, namespace, idempotency_key, run_id, test_case,"
+                " recipient, received_after, expires_at, max_checks, provider, status,"
+                " max_claims, next_check_at)"
+                " VALUES (%s, 'a', %s, 'r', 't', 'x@example.test', now(),"
+                " now() + interval '1 hour', 5, 'sink', 'waiting', 3, now())",
+                (f"sig_{i}", f"key-{i}"),
+            )
+        steps = [
+            ("sig_0", "checks_count = checks_count + 1, last_outcome = 'provider_error'"),
+            ("sig_0", "status = 'waiting'"),  # listed, not changed
+            ("sig_0", "status = 'found'"),  # notifies
+            ("sig_0", "status = 'claimed'"),
+            ("sig_0", "status = 'found'"),  # a release
+            ("sig_0", "status = 'claimed'"),
+            ("sig_0", "status = 'consumed'"),
+            ("sig_1", "status = 'expired'"),  # notifies
+            ("sig_1", "status = 'waiting'"),  # a redrive
+            ("sig_1", "checks_count = 1"),
+        ]
+        for signal_id, change in steps:
+            conn.execute(f"UPDATE signals SET {change} WHERE id = %s", [signal_id])
+        woken = [n.payload for n in listener.notifies(timeout=1.0)]
+    assert woken == ["sig_0", "sig_1"]
