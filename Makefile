@@ -33,10 +33,11 @@ lint: install ## ruff and mypy
 	$(UV) run ruff check app workers tests clients/python bench
 	$(UV) run mypy
 
-bench: install ## Benchmarks (each prints its machine and figures): lifecycles, ingest, idle, time to found, coalescing
+bench: install ## Benchmarks (each prints its machine and figures): lifecycles, ingest, idle, CPU per request, time to found, coalescing
 	$(UV) run python bench/lifecycle.py
 	$(UV) run python bench/ingest.py
 	$(UV) run python bench/idle.py
+	$(UV) run python bench/requests.py
 	$(UV) run python bench/time_to_found.py
 	$(UV) run python bench/coalesced_checks.py
 
