@@ -89,11 +89,18 @@ def retention() -> dict[str, int]:
 )
 def dead_letter(dead_letter_id: str) -> dict[str, Any]:
     """The dead-letter queue's consumer: raise the alert (a structured log
-    line an alerting pipeline picks up). Content never goes in it."""
+    line an alerting pipeline picks up). Content never goes in it.
+
+    Once per dead letter: the outbox publishes a dead letter again when
+    marking it published failed, and this task is then delivered twice. The
+    alert is raised after the commit that records it (a raise that a failed
+    commit would repeat could not be taken back)."""
     with transaction() as session:
-        row = dlq_repo.dead_letter_get(session, dead_letter_id, None)
+        row = dlq_repo.dead_letter_take_alert(session, dead_letter_id)
+        if row is None:
+            found = dlq_repo.dead_letter_get(session, dead_letter_id, None) is not None
     if row is None:
-        return {"dead_letter_id": dead_letter_id, "found": False}
+        return {"dead_letter_id": dead_letter_id, "found": found, "alerted": False}
     log.warning(
         "dead letter",
         extra={
@@ -105,7 +112,12 @@ def dead_letter(dead_letter_id: str) -> dict[str, Any]:
             "provider": row["provider"],
         },
     )
-    return {"dead_letter_id": dead_letter_id, "found": True, "reason": row["reason"]}
+    return {
+        "dead_letter_id": dead_letter_id,
+        "found": True,
+        "alerted": True,
+        "reason": row["reason"],
+    }
 
 
 @shared_task(name="signalbox.webhook", acks_late=True)

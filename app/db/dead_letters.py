@@ -43,6 +43,22 @@ def dead_letter_get(
     return session.execute(text(sql), {"id": dead_letter_id, "ns": namespace}).mappings().first()
 
 
+def dead_letter_take_alert(session: Session, dead_letter_id: str) -> RowMapping | None:
+    """Mark the dead letter alerted and read it, unless it was alerted
+    already (or does not exist): then None."""
+    return (
+        session.execute(
+            text(
+                "UPDATE dead_letters SET alerted_at = now()"
+                " WHERE id = :id AND alerted_at IS NULL RETURNING *"
+            ),
+            {"id": dead_letter_id},
+        )
+        .mappings()
+        .first()
+    )
+
+
 def dead_letter_latest_many(session: Session, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
     rows = (
         session.execute(

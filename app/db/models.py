@@ -312,6 +312,10 @@ class DeadLetter(Base):
     # publication so that two sweeps never send one dead letter twice.
     published_at: Mapped[datetime | None] = mapped_column(TS)
     publish_attempt_at: Mapped[datetime | None] = mapped_column(TS)
+    # Set by the `dead_letter` queue's consumer when it raises the alert: a
+    # dead letter published twice (the outbox re-sends one whose mark failed)
+    # is alerted once.
+    alerted_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
         UniqueConstraint("signal_id", "generation"),
         Index(None, "namespace", "state", "created_at"),

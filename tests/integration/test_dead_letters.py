@@ -104,6 +104,51 @@ def test_a_dead_letter_consumed_while_postgresql_is_down_is_alerted_once_it_is_b
     assert sorted(alerted()) == sorted(ids)  # each once
 
 
+def test_a_dead_letter_published_twice_is_alerted_once(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """The outbox publishes a dead letter, then marks it published; when the
+    mark fails (PostgreSQL restarting between the two) the sweep publishes
+    it again. A soak found three alerts raised twice that way. The consumer
+    raises each dead letter's alert once, however often it is delivered."""
+    from celery import Celery
+
+    stack = stack_factory()
+    stack.start_api()
+    stack.start_smtp()
+    stack.start_worker(queues="signals")  # the dead letters wait in their queue
+    stack.start_beat()
+    ids = {expired_signal(stack)["dead_letter"]["dead_letter_id"] for _ in range(2)}
+    broker = redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"])
+    wait_until(lambda: broker.llen("dead_letter") >= 2, 10, what="dead letters published")
+    sender = Celery(broker=stack.env["SIGNALBOX_BROKER_URL"])
+    for dead_letter_id in sorted(ids):  # what the outbox sweep would send again
+        sender.send_task("signalbox.dead_letter", args=[dead_letter_id], queue="dead_letter")
+    sender.close()
+    stack.start_worker("dlq", queues="dead_letter", concurrency=1)
+
+    def handled() -> int:
+        return sum(
+            1
+            for line in stack.log_text("dlq").splitlines()
+            if "Task signalbox.dead_letter[" in line and "succeeded" in line
+        )
+
+    wait_until(lambda: handled() >= 4, 60, what="all four deliveries handled")
+    alerted = [
+        json.loads(line)["dead_letter_id"]
+        for line in stack.log_text("dlq").splitlines()
+        if '"dead_letter_alert"' in line
+    ]
+    assert sorted(alerted) == sorted(ids)  # each once
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
+        rows = conn.execute(
+            "SELECT count(*) FROM dead_letters WHERE id = ANY(%s) AND alerted_at IS NOT NULL",
+            [sorted(ids)],
+        ).fetchone()
+    assert rows == (2,)
+
+
 def test_list_filters_and_show(stack: Stack) -> None:
     a = expired_signal(stack)
     b = expired_signal(stack, max_checks=1, expires_in_seconds=60)
