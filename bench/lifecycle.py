@@ -57,6 +57,16 @@ SMTP_TIMEOUT_SECONDS = 60  # the first message warms the sink up (imports, pools
 WARMUP_LIFECYCLES = 3  # one after the other, before the clients start
 
 
+def verification_mail(recipient: str, marker: str, run_id: str) -> EmailMessage:
+    """The mail of one lifecycle: its subject carries the signal's marker."""
+    msg = EmailMessage()
+    msg["From"], msg["To"] = "app@example.test", recipient
+    msg["Subject"] = f"Verify your address ({marker})"
+    msg["X-Signalbox-Run"] = run_id
+    msg.set_content(f"Your code is 482913. https://example.test/verify?m={marker}")
+    return msg
+
+
 @dataclass
 class Lifecycle:
     ended: float  # perf_counter when consume answered (or the error happened)
@@ -100,11 +110,7 @@ class Client:
             )
             created.raise_for_status()
             signal_id = created.json()["signal_id"]
-            msg = EmailMessage()
-            msg["From"], msg["To"] = "app@example.test", recipient
-            msg["Subject"] = f"Verify your address ({marker})"
-            msg["X-Signalbox-Run"] = self.run_id
-            msg.set_content(f"Your code is 482913. https://example.test/verify?m={marker}")
+            msg = verification_mail(recipient, marker, self.run_id)
             with smtplib.SMTP(HOST, self.stack.smtp_port, timeout=SMTP_TIMEOUT_SECONDS) as smtp:
                 smtp.send_message(msg)
                 delivered = time.perf_counter()  # the sink answered 250 to DATA

@@ -29,7 +29,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from email.message import EmailMessage
 from pathlib import Path
 
 import httpx
@@ -38,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _machine
 import _stack
 from _stack import HOST
+from lifecycle import verification_mail
 
 FOUND_TIMEOUT_SECONDS = 120
 SHOWN = ("api", "worker", "smtp", "postgres", "redis")
@@ -69,12 +69,7 @@ def _step(
 def _deliver(stack: _stack.Stack, recipients: list[tuple[str, str]], run_id: str) -> None:
     with smtplib.SMTP(HOST, stack.smtp_port, timeout=60) as smtp:
         for recipient, marker in recipients:
-            msg = EmailMessage()
-            msg["From"], msg["To"] = "app@example.test", recipient
-            msg["Subject"] = f"Verify your address ({marker})"
-            msg["X-Signalbox-Run"] = run_id
-            msg.set_content(f"Your code is 482913. https://example.test/verify?m={marker}")
-            smtp.send_message(msg)
+            smtp.send_message(verification_mail(recipient, marker, run_id))
 
 
 def main() -> int:

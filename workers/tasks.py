@@ -97,10 +97,9 @@ def dead_letter(dead_letter_id: str) -> dict[str, Any]:
     commit would repeat could not be taken back)."""
     with transaction() as session:
         row = dlq_repo.dead_letter_take_alert(session, dead_letter_id)
-        if row is None:
+        if row is None:  # alerted already, or no such dead letter
             found = dlq_repo.dead_letter_get(session, dead_letter_id, None) is not None
-    if row is None:
-        return {"dead_letter_id": dead_letter_id, "found": found, "alerted": False}
+            return {"dead_letter_id": dead_letter_id, "found": found, "alerted": False}
     log.warning(
         "dead letter",
         extra={

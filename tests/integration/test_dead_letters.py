@@ -33,6 +33,19 @@ def expired_signal(stack: Stack, **fields: object) -> dict:
     return view
 
 
+def queued_dead_letters(stack: Stack, count: int) -> set[str]:
+    """Start the stack with no consumer of `dead_letter`, expire `count`
+    signals and wait for their dead letters on that queue: their ids."""
+    stack.start_api()
+    stack.start_smtp()
+    stack.start_worker(queues="signals")  # the dead letters wait in their queue
+    stack.start_beat()
+    ids = {expired_signal(stack)["dead_letter"]["dead_letter_id"] for _ in range(count)}
+    broker = redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"])
+    wait_until(lambda: broker.llen("dead_letter") >= count, 10, what="dead letters published")
+    return ids
+
+
 def test_each_expiry_is_published_once_to_the_dead_letter_queue(
     stack_factory: Callable[..., Stack],
 ) -> None:
@@ -76,13 +89,7 @@ def test_a_dead_letter_consumed_while_postgresql_is_down_is_alerted_once_it_is_b
     url = conninfo_to_url(server.get_uri())
     upgrade(url)
     stack = stack_factory({"SIGNALBOX_DATABASE_URL": url})
-    stack.start_api()
-    stack.start_smtp()
-    stack.start_worker(queues="signals")  # the dead letters wait in their queue
-    stack.start_beat()
-    ids = {expired_signal(stack)["dead_letter"]["dead_letter_id"] for _ in range(2)}
-    broker = redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"])
-    wait_until(lambda: broker.llen("dead_letter") >= 2, 10, what="dead letters published")
+    ids = queued_dead_letters(stack, 2)
 
     pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
     stack.start_worker("dlq", queues="dead_letter", concurrency=1)
@@ -114,13 +121,7 @@ def test_a_dead_letter_published_twice_is_alerted_once(
     from celery import Celery
 
     stack = stack_factory()
-    stack.start_api()
-    stack.start_smtp()
-    stack.start_worker(queues="signals")  # the dead letters wait in their queue
-    stack.start_beat()
-    ids = {expired_signal(stack)["dead_letter"]["dead_letter_id"] for _ in range(2)}
-    broker = redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"])
-    wait_until(lambda: broker.llen("dead_letter") >= 2, 10, what="dead letters published")
+    ids = queued_dead_letters(stack, 2)
     sender = Celery(broker=stack.env["SIGNALBOX_BROKER_URL"])
     for dead_letter_id in sorted(ids):  # what the outbox sweep would send again
         sender.send_task("signalbox.dead_letter", args=[dead_letter_id], queue="dead_letter")
@@ -147,6 +148,43 @@ def test_a_dead_letter_published_twice_is_alerted_once(
             [sorted(ids)],
         ).fetchone()
     assert rows == (2,)
+
+
+def test_concurrent_deliveries_of_one_dead_letter_take_its_alert_once(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """Eight transactions take the alert of one dead letter at the same
+    moment (real PostgreSQL, a barrier before the statement, each holding
+    its row lock a while): one takes it, the others see it taken."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from app.db import dead_letters as dlq_repo
+    from app.settings import to_sqlalchemy_url
+
+    stack = stack_factory()
+    (dead_letter_id,) = queued_dead_letters(stack, 1)
+    engine = create_engine(to_sqlalchemy_url(stack.env["SIGNALBOX_DATABASE_URL"]), pool_size=8)
+    barrier = threading.Barrier(8)
+
+    def take() -> bool:
+        with Session(engine) as session, session.begin():
+            session.connection()  # connected before the barrier
+            barrier.wait(10)
+            taken = dlq_repo.dead_letter_take_alert(session, dead_letter_id)
+            time.sleep(0.2)  # the others wait on the row lock meanwhile
+            return taken is not None
+
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            winners = [f.result() for f in [pool.submit(take) for _ in range(8)]]
+    finally:
+        engine.dispose()
+    assert winners.count(True) == 1
 
 
 def test_list_filters_and_show(stack: Stack) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from app.domain.mail import ParsedMail
 from app.smtp.parsing import ParsePool
+from tests.hostile_mail import slow_parts
 from tests.integration.helpers import create_signal, db_rows, mail, wait_result
 from tests.stack_fixtures import Stack, wait_until
 
@@ -158,20 +159,7 @@ def test_the_sinks_own_looks_parse_in_the_pool_where_the_cpu_budget_applies() ->
     from app.settings import load_settings
     from app.smtp.server import make_controller
 
-    # Within every bound, but each part's headers cost a parse of their own:
-    # 60-140 ms of CPU, far past the budget below even where the CPU timer
-    # only advances by whole scheduler ticks.
-    params = b"".join(b'; p%d="value-%d"' % (k, k) for k in range(12))
-    raw = hostile("cc@example.test", parts=0, subject_kb=1).removesuffix(b"--B--\r\n")
-    raw += b"".join(
-        b'--B\r\nContent-Type: text/plain; charset=utf-8; name="part-%d"' % i
-        + params
-        + b'\r\nContent-Disposition: inline; filename="p%d.txt"' % i
-        + params
-        + b"\r\n\r\npart %d\r\n" % i
-        for i in range(90)
-    )
-    raw += b"--B--\r\n"
+    raw = slow_parts(90)  # within every bound; 60-140 ms of CPU to parse
     with ThreadPoolExecutor(1) as thread:
         in_a_thread = thread.submit(parse_mail, raw, time_budget=0.01).result()
     assert "time" not in bounds_exceeded(in_a_thread)  # the budget could not apply

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from app.domain import mail as mail_mod
 from app.domain.mail import bound_view, bounds_exceeded, on_bound_exceeded, parse_mail
 from app.domain.mail_bounds import ParseTimeout, cpu_budget
+from tests.hostile_mail import slow_parts
 
 CRLF = b"\r\n"
 HEAD = b"From: a@example.com\r\nTo: b@example.com\r\nMIME-Version: 1.0\r\n"
@@ -31,27 +32,6 @@ def folded_subject(size: int) -> bytes:
 def flat_parts(count: int, first_text: bytes = b"the first part") -> bytes:
     parts = [b"--B\r\nContent-Type: text/plain\r\n\r\n" + first_text + CRLF]
     parts += [b"--B\r\nContent-Type: text/plain\r\n\r\npart %d\r\n" % i for i in range(count - 1)]
-    return (
-        HEAD
-        + b"Subject: many parts\r\nContent-Type: multipart/mixed; boundary=B\r\n\r\n"
-        + b"".join(parts)
-        + b"--B--\r\n"
-    )
-
-
-def slow_parts(count: int) -> bytes:
-    """Parts within the bounds that each cost the stdlib a header parse of
-    their own (distinct parameters): 60-140 ms of CPU at 90, far past a
-    1 ms budget even where the CPU timer advances by whole scheduler ticks."""
-    params = b"".join(b'; p%d="value-%d"' % (k, k) for k in range(12))
-    parts = [
-        b'--B\r\nContent-Type: text/plain; charset=utf-8; name="part-%d"' % i
-        + params
-        + b'\r\nContent-Disposition: inline; filename="p%d.txt"' % i
-        + params
-        + b"\r\n\r\npart %d\r\n" % i
-        for i in range(count)
-    ]
     return (
         HEAD
         + b"Subject: many parts\r\nContent-Type: multipart/mixed; boundary=B\r\n\r\n"
