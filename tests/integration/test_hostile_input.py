@@ -13,7 +13,7 @@ import pytest
 
 from app.domain.mail import ParsedMail
 from app.smtp.parsing import ParsePool
-from tests.hostile_mail import slow_parts
+from tests.hostile_mail import slow_part_lines
 from tests.integration.helpers import create_signal, db_rows, mail, wait_result
 from tests.stack_fixtures import Stack, wait_until
 
@@ -159,7 +159,9 @@ def test_the_sinks_own_looks_parse_in_the_pool_where_the_cpu_budget_applies() ->
     from app.settings import load_settings
     from app.smtp.server import make_controller
 
-    raw = slow_parts(90)  # within every bound; 60-140 ms of CPU to parse
+    # Within every bound; 60-140 ms of CPU to parse.
+    raw = hostile("cc@example.test", parts=0, subject_kb=1).removesuffix(b"--B--\r\n")
+    raw += slow_part_lines(90) + b"--B--\r\n"
     with ThreadPoolExecutor(1) as thread:
         in_a_thread = thread.submit(parse_mail, raw, time_budget=0.01).result()
     assert "time" not in bounds_exceeded(in_a_thread)  # the budget could not apply
