@@ -224,6 +224,7 @@ class Soak:
     def _attempt(self, mail: PlannedMail, entry: dict[str, Any], *, in_place: bool) -> None:
         while True:
             entry["attempts"] += 1
+            started = time.time()
             try:
                 self._send_once(mail)
             except (OSError, smtplib.SMTPException, imaplib.IMAP4.error, RuntimeError) as exc:
@@ -240,6 +241,7 @@ class Soak:
                 time.sleep(0.5)
                 continue
             entry["acked"] = time.time()
+            entry["sent"] = started  # the provider stamped it in [sent, acked]
             entry["error"] = None
             return
 
@@ -447,6 +449,7 @@ class Soak:
                 self.mails[m.mail_id] = {
                     **asdict(m),
                     "acked": now,
+                    "sent": now,
                     "attempts": 1,
                     "error": None,
                     "sent_before_create": True,

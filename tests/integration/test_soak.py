@@ -99,6 +99,29 @@ def test_invariant_checker_counts_each_kind_of_violation(database_url: str) -> N
             "INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,"
             " started_at) VALUES ('sig_wrong', 1, 1, 'sink', 'first', 'matched', now())"
         )
+        # Found with mail whose delivery began before the deadline (10:00:30)
+        # and was acknowledged 1.3 s after it: a provider back from an outage
+        # stamps it while the delivery is in flight. Not a violation...
+        # ...unlike mail whose delivery began 2 s after the deadline.
+        for sid, mail_id in (("sig_slow_ack", "m000003"), ("sig_late", "m000004")):
+            conn.execute(
+                "INSERT INTO messages (id, provider, provider_message_id, received_at, subject,"
+                " recipients) VALUES (%s, 'imap', %s, '2026-11-29T10:00:30Z', %s, %s)",
+                (f"msg_{sid}", mail_id, f"Welcome #{mail_id}", [f"{sid}@soak.test"]),
+            )
+            _signal_row(
+                conn,
+                sid,
+                provider="imap",
+                status="found",
+                message_id=f"msg_{sid}",
+                checks_count=1,
+            )
+            conn.execute(
+                "INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,"
+                " started_at) VALUES (%s, 1, 1, 'imap', 'first', 'matched', now())",
+                (sid,),
+            )
         # A push check that spent the budget.
         _signal_row(
             conn, "sig_push", status="waiting", checks_count=1, expires_at="2099-01-01T00:00:00Z"
@@ -146,6 +169,8 @@ def test_invariant_checker_counts_each_kind_of_violation(database_url: str) -> N
                 planned("sig_push"),
                 planned("sig_stuck"),
                 planned("sig_nodlq"),
+                planned("sig_slow_ack", provider="imap"),
+                planned("sig_late", provider="imap"),
                 {"key": "never", "signal_id": None},
             ],
             "mails": [
@@ -169,6 +194,28 @@ def test_invariant_checker_counts_each_kind_of_violation(database_url: str) -> N
                     "acked": t0 + 5.0,
                     "planned": t0 + 5.0,
                 },
+                {
+                    "mail_id": "m000003",
+                    "kind": "match",
+                    "signal_key": "sig_slow_ack",
+                    "recipient": "sig_slow_ack@soak.test",
+                    "subject": "Welcome #m000003",
+                    "run_marker": None,
+                    "sent": t0 + 29.4,
+                    "acked": t0 + 31.3,
+                    "planned": t0 + 28.8,
+                },
+                {
+                    "mail_id": "m000004",
+                    "kind": "match",
+                    "signal_key": "sig_late",
+                    "recipient": "sig_late@soak.test",
+                    "subject": "Welcome #m000004",
+                    "run_marker": None,
+                    "sent": t0 + 32.0,
+                    "acked": t0 + 32.1,
+                    "planned": t0 + 28.8,
+                },
             ],
             "outages": [],
         }
@@ -178,7 +225,7 @@ def test_invariant_checker_counts_each_kind_of_violation(database_url: str) -> N
     assert counts == {
         "lost": 1,
         "a message satisfies two signals of one namespace": 0,
-        "a signal found with a message that does not match it": 1,
+        "a signal found with a message that does not match it": 2,
         "two check rows for one (signal, fence)": 0,
         "checks_count differs from its counted check rows": 1,
         "expired signal without exactly one dead letter per generation": 1,
@@ -186,3 +233,6 @@ def test_invariant_checker_counts_each_kind_of_violation(database_url: str) -> N
         "signal still waiting more than 5 s after its deadline": 1,
         "signal the API never created (retried 60 s)": 1,
     }, report.render()
+    wrong = next(r for r in report.rows if r.name.startswith("a signal found with"))
+    assert any("sig_late" in e and "sent 2.0 s after the deadline" in e for e in wrong.examples)
+    assert not any("sig_slow_ack" in e for e in wrong.examples)
