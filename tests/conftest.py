@@ -1,3 +1,15 @@
 """Test configuration: the real-service fixtures live in tests/stack_fixtures.py."""
 
+from hypothesis import settings
+
 pytest_plugins = ["tests.stack_fixtures"]
+
+# No per-example deadline: on a loaded machine (CI's two cores, shared with
+# the stack's processes) one example can stall past Hypothesis' default
+# 200 ms, which fails the test as flaky though nothing is wrong. Loaded at
+# import, before any test module builds its @settings (which start from the
+# profile loaded then), so it applies to the whole run; a test that bounds its
+# time says so with its own deadline. clients/python/tests/conftest.py loads
+# the same profile for a run of the client's tests alone.
+settings.register_profile("signalbox", deadline=None)
+settings.load_profile("signalbox")

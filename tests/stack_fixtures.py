@@ -288,7 +288,7 @@ class Stack:
         self.wait_api()
 
     def wait_api(self) -> None:
-        wait_until(self._api_ready, 40, what="the API to answer")
+        wait_until(self._api_ready, 120, what="the API to answer")
 
     def _api_ready(self) -> bool:
         try:
@@ -301,7 +301,7 @@ class Stack:
         self.wait_smtp()
 
     def wait_smtp(self) -> None:
-        wait_until(lambda: _port_open(self.smtp_port), 40, what="the SMTP sink")
+        wait_until(lambda: _port_open(self.smtp_port), 120, what="the SMTP sink")
 
     def spawn_worker(
         self,
@@ -330,7 +330,7 @@ class Stack:
         log_path = self.logs / f"{name}.log"
         wait_until(
             lambda: b" ready." in log_path.read_bytes() or proc.poll() is not None,
-            60,
+            120,
             what=f"worker {name} to be ready",
         )
         assert proc.poll() is None, self.log_text(name)

@@ -95,7 +95,7 @@ class Bulkhead:
                 self.limit,
                 now + self.lease,
                 token,
-                int(self.lease * 1000) * 4,
+                self._key_ttl_ms(),
             )
         except Exception as exc:  # fail open: the call is made
             self._warn("bulkhead_unavailable", exc)
@@ -103,10 +103,19 @@ class Bulkhead:
         return Slot(self, token) if took else None
 
     def _renew(self, token: str) -> None:
+        # The set's own expiry is pushed too: set only on acquire, it would
+        # drop a slot renewed all along (and the limit with it) once no other
+        # call had acquired for four leases.
         try:
-            self.redis.zadd(self.key, {token: time.time() + self.lease}, xx=True)
+            pipe = self.redis.pipeline()  # MULTI/EXEC: one round trip
+            pipe.zadd(self.key, {token: time.time() + self.lease}, xx=True)
+            pipe.pexpire(self.key, self._key_ttl_ms())
+            pipe.execute()
         except Exception as exc:
             self._warn("bulkhead_renew_failed", exc)
+
+    def _key_ttl_ms(self) -> int:
+        return int(self.lease * 1000) * 4
 
     def _release(self, token: str) -> None:
         try:

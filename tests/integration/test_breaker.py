@@ -28,7 +28,8 @@ from tests.servers import (
     TestRedis,
     redis_server,
 )
-from workers.breaker import Admission, CircuitBreaker, snapshot_all
+from tests.stack_fixtures import wait_until
+from workers.breaker import KEY_PREFIX, Admission, CircuitBreaker, snapshot_all
 
 pytestmark = pytest.mark.integration
 
@@ -351,7 +352,11 @@ def test_a_late_success_does_not_close_a_breaker_that_is_still_open(
 def test_a_dead_probe_holders_slot_expires_and_another_caller_probes(
     store: TestRedis, provider_name: str, clock: FakeClock
 ) -> None:
-    breaker = _breaker(store, provider_name, clock, probe_timeout=0.3)
+    """The probe slot of a holder that never reports lapses with its TTL
+    (counted by Redis); until then others are refused, after it one probes."""
+    # Redis counts the slot's TTL in real time: 3 s leaves the two calls below
+    # (which must both see the slot held) ample room on a stalled machine.
+    breaker = _breaker(store, provider_name, clock, probe_timeout=3.0)
     _open(breaker)
     clock.advance(30.0)
 
@@ -359,9 +364,13 @@ def test_a_dead_probe_holders_slot_expires_and_another_caller_probes(
     assert dead_holder.probe  # ...and it never reports back
     refused = breaker.before_call()
     assert not refused.allowed
-    assert refused.retry_at is not None and refused.retry_at <= clock.now + 0.3
+    assert refused.retry_at is not None and refused.retry_at <= clock.now + 3.0
 
-    time.sleep(0.5)  # Redis counts the slot's TTL in real time
+    probe_key = f"{KEY_PREFIX}probe:{provider_name}"
+    assert 0 < store.client.pttl(probe_key) <= 3000  # the slot lapses within probe_timeout
+    # Waiting for the slot itself to be gone (not for a fixed time) is
+    # exact whatever the delays.
+    wait_until(lambda: not store.client.exists(probe_key), 10, what="the probe slot to lapse")
 
     assert breaker.before_call().probe
     assert not breaker.before_call().allowed

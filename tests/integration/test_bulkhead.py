@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from workers import bulkhead as bulkhead_module
 from workers.bulkhead import Bulkhead, default_limit
 
 pytestmark = pytest.mark.integration
@@ -49,14 +50,51 @@ def test_workers_and_providers_have_bulkheads_of_their_own(client: redis.Redis) 
     assert other_provider.acquire() is not None
 
 
-def test_a_slot_whose_holder_stops_renewing_lapses_and_one_renewed_is_kept(
+class FakeClock:
+    """Stands in for the `time` module the bulkhead reads its clock from."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def time(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_renewal_keeps_the_set_alive_past_its_expiry_from_the_last_acquire(
     client: redis.Redis,
 ) -> None:
-    head = bulkhead(client, limit=2, lease=0.6)
+    """The set of slots expires four leases after the last write to it: a
+    call renewing its slot for longer, with no other call acquiring, must
+    keep it (else the limit lapses with the set while the call runs)."""
+    head = bulkhead(client, limit=1, lease=30.0)
+    slot = head.acquire()
+    assert slot is not None
+    # As if the acquire were long ago: a second of the set's expiry left.
+    client.pexpire(head.key, 1000)
+    slot.renew()
+    assert client.pttl(head.key) > 60_000
+    assert head.acquire() is None  # the renewed slot still holds the only place
+
+
+def test_a_slot_whose_holder_stops_renewing_lapses_and_one_renewed_is_kept(
+    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slot not renewed for a lease is free for the next caller; a slot
+    renewed all along is still held after twice the lease."""
+    # A slot lapses when the score its holder's clock gave it is passed, so a
+    # fake clock moved by hand makes the lapse exact whatever the delays.
+    # The long lease keeps the set's own Redis expiry (set on acquire, in
+    # real time) far beyond the test.
+    clock = FakeClock()
+    monkeypatch.setattr(bulkhead_module, "time", clock)
+    head = bulkhead(client, limit=2, lease=30.0)
     dead, alive = head.acquire(), head.acquire()
     assert dead is not None and alive is not None
-    for _ in range(4):  # 1.2 s: twice the lease
-        time.sleep(0.3)
+    for _ in range(4):  # 60 s: twice the lease
+        clock.advance(15.0)
         alive.renew()
     assert head.acquire() is not None  # the dead holder's slot lapsed
     assert head.acquire() is None  # the renewed one is still held

@@ -17,25 +17,49 @@ from tests.stack_fixtures import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
-SLOW_PROVIDERS = """
-[providers.slow]
+# The provider "drill" is the sink (a push provider, so beat makes its due
+# looks itself). Only the worker that is killed reads HANGING_PROVIDERS: its
+# look sleeps far longer than the test lasts, so the check it took is still
+# in flight when it is killed, however late the test gets to the kill (with a
+# few seconds' latency, a slow test could see that check finish first). Every
+# other process (the API, the sink, beat, the second worker) reads PROVIDERS
+# and looks at once.
+PROVIDERS = """
+[providers.drill]
 type = "sink"
-simulate_latency_seconds = 3
+"""
+HANGING_PROVIDERS = """
+[providers.drill]
+type = "sink"
+simulate_latency_seconds = 3600
 """
 
 
+# Four processes start one after another here; on a loaded machine that
+# alone can take most of the default two minutes.
+@pytest.mark.timeout(300)
 def test_worker_killed_mid_check_loses_nothing_and_counts_nothing_twice(
     stack_factory: Callable[..., Stack],
 ) -> None:
+    """A worker killed (SIGKILL) while its check calls the provider loses
+    nothing: the check's lease lapses, the sweep sends it again and the mail
+    is found; and the killed check (fence 1) never writes a check row, so
+    nothing is counted twice."""
     stack = stack_factory(
         {"SIGNALBOX_CHECK_LEASE_SECONDS": "4", "SIGNALBOX_REQUEUE_AFTER_SECONDS": "2"}
     )
-    (stack.logs.parent / "providers.toml").write_text(SLOW_PROVIDERS)
-    stack.start()
-    signal = create_signal(stack, provider="slow", expires_in_seconds=90)
+    data = stack.logs.parent
+    (data / "providers.toml").write_text(PROVIDERS)
+    (data / "hanging-providers.toml").write_text(HANGING_PROVIDERS)
+    # No beat yet: beat's sweep makes due sink looks itself, and would take
+    # the first look (fence 1) if the worker were slow to start its task. Until
+    # the kill, only the worker's first-look task can take a check.
+    stack.start(worker=False, beat=False)
+    stack.start_worker(extra_env={"SIGNALBOX_PROVIDERS_FILE": str(data / "hanging-providers.toml")})
+    signal = create_signal(stack, provider="drill", expires_in_seconds=90)
     sid = signal["signal_id"]
 
-    # The first check holds its lease and sleeps in the provider call.
+    # The first check holds its lease (heartbeaten) and sleeps in the provider call.
     wait_until(
         lambda: db_rows(
             stack,
@@ -43,15 +67,17 @@ def test_worker_killed_mid_check_loses_nothing_and_counts_nothing_twice(
             " AND check_fence >= 1 AND check_lease_until > now()",
             sid,
         ),
-        10,
+        30,
         what="a check in flight",
     )
+    assert db_rows(stack, "SELECT check_fence FROM signals WHERE id = %s", sid) == [(1,)]
     assert db_rows(stack, "SELECT count(*) FROM checks WHERE signal_id = %s", sid) == [(0,)]
     stack.kill("worker")  # SIGKILL to the whole worker: parent and children
 
+    stack.start_beat()
     stack.send(mail(signal["recipient"]), [signal["recipient"]])
     stack.start_worker("worker2")
-    view = wait_result(stack, sid, wait=40)
+    view = wait_result(stack, sid, wait=60)
 
     assert view["status"] == "found"
     checks = db_rows(

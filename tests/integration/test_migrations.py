@@ -131,6 +131,9 @@ def test_the_sink_recipient_index_keeps_no_pending_list(empty_database: str) -> 
     assert newly_pending == 0  # and new rows go straight into the index
 
 
+END_OF_STEPS = "end of steps"
+
+
 def test_long_polls_are_woken_only_when_a_signal_stops_waiting(empty_database: str) -> None:
     """Migration 0007: a long poll waits only while its signal is `waiting`,
     so only a change out of `waiting` notifies; claims, consumes, releases,
@@ -164,5 +167,15 @@ def test_long_polls_are_woken_only_when_a_signal_stops_waiting(empty_database: s
         ]
         for signal_id, change in steps:
             conn.execute(f"UPDATE signals SET {change} WHERE id = %s", [signal_id])
-        woken = [n.payload for n in listener.notifies(timeout=1.0)]
+        # A marker no signal id can be, sent after the steps by the same
+        # connection: notifications arrive in commit order, so everything the
+        # steps notified arrives before it, however late, and nothing after.
+        conn.execute(f"NOTIFY signalbox_signal, '{END_OF_STEPS}'")
+        woken: list[str] = []
+        for note in listener.notifies(timeout=60.0):
+            if note.payload == END_OF_STEPS:
+                break
+            woken.append(note.payload)
+        else:
+            pytest.fail(f"the end-of-steps notification never came; got {woken}")
     assert woken == ["sig_0", "sig_1"]

@@ -5,14 +5,12 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tests.integration.helpers import (
     create_signal,
     db_rows,
-    insert_sink_message,
     mail,
     signal_view,
     wait_result,
@@ -95,25 +93,55 @@ def test_check_budget_exhausted_expires_with_check_budget(stack: Stack) -> None:
 def test_the_last_check_of_the_budget_is_kept_for_the_deadline(stack: Stack) -> None:
     """max_checks 2: one check at once, the other at the deadline, where it
     still finds a mail delivered in the window's last second."""
-    signal = create_signal(stack, expires_in_seconds=6, max_checks=2)
-    wait_until(
-        lambda: signal_view(stack, signal["signal_id"])["checks"] == 1, 10, what="first check"
-    )
+    signal = create_signal(stack, expires_in_seconds=10, max_checks=2)
+    sid = signal["signal_id"]
+    wait_until(lambda: signal_view(stack, sid)["checks"] == 1, 10, what="first check")
     # No push reaches it: the mail goes straight into the sink's table, as a
-    # polled provider would hold it, and only the final look can see it.
-    expires_at = datetime.fromisoformat(signal["expires_at"].replace("Z", "+00:00"))
-    while datetime.now(UTC) < expires_at - timedelta(seconds=1):
-        time.sleep(0.05)
-    insert_sink_message(stack, signal["recipient"])
+    # polled provider would hold it, and only a later look can see it. It is
+    # stamped half a second before the deadline by the database's own clock
+    # whenever this runs: the sink needs no scheduled look between the first
+    # and the final one, so it waits for the deadline's look (asserted below).
+    data = mail(signal["recipient"])
+    db_rows(
+        stack,
+        "INSERT INTO sink_messages"
+        " (received_at, mail_from, envelope_recipients, all_recipients, size, raw)"
+        " SELECT expires_at - interval '0.5 seconds', 'app@example.test', %s, %s, %s, %s"
+        " FROM signals WHERE id = %s",
+        [signal["recipient"].lower()],
+        [signal["recipient"].lower()],
+        len(data),
+        data,
+        sid,
+    )
 
-    view = wait_result(stack, signal["signal_id"], wait=30)
+    view = wait_result(stack, sid, wait=30)
 
     assert view["status"] == "found", view
     assert view["checks"] == 2
     assert view["last_check"]["outcome"] == "matched"
+    # The second check of the budget was the deadline's: it began at or after it.
+    began_after_deadline = db_rows(
+        stack,
+        "SELECT c.counted, c.started_at >= s.expires_at FROM checks c"
+        " JOIN signals s ON s.id = c.signal_id WHERE c.signal_id = %s ORDER BY c.fence",
+        sid,
+    )
+    assert began_after_deadline == [(True, False), (True, True)]
+
+
+# The long poll re-reads its signal every app.api.routes.signals.RECHECK_SECONDS
+# (5 s) anyway. A poll parked WAKE_PARK_SECONDS before the change would be
+# answered by that re-read no sooner than 5 - WAKE_PARK_SECONDS s after it; an
+# answer within WAKE_MARGIN_SECONDS of the commit was woken by the notification.
+WAKE_PARK_SECONDS = 1.0
+WAKE_MARGIN_SECONDS = 3.0
 
 
 def test_long_poll_wakes_when_the_signal_changes(stack: Stack) -> None:
+    """A parked long poll is answered as soon as its signal stops waiting,
+    whichever process changed it: the notification wakes it, well before its
+    periodic re-read."""
     signal = create_signal(stack, expires_in_seconds=120)
     answered: list[tuple[float, dict]] = []
 
@@ -123,16 +151,17 @@ def test_long_poll_wakes_when_the_signal_changes(stack: Stack) -> None:
 
     poll = threading.Thread(target=long_poll)
     poll.start()
-    time.sleep(1.0)  # the long poll is parked
-    changed_at = time.monotonic()
+    time.sleep(WAKE_PARK_SECONDS)  # the long poll is parked
     # Any change of the row, from any process, must wake it: change it here.
     db_rows(stack, "UPDATE signals SET status = 'expired' WHERE id = %s", signal["signal_id"])
+    # Committed when db_rows returns: the time to the answer counts from here,
+    # not from before a new connection that a loaded machine may make slowly.
+    changed_at = time.monotonic()
     poll.join(timeout=35)
 
     ((done_at, view),) = answered
     assert view["status"] == "expired"
-    # Woken by the notification: well before the 5 s safety re-read or the 30 s wait.
-    assert done_at - changed_at < 2.5
+    assert done_at - changed_at < WAKE_MARGIN_SECONDS
 
 
 def test_long_poll_returns_the_current_view_after_the_wait(stack: Stack) -> None:

@@ -90,7 +90,10 @@ def webhook_stack(stack_factory: Callable[..., Stack], url: str, **extra: str) -
             "SIGNALBOX_WEBHOOK_BACKOFF_BASE_SECONDS": "0.3",
             "SIGNALBOX_WEBHOOK_BACKOFF_CAP_SECONDS": "1",
             "SIGNALBOX_WEBHOOK_POLL_SECONDS": "0.3",
-            "SIGNALBOX_WEBHOOK_TIMEOUT_SECONDS": "2",
+            # Generous: a receiver that answers late on a loaded machine must
+            # not count as a timed-out (and retried) attempt. The backoff keeps
+            # the tests fast; no receiver here is meant to be slow.
+            "SIGNALBOX_WEBHOOK_TIMEOUT_SECONDS": "60",
             **extra,
         }
     )

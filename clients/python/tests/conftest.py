@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 # This tree has no __init__.py (it would shadow the root `tests` package), so the
@@ -22,6 +23,13 @@ if str(REPO_ROOT) not in sys.path:
 _HAVE_STACK = importlib.util.find_spec("tests.stack_fixtures") is not None
 
 pytest_plugins = ["pytester", *(["tests.stack_fixtures"] if _HAVE_STACK else [])]
+
+# No per-example deadline, as in the server's tests/conftest.py (which a run
+# of this tree alone does not load): a loaded machine can stall one example
+# past Hypothesis' default 200 ms, failing the test as flaky though nothing
+# is wrong. Loaded at import, before the test modules build their @settings.
+settings.register_profile("signalbox", deadline=None)
+settings.load_profile("signalbox")
 
 if not _HAVE_STACK:
 
