@@ -424,19 +424,26 @@ class PgbenchResult:
 
 
 def pgbench_tps(
-    stack: Stack, *, clients: int = 8, threads: int = 2, seconds: int = 10
+    stack: Stack,
+    *,
+    clients: int = 8,
+    threads: int = 2,
+    seconds: int = 10,
+    initialize: bool = True,
 ) -> PgbenchResult:
-    """`pgbench -i` into database `pgbench` of the stack's PostgreSQL, then `pgbench -N`."""
+    """`pgbench -i` into database `pgbench` of the stack's PostgreSQL (unless
+    not `initialize`), then `pgbench -N`."""
     import psycopg
 
-    with psycopg.connect(stack.database_url("postgres"), autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'pgbench'").fetchone():
-            conn.execute("CREATE DATABASE pgbench")
     url = stack.database_url("pgbench")
     binary = postgres_bin("pgbench")
-    subprocess.run(
-        [binary, "-i", "-q", url], check=True, capture_output=True, text=True, timeout=300
-    )
+    if initialize:
+        with psycopg.connect(stack.database_url("postgres"), autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'pgbench'").fetchone():
+                conn.execute("CREATE DATABASE pgbench")
+        subprocess.run(
+            [binary, "-i", "-q", url], check=True, capture_output=True, text=True, timeout=300
+        )
     args = ["-N", "-c", str(clients), "-j", str(threads), "-T", str(seconds)]
     out = subprocess.run(
         [binary, *args, url], check=True, capture_output=True, text=True, timeout=seconds + 120
