@@ -36,7 +36,7 @@ def strict_stack(stack_factory: Callable[..., Stack]) -> Stack:
 
 
 def test_recipient_outside_accepted_domains_gets_550(strict_stack: Stack) -> None:
-    with smtplib.SMTP(strict_stack.smtp_host, strict_stack.smtp_port, timeout=10) as smtp:
+    with smtplib.SMTP(strict_stack.smtp_host, strict_stack.smtp_port, timeout=60) as smtp:
         smtp.ehlo()
         smtp.mail("app@example.test")
         code, _ = smtp.rcpt("someone@elsewhere.test")
@@ -50,7 +50,7 @@ def test_oversize_message_gets_552_and_nothing_is_stored(strict_stack: Stack) ->
     big = mail("user@example.test", body="x" * 30000)
     with (
         pytest.raises(smtplib.SMTPResponseException) as err,
-        smtplib.SMTP(strict_stack.smtp_host, strict_stack.smtp_port, timeout=10) as smtp,
+        smtplib.SMTP(strict_stack.smtp_host, strict_stack.smtp_port, timeout=60) as smtp,
     ):
         smtp.sendmail("app@example.test", ["user@example.test"], big)
     assert err.value.smtp_code == 552
@@ -100,7 +100,7 @@ def test_mail_to_a_cc_recipient_matches_the_signal(stack: Stack) -> None:
 
 def test_the_101st_recipient_of_one_message_gets_452(stack: Stack) -> None:
     recipients = [f"r{i}-{uuid.uuid4().hex[:4]}@example.test" for i in range(101)]
-    with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=10) as smtp:
+    with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=60) as smtp:
         smtp.ehlo()
         smtp.mail("app@example.test")
         codes = [smtp.rcpt(r)[0] for r in recipients]
@@ -112,7 +112,7 @@ def test_the_101st_recipient_of_one_message_gets_452(stack: Stack) -> None:
 
 def test_a_message_to_the_allowed_recipients_is_stored_after_a_452(stack: Stack) -> None:
     recipients = [f"ok{i}-{uuid.uuid4().hex[:4]}@example.test" for i in range(101)]
-    with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=10) as smtp:
+    with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=60) as smtp:
         refused = smtp.sendmail("app@example.test", recipients, mail(recipients[0]))
     assert list(refused) == [recipients[100]]
     assert refused[recipients[100]][0] == 452
@@ -127,7 +127,7 @@ def test_connections_past_the_cap_get_421_and_a_freed_slot_is_reused(
 
     def welcome() -> smtplib.SMTP | None:
         try:
-            return smtplib.SMTP(capped.smtp_host, capped.smtp_port, timeout=10)
+            return smtplib.SMTP(capped.smtp_host, capped.smtp_port, timeout=60)
         except smtplib.SMTPConnectError:
             return None  # a probe's session (the readiness check) may still count
 
@@ -135,7 +135,7 @@ def test_connections_past_the_cap_get_421_and_a_freed_slot_is_reused(
     second = wait_until(welcome, 20, what="a second session")
     try:
         with pytest.raises(smtplib.SMTPConnectError) as refused:
-            smtplib.SMTP(capped.smtp_host, capped.smtp_port, timeout=10)
+            smtplib.SMTP(capped.smtp_host, capped.smtp_port, timeout=60)
         assert refused.value.smtp_code == 421
         assert first.noop()[0] == 250  # the open sessions are not disturbed
     finally:

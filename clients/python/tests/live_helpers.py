@@ -32,7 +32,7 @@ def send_email(
     if run_marker:
         msg["X-Signalbox-Run"] = run_marker
     msg.set_content(body, cte="7bit")
-    with smtplib.SMTP(stack.smtp_host, int(stack.smtp_port), timeout=10) as smtp:
+    with smtplib.SMTP(stack.smtp_host, int(stack.smtp_port), timeout=60) as smtp:
         smtp.send_message(msg)
 
 
