@@ -33,8 +33,9 @@ lint: install ## ruff and mypy
 	$(UV) run ruff check app workers tests clients/python bench
 	$(UV) run mypy
 
-bench: install ## Benchmarks (each prints its machine and figures): lifecycles, ingest, idle, CPU per request, time to found, coalescing
+bench: install ## Benchmarks (each prints its machine and figures): lifecycles, ingest, idle, CPU per request, time to found, coalescing, the machine's floor
 	$(UV) run python bench/lifecycle.py
+	$(UV) run python bench/floor.py
 	$(UV) run python bench/ingest.py
 	$(UV) run python bench/idle.py
 	$(UV) run python bench/requests.py
