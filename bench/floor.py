@@ -242,6 +242,11 @@ class _Postgres:
     def server_ticks(self) -> int:
         return _stack.tree_ticks([self.postmaster()], _stack._all_stats())
 
+    def stop(self) -> None:
+        from app.embedded import EmbeddedServices
+
+        EmbeddedServices(_handles=[self.handle]).stop()
+
 
 def pgbench_floor(seconds: int) -> tuple[_stack.PgbenchResult, float, str]:
     """pgbench -N's tps and its PostgreSQL CPU ms per transaction."""
@@ -254,10 +259,7 @@ def pgbench_floor(seconds: int) -> tuple[_stack.PgbenchResult, float, str]:
             ticks = pg.server_ticks() - before
             version = _machine.postgres_version(pg.database_url())
         finally:
-            stop = getattr(pg.handle, "shutdown", None) or getattr(pg.handle, "_cleanup", None)
-            if stop is not None:
-                with contextlib.suppress(Exception):
-                    stop()
+            pg.stop()
     per_tx_ms = ticks / os.sysconf("SC_CLK_TCK") / max(1.0, result.tps * seconds) * 1000
     return result, per_tx_ms, version
 
