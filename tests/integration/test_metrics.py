@@ -5,7 +5,6 @@ counters while one chosen kind of process serves the database gauges."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -123,19 +122,17 @@ def _pids_with(metrics_dir: Path, key_part: str) -> set[str]:
     return pids
 
 
-def test_checks_of_every_worker_child_are_counted_and_survive_a_worker_restart(
-    stack_factory: Callable[..., Stack],
-) -> None:
-    stack = stack_factory().start(beat=True)
-    metrics_dir = Path(stack.env["SIGNALBOX_DATA_DIR"]) / "metrics"
-    # One check each (max_checks 1: the first check spends the budget). Which
-    # prefork child takes a task is Celery's choice, and a fast check lets one
-    # child take them all: rounds go on until both children have counted.
+def _checked_in_rounds(
+    stack: Stack, per_round: int, rounds: int, enough: Callable[[], bool]
+) -> list[str]:
+    """Rounds of `per_round` signals of one check each (max_checks 1: the
+    first check spends the budget), each waited for until every signal has
+    used its check, until `enough()` or `rounds` rounds: the ids."""
     ids: list[str] = []
-    for _ in range(8):
+    for _ in range(rounds):
         ids += [
             create_signal(stack, expires_in_seconds=30, max_checks=1)["signal_id"]
-            for _ in range(15)
+            for _ in range(per_round)
         ]
         created = len(ids)
         wait_until(
@@ -146,8 +143,21 @@ def test_checks_of_every_worker_child_are_counted_and_survive_a_worker_restart(
             interval=0.2,
             what="every signal to use up its check",
         )
-        if len(_pids_with(metrics_dir, '"signalbox_checks_total"')) >= 2:
+        if enough():
             break
+    return ids
+
+
+def test_checks_of_every_worker_child_are_counted_and_survive_a_worker_restart(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory().start(beat=True)
+    metrics_dir = Path(stack.env["SIGNALBOX_DATA_DIR"]) / "metrics"
+    # Which prefork child takes a task is Celery's choice, and a fast check
+    # lets one child take them all: rounds go on until both have counted.
+    ids = _checked_in_rounds(
+        stack, 15, 8, lambda: len(_pids_with(metrics_dir, '"signalbox_checks_total"')) >= 2
+    )
     check_rows = db_scalar(stack, "SELECT count(*) FROM checks")
 
     families = scrape(stack)
@@ -215,29 +225,11 @@ def test_each_worker_serves_its_own_counters_on_its_metrics_port(
             "signalbox_checks_total",
         )
 
-    # One check each (max_checks 1: the first check spends the budget). One
-    # check takes every due signal of its provider, and which worker takes a
-    # task is the broker's choice, so one worker may do a whole round: rounds
-    # go on until both have counted.
-    ids: list[str] = []
-    give_up_at = time.monotonic() + 120
-    while True:
-        ids += [
-            create_signal(stack, expires_in_seconds=30, max_checks=1)["signal_id"]
-            for _ in range(12)
-        ]
-        created = len(ids)
-        wait_until(
-            lambda created=created: (
-                db_scalar(stack, "SELECT count(*) FROM signals WHERE status = 'expired'") == created
-            ),
-            40,
-            interval=0.2,
-            what="every signal to use up its check",
-        )
-        per_worker = {name: checks_of(name) for name in ("w1", "w2")}
-        if (per_worker["w1"] > 0 and per_worker["w2"] > 0) or time.monotonic() > give_up_at:
-            break
+    # One check takes every due signal of its provider, and which worker takes
+    # a task is the broker's choice, so one worker may do a whole round:
+    # rounds go on until both have counted.
+    ids = _checked_in_rounds(stack, 12, 10, lambda: checks_of("w1") > 0 and checks_of("w2") > 0)
+    per_worker = {name: checks_of(name) for name in ("w1", "w2")}
     check_rows = db_scalar(stack, "SELECT count(*) FROM checks")
     # Each worker counts its own checks only; together they are all of them.
     assert per_worker["w1"] > 0 and per_worker["w2"] > 0, per_worker

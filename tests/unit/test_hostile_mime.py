@@ -17,10 +17,9 @@ from hypothesis import strategies as st
 from app.domain import mail as mail_mod
 from app.domain.mail import bound_view, bounds_exceeded, on_bound_exceeded, parse_mail
 from app.domain.mail_bounds import ParseTimeout, cpu_budget
-from tests.hostile_mail import slow_parts
+from tests.hostile_mail import HEAD, slow_parts
 
 CRLF = b"\r\n"
-HEAD = b"From: a@example.com\r\nTo: b@example.com\r\nMIME-Version: 1.0\r\n"
 
 
 def folded_subject(size: int) -> bytes:
