@@ -23,7 +23,7 @@ from app.errors import ConfigurationError
 from app.settings import Settings, get_settings, load_settings
 
 if TYPE_CHECKING:
-    from app.embedded import EmbeddedServices
+    from app.infra.embedded import EmbeddedServices
 
 DEV_TOKEN_FILE = "dev-token"
 DEV_NAMESPACE = "default"
@@ -57,7 +57,7 @@ def resolve_services(settings: Settings) -> tuple[Settings, EmbeddedServices | N
     keeps its state there. Without SIGNALBOX_REDIS_URL it is the broker when
     that is Redis, else the embedded one.
     """
-    from app.embedded import embedded_redis_url, ensure_services
+    from app.infra.embedded import embedded_redis_url, ensure_services
 
     broker = settings.broker_url
     redis_url = settings.redis_url or (broker if broker and broker.startswith("redis") else None)
@@ -358,9 +358,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     ]
     if args.concurrency:
         argv += ["--concurrency", str(args.concurrency)]
-    from workers.bulkhead import PROCESSES_ENV
+    from app.providers.bulkhead import PROCESSES_ENV
 
-    # The pool processes' bulkhead (workers/bulkhead.py) is sized from this.
+    # The pool processes' bulkhead (app/providers/bulkhead.py) is sized from this.
     os.environ[PROCESSES_ENV] = str(args.concurrency or os.cpu_count() or 1)
     get_celery().worker_main(argv)
     return 0

@@ -255,7 +255,7 @@ class Stack:
     @property
     def redis_url(self) -> str:
         """The embedded Redis, with the password `up` generated for it."""
-        from app.embedded import embedded_redis_url
+        from app.infra.embedded import embedded_redis_url
 
         return embedded_redis_url(self.data_dir, self.redis_port) or (
             f"redis://{HOST}:{self.redis_port}/0"
@@ -296,7 +296,7 @@ def preload_pg_stat_statements(data_dir: Path) -> None:
     _quiet_platformdirs()
     import psycopg
 
-    from app.embedded import start_postgres
+    from app.infra.embedded import start_postgres
 
     url, server = start_postgres(data_dir)
     with psycopg.connect(url, autocommit=True) as conn:

@@ -47,7 +47,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=240.0)
     args = parser.parse_args()
 
-    from app.embedded import ensure_services
+    from app.infra.embedded import ensure_services
 
     data = Path(tempfile.mkdtemp(prefix="sbx-bench-coalesce-"))
     services = ensure_services(

@@ -228,7 +228,7 @@ def clients_against_bare(clients: int, duration: float, warmup: float) -> dict[s
 
 class _Postgres:
     def __init__(self, data_dir: Path) -> None:
-        from app.embedded import start_postgres
+        from app.infra.embedded import start_postgres
 
         self.url, self.handle = start_postgres(data_dir)
         self.data_dir = data_dir / "postgres"
@@ -243,7 +243,7 @@ class _Postgres:
         return _stack.tree_ticks([self.postmaster()], _stack._all_stats())
 
     def stop(self) -> None:
-        from app.embedded import EmbeddedServices
+        from app.infra.embedded import EmbeddedServices
 
         EmbeddedServices(_handles=[self.handle]).stop()
 

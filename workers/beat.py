@@ -21,8 +21,8 @@ log = logging.getLogger("signalbox.beat")
 
 
 def _sweep() -> Any:
-    from app import checks, sweep
     from app.settings import get_settings
+    from app.usecases import checks, sweep
 
     settings = get_settings()
     return sweep.sweep(settings, look=checks.look_here_for(settings))

@@ -9,13 +9,15 @@ from typing import Any
 from celery import shared_task
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from app import checks, dispatch, sweep
 from app.db import dead_letters as dlq_repo
 from app.db.engine import transaction
+from app.infra import dispatch
+from app.infra.redis import redis_client
+from app.providers.breaker import breaker_for
+from app.providers.bulkhead import Bulkhead, default_limit
 from app.providers.runtime import provider_for
 from app.settings import get_settings
-from workers.breaker import breaker_for, redis_client
-from workers.bulkhead import Bulkhead, default_limit
+from app.usecases import checks, sweep
 
 log = logging.getLogger("signalbox.tasks")
 
@@ -58,7 +60,7 @@ def sweep_task() -> dict[str, int]:
 @shared_task(name="signalbox.late_watch", acks_late=True)
 def late_watch() -> dict[str, int]:
     """Look for mail that arrived after its signal expired (one look per provider)."""
-    from app import late
+    from app.usecases import late
 
     settings = get_settings()
     return {
@@ -69,7 +71,7 @@ def late_watch() -> dict[str, int]:
 
 @shared_task(name="signalbox.retention", acks_late=True)
 def retention() -> dict[str, int]:
-    from app import retention as retention_uc
+    from app.usecases import retention as retention_uc
 
     return retention_uc.purge(get_settings())
 
@@ -123,13 +125,13 @@ def dead_letter(dead_letter_id: str) -> dict[str, Any]:
 def webhook(dead_letter_id: str) -> dict[str, str]:
     """One attempt at POSTing a dead letter to the webhook (retries are driven
     by `webhook_due`, never by a countdown)."""
-    from app import webhooks
+    from app.usecases import webhooks
 
     return {"dead_letter_id": dead_letter_id, "outcome": webhooks.deliver(dead_letter_id)}
 
 
 @shared_task(name="signalbox.webhook_due", acks_late=True)
 def webhook_due() -> dict[str, int]:
-    from app import webhooks
+    from app.usecases import webhooks
 
     return {"sent": webhooks.deliver_due()}

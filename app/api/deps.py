@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from app.auth import Principal, known_principal, principal_for_token
 from app.errors import SignalboxError
 from app.settings import Settings
+from app.usecases.auth import Principal, known_principal, principal_for_token
 
 
 class Unauthorized(SignalboxError):

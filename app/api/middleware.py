@@ -18,8 +18,8 @@ import anyio.to_thread
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.auth import known_principal, principal_for_token
 from app.settings import Settings
+from app.usecases.auth import known_principal, principal_for_token
 
 PROTECTED_PREFIX = "/v1"
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import Path, Query
 
-from app.inputs import NAME_PATTERN, RUN_ID_PATTERN
+from app.usecases.inputs import NAME_PATTERN, RUN_ID_PATTERN
 
 ID_PATTERN = r"^[A-Za-z0-9_]{1,64}$"
 

@@ -20,15 +20,15 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from app import triage, webhooks
-from app.auth import Principal, principal_for_token
 from app.console import session as sessions
 from app.domain import masking
 from app.domain.ids import token_hash
 from app.errors import SignalboxError
-from app.inputs import Discard, Redrive
 from app.settings import Settings
-from app.triage import BulkDiscard, BulkRedrive, DeadLetterFilter
+from app.usecases import triage, webhooks
+from app.usecases.auth import Principal, principal_for_token
+from app.usecases.inputs import Discard, Redrive
+from app.usecases.triage import BulkDiscard, BulkRedrive, DeadLetterFilter
 
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.auth import Principal
 from app.settings import Settings
+from app.usecases.auth import Principal
 
 SESSION_COOKIE = "signalbox_console"
 LOGIN_COOKIE = "signalbox_console_login"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,31 +32,13 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from app.domain.states import DeadLetterState, ExpiryReason, Status
+from app.infra.redis import READ_TIMEOUT_SECONDS, client_for, is_redis_url, redis_url
 from app.settings import Settings
 
 log = logging.getLogger("signalbox.metrics")
 
 # docs/api.md "Metrics": 0 closed, 1 half-open, 2 open.
 CIRCUIT_VALUES = {"closed": 0, "half_open": 1, "open": 2}
-REDIS_TIMEOUT_SECONDS = 1.0
-
-_redis_lock = threading.Lock()
-_redis_clients: dict[str, Any] = {}
-
-
-def _redis(url: str) -> Any:
-    import redis
-
-    with _redis_lock:
-        client = _redis_clients.get(url)
-        if client is None:
-            client = redis.Redis.from_url(
-                url,
-                socket_timeout=REDIS_TIMEOUT_SECONDS,
-                socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
-            )
-            _redis_clients[url] = client
-        return client
 
 
 class StateCollector(Collector):
@@ -129,13 +110,13 @@ class StateCollector(Collector):
         return [signals, oldest_due, dead_letters]
 
     def _circuits(self) -> GaugeMetricFamily | None:
-        from workers.breaker import snapshot_all
+        from app.providers.breaker import snapshot_all
 
-        url = self.settings.redis_url or self.settings.broker_url
-        if not url or not url.startswith(("redis://", "rediss://", "unix://")):
+        url = redis_url(self.settings)
+        if not is_redis_url(url):
             return None
         try:
-            states = snapshot_all(_redis(url))
+            states = snapshot_all(client_for(url, timeout=READ_TIMEOUT_SECONDS))
         except Exception as exc:
             log.warning(
                 "metrics could not read Redis",

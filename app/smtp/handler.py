@@ -20,10 +20,10 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
-from app import intake
 from app.settings import Settings
 from app.smtp.batching import GroupCommit
 from app.smtp.parsing import ParsePool
+from app.usecases import intake
 
 log = logging.getLogger("signalbox.smtp")
 

@@ -103,7 +103,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def make_controller(settings: Settings) -> SinkController:
-    from app import checks
+    from app.usecases import checks
 
     # A push's check is made here, not queued behind a slow provider's calls.
     handler = SinkHandler(settings, look=checks.look_here_for(settings))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from app.embedded import embedded_redis_url, ensure_services
+from app.infra.embedded import embedded_redis_url, ensure_services
 from tests.stack_fixtures import free_port
 
 pytestmark = pytest.mark.integration

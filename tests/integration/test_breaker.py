@@ -20,6 +20,7 @@ import redis
 
 from app.errors import ProviderUnavailable
 from app.providers.base import SearchQuery
+from app.providers.breaker import KEY_PREFIX, Admission, CircuitBreaker, snapshot_all
 from app.providers.maildev import MaildevProvider
 from tests.servers import (
     CountingProxy,
@@ -29,7 +30,6 @@ from tests.servers import (
     redis_server,
 )
 from tests.stack_fixtures import wait_until
-from workers.breaker import KEY_PREFIX, Admission, CircuitBreaker, snapshot_all
 
 pytestmark = pytest.mark.integration
 

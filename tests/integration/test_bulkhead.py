@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from app.providers.bulkhead import Bulkhead, default_limit
 from workers import bulkhead as bulkhead_module
-from workers.bulkhead import Bulkhead, default_limit
 
 pytestmark = pytest.mark.integration
 

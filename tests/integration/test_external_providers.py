@@ -18,6 +18,7 @@ import httpx
 import pytest
 import redis
 
+from app.providers.breaker import KEY_PREFIX, CircuitBreaker
 from tests.integration.helpers import db_rows, mail, signal_view
 from tests.servers import (
     CountingProxy,
@@ -27,7 +28,6 @@ from tests.servers import (
     maildev_server,
 )
 from tests.stack_fixtures import Stack, wait_until
-from workers.breaker import KEY_PREFIX, CircuitBreaker
 
 pytestmark = [pytest.mark.integration, pytest.mark.providers]
 

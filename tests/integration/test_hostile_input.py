@@ -181,10 +181,10 @@ def test_the_sinks_own_looks_parse_in_the_pool_where_the_cpu_budget_applies() ->
     the budget cuts the parse short (bound `time`)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from app import checks
     from app.domain.mail import bounds_exceeded, parse_mail
     from app.settings import load_settings
     from app.smtp.server import make_controller
+    from app.usecases import checks
 
     # Within every bound; 60-140 ms of CPU to parse.
     raw = hostile("cc@example.test", parts=0, subject_kb=1).removesuffix(b"--B--\r\n")

@@ -359,7 +359,7 @@ def test_mail_that_arrives_after_the_deadline_is_linked_to_the_dead_letter(stack
 
 
 def test_two_sweeps_never_publish_one_dead_letter_twice(stack: Stack) -> None:
-    from app import expiry
+    from app.usecases import expiry
 
     signals = [create_signal(stack, expires_in_seconds=1) for _ in range(6)]
     for s in signals:

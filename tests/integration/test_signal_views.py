@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, text
 
-from app import views
 from app.db import claims as claims_repo
 from app.db import dead_letters as dlq_repo
 from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.db.engine import make_engine, transaction
+from app.usecases import views
 
 pytestmark = pytest.mark.integration
 

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from app import signals, webhooks
 from app.db.engine import get_engine, transaction
 from app.domain.states import Status
-from app.expiry import expire_signal
-from app.inputs import SignalCreate
 from app.settings import get_settings
+from app.usecases import signals, webhooks
+from app.usecases.expiry import expire_signal
+from app.usecases.inputs import SignalCreate
 from tests.integration.test_webhook import Receiver, receiver  # noqa: F401  (fixture)
 from tests.stack_fixtures import wait_until
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.auth import Principal, principal_for_token
 from app.settings import load_settings
+from app.usecases.auth import Principal, principal_for_token
 
 
 def test_tenant_scope_is_always_its_own_namespace() -> None:

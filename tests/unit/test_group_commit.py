@@ -132,8 +132,8 @@ def test_the_sink_connects_on_its_push_thread_at_start_not_with_the_first_mail(
 ) -> None:
     from types import SimpleNamespace
 
-    from app import intake
     from app.smtp.handler import SinkHandler
+    from app.usecases import intake
 
     warmed = threading.Event()
     seen: list[tuple[object, str]] = []
@@ -162,8 +162,8 @@ def test_the_sink_holds_at_most_its_bound_of_stored_messages_for_parsing(
     a stored message is not held in memory; it keeps its envelope recipients."""
     from types import SimpleNamespace
 
-    from app import intake
     from app.smtp import handler as handler_mod
+    from app.usecases import intake
 
     release = threading.Event()
     pushed: list[int] = []

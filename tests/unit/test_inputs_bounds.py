@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.errors import InvalidInput
-from app.inputs import SignalCreate, check_received_after
+from app.usecases.inputs import SignalCreate, check_received_after
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.errors import InvalidInput
-from app.views import decode_cursor, encode_cursor
+from app.usecases.views import decode_cursor, encode_cursor
 
 
 def b64(raw: bytes) -> str:

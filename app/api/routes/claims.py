@@ -7,11 +7,11 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from app import claims
 from app.api.deps import Namespace
 from app.api.params import ClaimId, SignalId
 from app.api.responses import V1, StateBody, errors
-from app.inputs import ClaimCreate, ClaimExtend
+from app.usecases import claims
+from app.usecases.inputs import ClaimCreate, ClaimExtend
 
 router = APIRouter(prefix="/v1")
 

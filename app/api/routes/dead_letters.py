@@ -10,13 +10,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 
-from app import triage, views
 from app.api.deps import Caller
 from app.api.params import Cursor, DeadLetterId, Limit
 from app.api.responses import V1, errors
-from app.auth import Principal
-from app.inputs import Discard, Redrive
-from app.triage import BulkDiscard, BulkRedrive, DeadLetterFilter
+from app.usecases import triage, views
+from app.usecases.auth import Principal
+from app.usecases.inputs import Discard, Redrive
+from app.usecases.triage import BulkDiscard, BulkRedrive, DeadLetterFilter
 
 router = APIRouter(prefix="/v1/dead-letters")
 

@@ -12,7 +12,6 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from app import evidence, signals
 from app.api.deps import AppSettings, Caller, Namespace
 from app.api.params import (
     Cursor,
@@ -26,8 +25,9 @@ from app.api.params import (
 )
 from app.api.responses import V1, errors
 from app.errors import UnknownProvider
-from app.inputs import MailboxCreate, SignalCreate
 from app.providers.runtime import provider_configs
+from app.usecases import evidence, signals
+from app.usecases.inputs import MailboxCreate, SignalCreate
 
 router = APIRouter(prefix="/v1")
 

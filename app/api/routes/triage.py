@@ -7,10 +7,10 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from app import claims, triage
 from app.api.deps import Caller, Namespace
 from app.api.params import ClaimId, Cursor, Limit, SignalId
 from app.api.responses import V1, errors
+from app.usecases import claims, triage
 
 router = APIRouter(prefix="/v1")
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from app import views
 from app.db import claims as claims_repo
 from app.db import dead_letters as dlq_repo
 from app.db import messages as messages_repo
@@ -18,6 +17,7 @@ from app.domain.ids import recipient_hash
 from app.domain.masking import mask_subject
 from app.domain.states import CheckOutcome, Status, result_of
 from app.errors import NotFound
+from app.usecases import views
 
 
 def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:

@@ -9,38 +9,37 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from app.infra import queue
+from app.infra.redis import redis_client
+
 if TYPE_CHECKING:
     from celery import Celery
 
 log = logging.getLogger("signalbox.dispatch")
 
-SIGNALS_QUEUE = "signals"
-CHECK_TASK = "signalbox.check"
-DEAD_LETTER_TASK = "signalbox.dead_letter"
-
 
 def _celery() -> Celery:
-    # Imported late: the API and the sink import this module, and the Celery
-    # app is built from settings only when a task is first sent.
-    from workers.celery_app import get_celery
-
-    return get_celery()
+    # The Celery app is built from settings only when a task is first sent.
+    return queue.get_celery()
 
 
-def _send(task: str, object_id: str, queue: str, what: str) -> bool:
+def _send(
+    task: str,
+    object_id: str,
+    queue_name: str,
+    *,
+    message: str,
+    fields: dict[str, str],
+    logger: logging.Logger = log,
+) -> bool:
+    """Send `task` with the one id it carries; False (logged) when the broker
+    refuses. The caller says what the log line carries."""
     try:
-        _celery().send_task(task, args=[object_id], queue=queue)
+        _celery().send_task(task, args=[object_id], queue=queue_name)
         return True
     except Exception as exc:
-        key = "signal_id" if queue == "signals" else "dead_letter_id"
-        log.warning(
-            f"{what} not sent; the sweep will send it again",
-            extra={
-                "event": "send_failed",
-                "task": task,
-                key: object_id,
-                "error": type(exc).__name__,
-            },
+        logger.warning(
+            message, extra={"event": "send_failed", **fields, "error": type(exc).__name__}
         )
         return False
 
@@ -83,7 +82,13 @@ def queue_depth(queue: str) -> int | None:
 
 def enqueue_check(signal_id: str) -> bool:
     """Ring for a check of `signal_id` (and whatever else is due on its provider)."""
-    return _send(CHECK_TASK, signal_id, "signals", "check task")
+    return _send(
+        queue.CHECK_TASK,
+        signal_id,
+        queue.SIGNALS_QUEUE,
+        message="check task not sent; the sweep will send it again",
+        fields={"task": queue.CHECK_TASK, "signal_id": signal_id},
+    )
 
 
 # First-look tickets (Redis). A check takes every due signal of its provider,
@@ -116,8 +121,6 @@ return 1
 
 
 def _tickets() -> Any:
-    from workers.breaker import redis_client
-
     return redis_client()
 
 
@@ -172,4 +175,22 @@ def first_look_started(signal_id: str) -> None:
 
 def publish_dead_letter(dead_letter_id: str) -> bool:
     """Put a dead letter on the `dead_letter` queue for consumers that alert."""
-    return _send(DEAD_LETTER_TASK, dead_letter_id, "dead_letter", "dead letter")
+    return _send(
+        queue.DEAD_LETTER_TASK,
+        dead_letter_id,
+        queue.DEAD_LETTER_QUEUE,
+        message="dead letter not sent; the sweep will send it again",
+        fields={"task": queue.DEAD_LETTER_TASK, "dead_letter_id": dead_letter_id},
+    )
+
+
+def enqueue_webhook(dead_letter_id: str) -> bool:
+    """Ring for one attempt at POSTing a dead letter to the webhook."""
+    return _send(
+        queue.WEBHOOK_TASK,
+        dead_letter_id,
+        queue.SIGNALS_QUEUE,
+        message="webhook task not sent; the next poll sends it again",
+        fields={"dead_letter_id": dead_letter_id},
+        logger=logging.getLogger("signalbox.webhooks"),
+    )

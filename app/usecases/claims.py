@@ -15,7 +15,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app import views
 from app.db import claims as claims_repo
 from app.db import dead_letters as dlq_repo
 from app.db import messages as messages_repo
@@ -27,9 +26,10 @@ from app.domain.ids import new_id, recipient_hash
 from app.domain.mail import parse_mail
 from app.domain.states import ExpiryReason, Status
 from app.errors import Conflict, LeaseExpired, NotFound
-from app.expiry import expire_signal, publish
-from app.inputs import ClaimCreate, ClaimExtend
 from app.observability import metrics
+from app.usecases import views
+from app.usecases.expiry import expire_signal, publish
+from app.usecases.inputs import ClaimCreate, ClaimExtend
 
 log = logging.getLogger("signalbox.claims")
 

@@ -54,6 +54,8 @@ from typing import Any
 
 from redis import Redis
 
+from app.infra.redis import redis_client
+
 KEY_PREFIX = "signalbox:breaker:"
 INDEX_KEY = KEY_PREFIX + "index"
 
@@ -288,25 +290,6 @@ def _texts(reply: Any, count: int) -> Sequence[str]:
     if not isinstance(reply, list | tuple) or len(reply) != count:
         raise RuntimeError(f"unexpected reply from a circuit breaker script: {reply!r}")
     return [_text(item) for item in reply]
-
-
-_clients_lock = threading.Lock()
-_clients: dict[int, Redis] = {}
-
-
-def redis_client() -> Redis:
-    """This process's client of the Redis shared by the workers (breaker,
-    first-look tickets; one per pid: never shared across a fork)."""
-    from app.settings import get_settings
-
-    settings = get_settings()
-    with _clients_lock:
-        client = _clients.get(os.getpid())
-        if client is None:
-            url = settings.redis_url or settings.broker_url or ""
-            client = Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-            _clients[os.getpid()] = client
-        return client
 
 
 def breaker_for(provider: str) -> CircuitBreaker:

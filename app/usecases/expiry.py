@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app import dispatch, views, webhooks
 from app.db import dead_letters as dlq_repo
 from app.db import messages as messages_repo
 from app.db import repository as repo
@@ -22,6 +21,8 @@ from app.domain.diagnosis import Diagnosis, NearMiss, recommend
 from app.domain.ids import new_id, recipient_hash
 from app.domain.masking import mask_subject
 from app.domain.states import CheckOutcome, Status
+from app.infra import dispatch
+from app.usecases import views, webhooks
 
 log = logging.getLogger("signalbox.expiry")
 

@@ -25,12 +25,12 @@ from app.db import repository as repo
 from app.db import webhooks as webhooks_repo
 from app.db.engine import transaction
 from app.domain import webhooks as rules
+from app.infra import dispatch
 from app.observability import metrics
 from app.settings import Settings, get_settings
 
 log = logging.getLogger("signalbox.webhooks")
 
-WEBHOOK_TASK = "signalbox.webhook"
 # A task sent but not taken within this time is presumed lost and sent again.
 REQUEUE_AFTER_SECONDS = 60.0
 
@@ -49,24 +49,6 @@ def delivery_record(session: Session, dead_letter_id: str | None) -> None:
     )
 
 
-def _send_task(dead_letter_id: str) -> bool:
-    from workers.celery_app import get_celery  # late: built from settings on first use
-
-    try:
-        get_celery().send_task(WEBHOOK_TASK, args=[dead_letter_id], queue="signals")
-        return True
-    except Exception as exc:  # the next poll sends it again
-        log.warning(
-            "webhook task not sent; the next poll sends it again",
-            extra={
-                "event": "send_failed",
-                "dead_letter_id": dead_letter_id,
-                "error": type(exc).__name__,
-            },
-        )
-        return False
-
-
 def deliver_due(limit: int = 200) -> int:
     """Send a task for each due delivery (run by beat). Returns how many."""
     if not get_settings().dead_letter_webhook_url:
@@ -75,7 +57,7 @@ def deliver_due(limit: int = 200) -> int:
         due = webhooks_repo.delivery_mark_due_enqueued(
             session, requeue_after_seconds=REQUEUE_AFTER_SECONDS, limit=limit
         )
-    return sum(1 for dead_letter_id in due if _send_task(dead_letter_id))
+    return sum(1 for dead_letter_id in due if dispatch.enqueue_webhook(dead_letter_id))
 
 
 def deliver(dead_letter_id: str, settings: Settings | None = None) -> str:

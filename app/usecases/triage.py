@@ -15,8 +15,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
-from app import dispatch, views
-from app.auth import Principal
 from app.db import dead_letters as dlq_repo
 from app.db import repository as repo
 from app.db import triage as triage_repo
@@ -24,8 +22,12 @@ from app.db.engine import transaction
 from app.domain.ids import token_hash
 from app.domain.states import DeadLetterState
 from app.errors import Conflict, InvalidInput, NotFound
-from app.inputs import NAME_PATTERN, RUN_ID_PATTERN, Discard, Redrive
+from app.infra import dispatch
+from app.infra.redis import READ_TIMEOUT_SECONDS, client_for, is_redis_url, redis_url
 from app.settings import Settings
+from app.usecases import views
+from app.usecases.auth import Principal
+from app.usecases.inputs import NAME_PATTERN, RUN_ID_PATTERN, Discard, Redrive
 
 log = logging.getLogger("signalbox.triage")
 
@@ -339,18 +341,13 @@ def principal_still_valid(
 
 def breaker_states(settings: Settings) -> dict[str, str] | None:
     """Circuit breaker state per provider, from Redis; None when it cannot be read."""
-    import redis
+    from app.providers.breaker import snapshot_all
 
-    from workers.breaker import snapshot_all
-
-    url = settings.redis_url or settings.broker_url
-    if not url or not url.startswith(("redis://", "rediss://", "unix://")):
+    url = redis_url(settings)
+    if not is_redis_url(url):
         return None
-    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
     try:
-        states: dict[str, str] = dict(snapshot_all(client))
+        states: dict[str, str] = dict(snapshot_all(client_for(url, timeout=READ_TIMEOUT_SECONDS)))
     except Exception:  # shown as "unavailable"; the metrics report the outage
         return None
-    finally:
-        client.close()
     return states

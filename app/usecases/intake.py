@@ -15,14 +15,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
-from app import dispatch, signals
-from app.checks import Look
 from app.db import messages as messages_repo
 from app.db.engine import transaction
 from app.domain.ids import recipient_hash
 from app.domain.mail import ParsedMail, bounds_exceeded, header_recipients_within
+from app.infra import dispatch
 from app.providers.runtime import provider_configs
 from app.settings import Settings
+from app.usecases import signals
+from app.usecases.checks import Look
 
 log = logging.getLogger("signalbox.sink")
 

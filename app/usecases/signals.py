@@ -1,7 +1,7 @@
 """Use cases of signals: create (idempotent), read, list, push, mailboxes.
 
 Each is one transaction and callable from any front door. Sending tasks
-happens after commit, through `app.dispatch`; a lost send is repaired by the
+happens after commit, through `app.infra.dispatch`; a lost send is repaired by the
 sweep because the database says what is due.
 """
 
@@ -15,8 +15,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app import dispatch, views
-from app.checks import BATCH_LIMIT, Look, try_look
 from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.db.engine import autocommit, transaction
@@ -30,10 +28,13 @@ from app.errors import (
     TooManyWaiting,
     UnknownProvider,
 )
-from app.inputs import MailboxCreate, SignalCreate, check_received_after
+from app.infra import dispatch
 from app.observability import metrics
 from app.providers.runtime import provider_configs
 from app.settings import Settings
+from app.usecases import views
+from app.usecases.checks import BATCH_LIMIT, Look, try_look
+from app.usecases.inputs import MailboxCreate, SignalCreate, check_received_after
 
 log = logging.getLogger("signalbox.signals")
 

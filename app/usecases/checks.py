@@ -25,7 +25,6 @@ import psycopg
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from app import dispatch
 from app.db import messages as messages_repo
 from app.db import repository as repo
 from app.db.engine import transaction
@@ -38,10 +37,11 @@ from app.domain.ownership import may_use, owner_of
 from app.domain.scheduling import Counters, after_check, spends_budget
 from app.domain.states import CheckOutcome, CheckReason, Status
 from app.errors import ProviderError
-from app.expiry import expire_signal, publish
+from app.infra import dispatch
 from app.observability import metrics
 from app.providers.base import Provider, ProviderMessage, SearchQuery
 from app.settings import Settings
+from app.usecases.expiry import expire_signal, publish
 
 log = logging.getLogger("signalbox.checks")
 
@@ -103,7 +103,7 @@ def run_check(
     injected by the front door (the Celery task, or `look_here`'s caller).
     Signals pushed while the check ran are sent a task unless
     `resend_pushed` is False (the caller looks at `report.pushed` itself).
-    `bulkhead_for(name) -> Bulkhead` (a worker's, see workers/bulkhead.py)
+    `bulkhead_for(name) -> Bulkhead` (a worker's, see app/providers/bulkhead.py)
     bounds how many of this worker's processes call a polled provider at
     once; a check refused a slot is `circuit_open` / `provider_busy`.
     """
@@ -178,8 +178,8 @@ Look = Callable[[str], object]
 def look_here_for(settings: Settings) -> Look:
     """`look_here` with this process's providers and breakers: what the sink
     and beat pass to the push and the sweep."""
+    from app.providers.breaker import breaker_for
     from app.providers.runtime import provider_for
-    from workers.breaker import breaker_for
 
     return partial(look_here, settings, provider_for=provider_for, breaker_for=breaker_for)
 

@@ -14,7 +14,6 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app import checks, views
 from app.db import dead_letters as dlq_repo
 from app.db import messages as messages_repo
 from app.db.engine import transaction
@@ -24,6 +23,7 @@ from app.domain.ownership import may_use
 from app.domain.states import CheckOutcome
 from app.providers.base import SearchQuery
 from app.settings import Settings
+from app.usecases import checks, views
 
 log = logging.getLogger("signalbox.late")
 

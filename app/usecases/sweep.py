@@ -20,11 +20,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from app import checks, claims, dispatch, expiry
 from app.db import repository as repo
 from app.db.engine import transaction
+from app.infra import dispatch, queue
 from app.providers.runtime import provider_configs, pushes
 from app.settings import Settings
+from app.usecases import checks, claims, expiry
 
 log = logging.getLogger("signalbox.sweep")
 
@@ -44,7 +45,7 @@ def sweep(settings: Settings, limit: int = 500, *, look: checks.Look | None = No
     others are sent as tasks."""
     expired = expiry.expire_overdue(limit, grace_seconds=settings.deadline_grace_seconds)
     lapsed = claims.lapse_leases(limit)
-    waiting_tasks = dispatch.queue_depth(dispatch.SIGNALS_QUEUE)
+    waiting_tasks = dispatch.queue_depth(queue.SIGNALS_QUEUE)
     here = (
         [name for name in provider_configs(settings) if pushes(settings, name)]
         if look is not None
