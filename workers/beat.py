@@ -25,7 +25,7 @@ def _sweep() -> Any:
     from app.usecases import checks, sweep
 
     settings = get_settings()
-    return sweep.sweep(settings, look=checks.look_here_for(settings))
+    return sweep.sweep(settings, check_here=checks.in_process_check_for(settings))
 
 
 def _heartbeat() -> None:

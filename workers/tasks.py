@@ -53,7 +53,7 @@ def check(self: Any, signal_id: str) -> dict[str, Any]:
 @shared_task(name="signalbox.sweep", acks_late=True)
 def sweep_task() -> dict[str, int]:
     settings = get_settings()
-    report = sweep.sweep(settings, look=checks.look_here_for(settings))
+    report = sweep.sweep(settings, check_here=checks.in_process_check_for(settings))
     return report.__dict__
 
 

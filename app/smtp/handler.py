@@ -49,12 +49,12 @@ class SinkHandler:
         self,
         settings: Settings,
         parser: ParsePool | None = None,
-        look: intake.Look | None = None,
+        check_here: intake.InProcessCheck | None = None,
     ) -> None:
-        """`look(signal_id)` makes a pushed check here (`checks.look_here`);
+        """`check_here(signal_id)` makes a pushed check here (`checks.check_in_process`);
         without it a push sends a check task."""
         self.settings = settings
-        self.look = look
+        self.check_here = check_here
         self.domains = settings.accepted_domains
         self.parser = parser or ParsePool()
         # Stores have a thread of their own: a slow broker holding every push
@@ -72,7 +72,7 @@ class SinkHandler:
         )
         # Pushes merge like stores: those waiting while one runs go in one.
         self.pushes: GroupCommit[intake.Stored, None] = GroupCommit(
-            partial(intake.push_many, settings, look=look),
+            partial(intake.push_many, settings, check_here=check_here),
             self._push_thread,
             size_of=lambda _: 1,
             max_items=256,
@@ -161,7 +161,7 @@ class SinkHandler:
                 return
             await loop.run_in_executor(
                 self._after_threads,
-                partial(intake.add_header_recipients, look=self.look),
+                partial(intake.add_header_recipients, check_here=self.check_here),
                 self.settings,
                 sink_id,
                 rcpts,

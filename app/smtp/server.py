@@ -106,7 +106,7 @@ def make_controller(settings: Settings) -> SinkController:
     from app.usecases import checks
 
     # A push's check is made here, not queued behind a slow provider's calls.
-    handler = SinkHandler(settings, look=checks.look_here_for(settings))
+    handler = SinkHandler(settings, check_here=checks.in_process_check_for(settings))
     # Its matching parses in the parse pool: no message stalls the sink.
     checks.parse_with(handler.parser.parse_blocking)
     return SinkController(

@@ -78,7 +78,7 @@ class CheckReport:
 
 
 @dataclass(frozen=True)
-class _Look:
+class ProviderAnswer:
     """What the provider call produced, decided before transaction 2."""
 
     outcome: CheckOutcome
@@ -100,7 +100,7 @@ def run_check(
     """Check `signal_id` and the other due signals of its provider.
 
     `provider_for(name) -> Provider` and `breaker_for(name) -> Breaker` are
-    injected by the front door (the Celery task, or `look_here`'s caller).
+    injected by the front door (the Celery task, or `check_in_process`'s caller).
     Signals pushed while the check ran are sent a task unless
     `resend_pushed` is False (the caller looks at `report.pushed` itself).
     `bulkhead_for(name) -> Bulkhead` (a worker's, see app/providers/bulkhead.py)
@@ -171,25 +171,25 @@ def run_check(
     return report
 
 
-# Makes the check of a signal's provider batch in this process (`look_here`).
-Look = Callable[[str], object]
+# Makes the check of a signal's provider batch in this process (`check_in_process`).
+InProcessCheck = Callable[[str], object]
 
 
-def look_here_for(settings: Settings) -> Look:
-    """`look_here` with this process's providers and breakers: what the sink
+def in_process_check_for(settings: Settings) -> InProcessCheck:
+    """`check_in_process` with this process's providers and breakers: what the sink
     and beat pass to the push and the sweep."""
     from app.providers.breaker import breaker_for
     from app.providers.runtime import provider_for
 
-    return partial(look_here, settings, provider_for=provider_for, breaker_for=breaker_for)
+    return partial(check_in_process, settings, provider_for=provider_for, breaker_for=breaker_for)
 
 
-# How many times `look_here` looks again at signals pushed while it looked,
+# How many times `check_in_process` looks again at signals pushed while it looked,
 # before it leaves them to a task.
-LOOK_HERE_ROUNDS = 3
+IN_PROCESS_ROUNDS = 3
 
 
-def look_here(
+def check_in_process(
     settings: Settings, signal_id: str, *, provider_for: Any, breaker_for: Any
 ) -> CheckReport:
     """Make the check of `signal_id` (and its provider's other due signals)
@@ -206,7 +206,7 @@ def look_here(
         settings, signal_id, provider_for=provider_for, breaker_for=breaker_for, resend_pushed=False
     )
     pending = list(report.pushed)
-    for _ in range(LOOK_HERE_ROUNDS - 1):
+    for _ in range(IN_PROCESS_ROUNDS - 1):
         if not pending:
             break
         again: list[str] = []
@@ -227,11 +227,13 @@ def look_here(
     return report
 
 
-def try_look(look: Look, signal_id: str, provider: str, *, event: str, message: str) -> bool:
-    """Make `look(signal_id)`; a failure is logged (with `event`), not
+def try_check_in_process(
+    check_here: InProcessCheck, signal_id: str, provider: str, *, event: str, message: str
+) -> bool:
+    """Make `check_here(signal_id)`; a failure is logged (with `event`), not
     raised: the look's signals stay due and the sweep looks again."""
     try:
-        look(signal_id)
+        check_here(signal_id)
         return True
     except Exception as exc:
         log.warning(
@@ -254,13 +256,13 @@ def _ask_in_bulkhead(
     query: SearchQuery,
     *,
     final: bool,
-) -> _Look:
+) -> ProviderAnswer:
     """`ask_provider` holding a slot of `bulkhead` (None: no bulkhead), renewed
     with the check lease; no slot free: `circuit_open` / `provider_busy`,
     and no call."""
     slot = bulkhead.acquire() if bulkhead is not None else None
     if bulkhead is not None and slot is None:
-        return _Look(CheckOutcome.CIRCUIT_OPEN, error_code="provider_busy")
+        return ProviderAnswer(CheckOutcome.CIRCUIT_OPEN, error_code="provider_busy")
     keeper.also = slot.renew if slot is not None else None
     try:
         return ask_provider(provider, breaker_for, query, final=final)
@@ -363,7 +365,9 @@ class _LeaseKeeper:
                 )
 
 
-def provider_or_error(provider_for: Any, provider_name: str) -> tuple[Provider | None, _Look]:
+def provider_or_error(
+    provider_for: Any, provider_name: str
+) -> tuple[Provider | None, ProviderAnswer]:
     """Build the provider; a missing or misconfigured one is an outcome."""
     try:
         provider: Provider = provider_for(provider_name)
@@ -376,13 +380,15 @@ def provider_or_error(provider_for: Any, provider_name: str) -> tuple[Provider |
                 "error": getattr(exc, "code", type(exc).__name__),
             },
         )
-        return None, _Look(CheckOutcome.PROVIDER_ERROR, error_code="provider_misconfigured")
-    return provider, _Look(CheckOutcome.NO_MATCH)
+        return None, ProviderAnswer(
+            CheckOutcome.PROVIDER_ERROR, error_code="provider_misconfigured"
+        )
+    return provider, ProviderAnswer(CheckOutcome.NO_MATCH)
 
 
 def ask_provider(
     provider: Provider, breaker_for: Any, query: SearchQuery, *, final: bool = False
-) -> _Look:
+) -> ProviderAnswer:
     """Ask the provider (through its breaker); every failure is an outcome.
 
     A `final` look is made even when the breaker is open (it still records
@@ -397,7 +403,9 @@ def ask_provider(
     admission = breaker.before_call()
     if not admission.allowed and not final:
         wait = None if admission.retry_at is None else max(0.0, admission.retry_at - time.time())
-        return _Look(CheckOutcome.CIRCUIT_OPEN, error_code="circuit_open", retry_after=wait)
+        return ProviderAnswer(
+            CheckOutcome.CIRCUIT_OPEN, error_code="circuit_open", retry_after=wait
+        )
     began = time.perf_counter()
     try:
         messages = provider.search(query)
@@ -405,7 +413,7 @@ def ask_provider(
         metrics.provider_call(provider_name, time.perf_counter() - began)
         if exc.transient:
             breaker.record_failure(exc.retry_after)
-        return _Look(
+        return ProviderAnswer(
             CheckOutcome.PROVIDER_ERROR, error_code=exc.error_code, retry_after=exc.retry_after
         )
     except Exception as exc:  # a provider bug, garbage answer or time limit: an outcome
@@ -420,12 +428,12 @@ def ask_provider(
                 "error": type(exc).__name__,
             },
         )
-        return _Look(
+        return ProviderAnswer(
             CheckOutcome.PROVIDER_ERROR, error_code="timeout" if timed_out else "bad_response"
         )
     metrics.provider_call(provider_name, time.perf_counter() - began)
     breaker.record_success()
-    return _Look(CheckOutcome.NO_MATCH, messages=messages)
+    return ProviderAnswer(CheckOutcome.NO_MATCH, messages=messages)
 
 
 class _Unavailable:
@@ -578,7 +586,7 @@ def _write(
     session: Session,
     settings: Settings,
     taken: Sequence[Mapping[Any, Any]],
-    look: _Look,
+    look: ProviderAnswer,
     *,
     precision: timedelta,
     pushes: bool,
@@ -644,7 +652,7 @@ def _decide(
     session: Session,
     settings: Settings,
     row: Mapping[Any, Any],
-    look: _Look,
+    look: ProviderAnswer,
     candidates: list[tuple[str, ProviderMessage, ParsedMail]],
     taken_by: dict[str, str],
     *,

@@ -23,7 +23,7 @@ from app.infra import dispatch
 from app.providers.runtime import provider_configs
 from app.settings import Settings
 from app.usecases import signals
-from app.usecases.checks import Look
+from app.usecases.checks import InProcessCheck
 
 log = logging.getLogger("signalbox.sink")
 
@@ -76,7 +76,7 @@ def add_header_recipients(
     envelope_rcpts: Sequence[str],
     mail: ParsedMail,
     *,
-    look: Look | None = None,
+    check_here: InProcessCheck | None = None,
 ) -> list[str]:
     """Add the To and Cc addresses of the parsed message that the envelope did
     not name to the stored message, and check their signals. Returns them."""
@@ -97,7 +97,7 @@ def add_header_recipients(
         return []
     with transaction() as session:
         messages_repo.sink_message_add_recipients(session, sink_id, extra)
-    push(settings, [sink_id], extra, look=look)
+    push(settings, [sink_id], extra, check_here=check_here)
     return extra
 
 
@@ -107,7 +107,7 @@ Stored = tuple[Sequence[int], Sequence[str]]
 
 
 def push_many(
-    settings: Settings, stored: Sequence[Stored], *, look: Look | None = None
+    settings: Settings, stored: Sequence[Stored], *, check_here: InProcessCheck | None = None
 ) -> list[None]:
     """Push the signals of every envelope recipient of ``stored`` at once (the
     sink merges the pushes that wait while one runs). One None per item."""
@@ -115,7 +115,7 @@ def push_many(
         settings,
         [sink_id for ids, _ in stored for sink_id in ids],
         (r for _, rcpts in stored for r in rcpts),
-        look=look,
+        check_here=check_here,
     )
     return [None] * len(stored)
 
@@ -132,7 +132,7 @@ def push(
     sink_ids: Sequence[int],
     recipients: Iterable[str],
     *,
-    look: Look | None = None,
+    check_here: InProcessCheck | None = None,
 ) -> None:
     """Check the waiting signals of every sink-type provider for ``recipients``
     at once: by ``look`` in this process when given, else by a task. Never
@@ -145,7 +145,7 @@ def push(
         if config.type != "sink":
             continue
         try:
-            signals.push(name, recipients, look=look)
+            signals.push(name, recipients, check_here=check_here)
         except Exception as exc:
             log.warning(
                 "push after receipt failed; signals will find the message at their next check",

@@ -33,7 +33,7 @@ from app.observability import metrics
 from app.providers.runtime import provider_configs
 from app.settings import Settings
 from app.usecases import views
-from app.usecases.checks import BATCH_LIMIT, Look, try_look
+from app.usecases.checks import BATCH_LIMIT, InProcessCheck, try_check_in_process
 from app.usecases.inputs import MailboxCreate, SignalCreate, check_received_after
 
 log = logging.getLogger("signalbox.signals")
@@ -222,15 +222,15 @@ def push(
     recipients: Iterable[str] | None = None,
     namespace: str | None = None,
     *,
-    look: Look | None = None,
+    check_here: InProcessCheck | None = None,
 ) -> list[str]:
     """A provider said mail arrived: check its waiting signals now.
 
     Signals are made due in short transactions of PUSH_PAGE rows (a push
     never holds thousands of row locks), and one check is asked per check
     batch (a check takes every due signal of its provider): made here by
-    `look(signal_id)` when the caller gives one (the sink, see
-    `checks.look_here`), else sent as a task. A look that fails leaves its
+    `check_here(signal_id)` when the caller gives one (the sink, see
+    `checks.check_in_process`), else sent as a task. A look that fails leaves its
     signals due: the sweep makes it again."""
     ids: list[str] = []
     after: tuple[datetime, str] | None = None
@@ -242,11 +242,11 @@ def push(
         for i, (signal_id, _) in enumerate(page, start=len(ids)):
             if i % BATCH_LIMIT != 0:
                 continue
-            if look is None:
+            if check_here is None:
                 dispatch.enqueue_check(signal_id)
                 continue
-            try_look(
-                look,
+            try_check_in_process(
+                check_here,
                 signal_id,
                 provider,
                 event="push_look_failed",

@@ -38,8 +38,10 @@ class SweepReport:
     republished: int
 
 
-def sweep(settings: Settings, limit: int = 500, *, look: checks.Look | None = None) -> SweepReport:
-    """One tick. With `look` (beat passes `checks.look_here`), the due checks
+def sweep(
+    settings: Settings, limit: int = 500, *, check_here: checks.InProcessCheck | None = None
+) -> SweepReport:
+    """One tick. With `check_here` (beat passes `checks.check_in_process`), the due checks
     of providers that push (the sink: a database query) are made here, so
     no backlog of slow provider calls in the workers can delay them; the
     others are sent as tasks."""
@@ -48,7 +50,7 @@ def sweep(settings: Settings, limit: int = 500, *, look: checks.Look | None = No
     waiting_tasks = dispatch.queue_depth(queue.SIGNALS_QUEUE)
     here = (
         [name for name in provider_configs(settings) if pushes(settings, name)]
-        if look is not None
+        if check_here is not None
         else []
     )
     with transaction() as session:
@@ -72,12 +74,12 @@ def sweep(settings: Settings, limit: int = 500, *, look: checks.Look | None = No
         per_provider[provider] = seen + 1
         if seen % checks.BATCH_LIMIT != 0:
             continue
-        if look is None or provider not in here:
+        if check_here is None or provider not in here:
             dispatch.enqueue_check(signal_id)
             continue
         # Stamped: a failed look is made again after requeue_after_seconds.
-        checks.try_look(
-            look,
+        checks.try_check_in_process(
+            check_here,
             signal_id,
             provider,
             event="sweep_look_failed",
