@@ -173,7 +173,7 @@ def test_the_sink_holds_at_most_its_bound_of_stored_messages_for_parsing(
         return False
 
     def push_many(
-        settings: object, stored: Sequence[intake.Stored], *, look: object = None
+        settings: object, stored: Sequence[intake.Stored], *, check_here: object = None
     ) -> list[None]:
         pushed.extend(i for ids, _ in stored for i in ids)
         return [None] * len(stored)
