@@ -145,7 +145,7 @@ def test_wait_expired_exits_1_with_the_diagnosis() -> None:
 
 def test_wait_timeout_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
     ticks = iter(range(0, 10_000, 10))
-    monkeypatch.setattr("signalbox.client.time.monotonic", lambda: float(next(ticks)))
+    monkeypatch.setattr("signalbox._core.time.monotonic", lambda: float(next(ticks)))
     api = FakeApi().on("GET", SIG, reply(200, signal_view("waiting")))
     code, _, err = run(api, "wait", "sig_1", "--timeout", "5")
     assert code == 1

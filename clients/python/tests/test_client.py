@@ -143,7 +143,7 @@ def test_wait_splits_a_long_timeout_into_polls_of_at_most_60_seconds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = FakeClock()
-    monkeypatch.setattr(signalbox.client.time, "monotonic", clock)
+    monkeypatch.setattr(signalbox._core.time, "monotonic", clock)
     api = FakeApi().on("GET", SIG, clock.long_poll())
     with pytest.raises(WaitTimeout) as info:
         api.client().wait("sig_1", timeout=150)
@@ -188,7 +188,7 @@ def test_wait_rechecks_briefly_when_the_dead_letter_is_not_recorded_yet() -> Non
 
 def test_handle_wait_keeps_the_last_view_on_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
-    monkeypatch.setattr(signalbox.client.time, "monotonic", clock)
+    monkeypatch.setattr(signalbox._core.time, "monotonic", clock)
     api = (
         FakeApi()
         .on("POST", "/v1/signals", reply(201, signal_view()))

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client
-from signalbox import InvalidId, InvalidRequest, _core, cli, mcp_server, render
+from signalbox import InvalidId, InvalidRequest, _requests, cli, mcp_server, render
 from signalbox.client import Signalbox
 from signalbox_fakes import CLAIM, DEAD_LETTER, FakeApi, reply, signal_view
 
@@ -92,7 +92,7 @@ def test_well_formed_ids_are_percent_encoded_into_their_own_route() -> None:
 @given(st.text(max_size=40))
 def test_any_id_either_is_refused_or_stays_one_segment(value: str) -> None:
     try:
-        call = _core.consume_call(value)
+        call = _requests.consume_call(value)
     except InvalidId:
         return
     assert re.fullmatch(r"/v1/claims/clm_[A-Za-z0-9_-]+/consume", call.path)

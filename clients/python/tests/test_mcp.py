@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
-import signalbox.aio
+import signalbox._core
 from mcp import Client
 from signalbox import mcp_server
 from signalbox_fakes import CLAIM, DEAD_LETTER, RECEIPT, FakeApi, reply, signal_view
@@ -64,7 +64,7 @@ def test_wait_for_email_is_bounded_and_returns_waiting_with_retry_after(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [0.0]
-    monkeypatch.setattr(signalbox.aio.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(signalbox._core.time, "monotonic", lambda: now[0])
 
     def long_poll(request: httpx.Request) -> httpx.Response:
         now[0] += float(request.url.params["wait"])

@@ -1,51 +1,78 @@
-"""What the sync and async clients share: settings, request specs, error mapping.
+"""The sans-I/O client: settings, and every API operation as a generator of steps.
 
-Nothing here does I/O. Each API call is described as a :class:`Call` (method,
-path, body, whether a retry is safe) so the retry policy lives in one place and
-is the same for both clients.
+An operation (``Core._watch``, ``Core._wait``, ...) builds its requests with
+:mod:`signalbox._requests` and reads the answers with
+:mod:`signalbox._responses`. It never does I/O itself; it yields a step:
+
+- a :class:`~signalbox._requests.Call`: the transport makes that HTTP request
+  once and sends back what it received (a :class:`~signalbox._responses.Response`),
+  or the exception it got instead when the service could not be reached;
+- a :class:`Sleep`: the transport pauses, then sends back ``None``.
+
+The operation's return value is the result. :class:`signalbox.Signalbox`
+(httpx, blocking) and :class:`signalbox.AsyncSignalbox` (httpx, asyncio) are
+``Core`` plus a loop that runs these steps, so retries, long polls and error
+mapping are the same for both by construction.
 """
 
 from __future__ import annotations
 
-import math
+import logging
 import os
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import quote
+import time
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
 
-from signalbox.errors import (
-    AlreadyClaimed,
-    AlreadyConsumed,
-    Conflict,
-    IdempotencyConflict,
-    InvalidId,
-    InvalidRequest,
-    LeaseExpired,
-    NotFound,
-    RunMismatch,
-    ServiceUnavailable,
-    SignalboxError,
-    SignalExpired,
-    Unauthorized,
+from signalbox import _requests as rq
+from signalbox._requests import Call
+from signalbox._responses import Response, claim_from, dead_letter_page, decode, expired_message
+from signalbox.errors import ServiceUnavailable, SignalboxError, SignalExpired, WaitTimeout
+from signalbox.models import (
+    Claim,
+    DeadLetter,
+    Evidence,
+    Mailbox,
+    Page,
+    Receipt,
+    Signal,
+    parse_time,
 )
-from signalbox.models import DeadLetter, Receipt
 
 DEFAULT_URL = "http://127.0.0.1:8040"
 URL_ENV = "SIGNALBOX_URL"
 TOKEN_ENV = "SIGNALBOX_TOKEN"
 
-#: The server answers a long poll after at most this many seconds.
-SERVER_MAX_WAIT = 60
 #: Default client-side wait: the server's default signal lifetime.
 DEFAULT_WAIT_TIMEOUT = 120.0
 DEFAULT_HTTP_TIMEOUT = 30.0
-#: Extra read time allowed on top of a long poll's ``wait``.
-LONG_POLL_MARGIN = 15.0
 #: Retries after the first attempt, for calls where a retry is safe.
 DEFAULT_RETRIES = 2
 RETRY_BACKOFF = (0.25, 1.0, 2.0)
+
+log = logging.getLogger("signalbox")
+
+T = TypeVar("T")
+C = TypeVar("C")
+
+#: Called with ``("signal", Signal)`` when a signal is created and
+#: ``("receipt", Receipt)`` when a claim is consumed (used by the pytest plugin).
+Listener = Callable[[str, object], None]
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """A step: pause for ``seconds`` before the operation goes on."""
+
+    seconds: float
+
+
+#: What a transport sends back for a :class:`Call`: the answer, or why there was none.
+Answer = Response | Exception
+#: An operation: yields steps, is sent each step's answer (``Any``: an
+#: :data:`Answer` after a call, ``None`` after a sleep), returns its result.
+Operation = Generator[Call | Sleep, Any, T]
 
 
 def resolve_url(url: str | None) -> str:
@@ -63,341 +90,195 @@ def retry_delay(attempt: int) -> float:
     return RETRY_BACKOFF[min(attempt, len(RETRY_BACKOFF) - 1)]
 
 
-@dataclass(frozen=True)
-class Call:
-    """One HTTP request to the API, and whether repeating it is harmless."""
+class Core:
+    """What every client is before its transport: settings, listeners, operations."""
 
-    method: str
-    path: str
-    json: Any = None
-    params: Mapping[str, Any] = field(default_factory=dict)
-    headers: Mapping[str, str] = field(default_factory=dict)
-    #: Safe to repeat after a connection error or a 5xx (GETs, idempotent create, consume).
-    retry: bool = False
-    timeout: float | None = None
+    def __init__(self, url: str | None, token: str | None, retries: int) -> None:
+        self.url = resolve_url(url)
+        self.token = resolve_token(token)
+        self.retries = retries
+        self.listeners: list[Listener] = []
 
+    def _headers(self) -> dict[str, str]:
+        """The headers every request carries."""
+        headers = {"Accept": "application/json", "User-Agent": "signalbox-python"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
 
-# --- ids in paths ------------------------------------------------------------
+    def _emit(self, event: str, obj: object) -> None:
+        for listener in list(self.listeners):
+            listener(event, obj)
 
-#: The prefix of each kind of id the client puts in a path.
-ID_PREFIXES = {"signal": "sig_", "claim": "clm_", "dead_letter": "dlq_", "mailbox": "mbx_"}
-_ID_BODY = re.compile(r"[A-Za-z0-9_-]{1,128}")
-_RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+    # --- one call -------------------------------------------------------------
 
+    def _send(self, call: Call) -> Operation[tuple[int, Any]]:
+        """``call``'s status and decoded body; after a connection error or a 5xx it
+        is repeated ``retries`` times, but only where repeating is harmless."""
+        attempts = 1 + (self.retries if call.retry else 0)
+        for attempt in range(attempts):
+            last = attempt + 1 >= attempts
+            answer = yield call
+            if isinstance(answer, Exception):
+                if last:
+                    raise ServiceUnavailable(
+                        f"cannot reach Signalbox at {self.url}: "
+                        f"{answer.__class__.__name__}: {answer}"
+                    ) from answer
+                yield Sleep(retry_delay(attempt))
+                continue
+            if answer.status_code >= 500 and not last:
+                yield Sleep(retry_delay(attempt))
+                continue
+            return decode(answer, call)
+        raise AssertionError("unreachable")  # pragma: no cover
 
-def _shown(value: object) -> str:
-    text = repr(value)  # repr escapes control characters
-    return text if len(text) <= 60 else text[:57] + "..."
+    def _body(self, call: Call) -> Operation[Any]:
+        """``call``'s decoded body (see :meth:`_send`)."""
+        _, body = yield from self._send(call)
+        return body
 
+    # --- operations, one per client method ------------------------------------
 
-def checked_id(kind: str, value: object) -> str:
-    """``value`` if it is a well-formed id of ``kind`` (``signal``, ``claim``,
-    ``dead_letter``, ``mailbox``), else :class:`InvalidId`."""
-    prefix = ID_PREFIXES[kind]
-    if (
-        isinstance(value, str)
-        and value.startswith(prefix)
-        and _ID_BODY.fullmatch(value[len(prefix) :])
-    ):
-        return value
-    name = kind.replace("_", " ")
-    raise InvalidId(
-        f"not a {name} id: {_shown(value)} (expected {prefix!r} then letters, digits, '_' or '-')",
-        field=f"{kind}_id",
-    )
+    def _mailbox(self, run_id: str, provider: str) -> Operation[Mailbox]:
+        return Mailbox.from_api((yield from self._body(rq.mailbox_call(run_id, provider))))
 
+    def _delete_mailbox(self, mailbox_id: str) -> Operation[None]:
+        yield from self._send(rq.mailbox_delete_call(mailbox_id))
 
-def checked_run_id(value: object) -> str:
-    """``value`` if it is a run id the API accepts (1-128 of ``[A-Za-z0-9._:-]``,
-    not only dots), else :class:`InvalidId`."""
-    if isinstance(value, str) and _RUN_ID.fullmatch(value) and value.strip("."):
-        return value
-    raise InvalidId(
-        f"not a run id: {_shown(value)} (expected 1-128 of letters, digits, '.', '_', ':' or '-')",
-        field="run_id",
-    )
+    def _watch(self, call: Call) -> Operation[tuple[Signal, bool]]:
+        """The signal ``call`` (a :func:`~signalbox._requests.watch_call`) declared,
+        and whether it is new (201) rather than the existing one for its key."""
+        status, body = yield from self._send(call)
+        signal = Signal.from_api(body)
+        self._emit("signal", signal)
+        return signal, status == 201
 
+    def _get_signal(self, signal_id: str, wait: int = 0) -> Operation[Signal]:
+        return Signal.from_api((yield from self._body(rq.signal_call(signal_id, wait))))
 
-def segment(value: str) -> str:
-    """One path segment, percent-encoded: ``/``, ``?``, ``#`` and ``%`` included."""
-    return quote(value, safe="")
+    def _signals(self, run_id: str) -> Operation[list[Signal]]:
+        out: list[Signal] = []
+        cursor: str | None = None
+        while True:
+            body = yield from self._body(rq.signals_call(run_id, cursor))
+            out.extend(Signal.from_api(i) for i in body.get("items", []))
+            cursor = body.get("next_cursor")
+            if not cursor:
+                return out
 
+    def _wait(
+        self, signal_id: str, timeout: float, on_poll: Callable[[Signal], None] | None
+    ) -> Operation[Signal]:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            n = rq.long_poll_seconds(remaining) if remaining > 0 else 0
+            started = time.monotonic()
+            signal = yield from self._get_signal(signal_id, wait=n)
+            if on_poll is not None:
+                on_poll(signal)
+            if signal.result == "expired":
+                raise (yield from self._expired(signal))
+            if not signal.is_pending:
+                return signal
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeout(
+                    f"signal {signal_id} still {signal.result} after {timeout:g}s",
+                    signal=signal,
+                )
+            if time.monotonic() - started < n - 0.5:
+                # The server answered early without a change: do not spin.
+                yield Sleep(min(signal.retry_after_seconds or 1.0, remaining))
 
-def _id_path(template: str, kind: str, value: object) -> str:
-    return template.format(segment(checked_id(kind, value)))
-
-
-def _drop_none(d: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if v is not None}
-
-
-def mailbox_delete_call(mailbox_id: str) -> Call:
-    return Call("DELETE", _id_path("/v1/mailboxes/{}", "mailbox", mailbox_id))
-
-
-def mailbox_call(run_id: str, provider: str) -> Call:
-    # Each POST makes a new address, so a blind retry could make two: not retried.
-    return Call("POST", "/v1/mailboxes", json={"run_id": run_id, "provider": provider})
-
-
-def watch_call(
-    *,
-    run_id: str,
-    test_case: str,
-    recipient: str,
-    subject_contains: str | None,
-    body_contains: str | None,
-    expires_in_seconds: int | None,
-    max_checks: int | None,
-    provider: str | None,
-    require_run_marker: bool,
-    metadata: Mapping[str, Any] | None,
-    idempotency_key: str | None,
-    received_after: str | None = None,
-) -> Call:
-    body = _drop_none(
-        {
-            "run_id": run_id,
-            "test_case": test_case,
-            "recipient": recipient,
-            "subject_contains": subject_contains,
-            "body_contains": body_contains,
-            "received_after": received_after,
-            "expires_in_seconds": expires_in_seconds,
-            "max_checks": max_checks,
-            "provider": provider,
-            "metadata": dict(metadata) if metadata is not None else None,
-        }
-    )
-    if require_run_marker:
-        body["require_run_marker"] = True
-    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-    # Idempotent by key (the header, or run_id:test_case on the server), so a retry
-    # after a lost response returns the same signal instead of making a second one.
-    return Call("POST", "/v1/signals", json=body, headers=headers, retry=True)
-
-
-def signal_call(signal_id: str, wait: int = 0) -> Call:
-    params = {"wait": wait} if wait else {}
-    timeout = wait + LONG_POLL_MARGIN if wait else None
-    return Call(
-        "GET",
-        _id_path("/v1/signals/{}", "signal", signal_id),
-        params=params,
-        retry=True,
-        timeout=timeout,
-    )
-
-
-def long_poll_seconds(remaining: float) -> int:
-    """The ``wait`` to ask for when ``remaining`` seconds of the caller's budget are left."""
-    return max(1, min(SERVER_MAX_WAIT, math.ceil(remaining)))
-
-
-def claim_call(signal_id: str, run_id: str, lease_seconds: int) -> Call:
-    # Never retried: a lost 200 would look like "already_claimed" on the second try.
-    return Call(
-        "POST",
-        _id_path("/v1/signals/{}/claim", "signal", signal_id),
-        json={"run_id": run_id, "lease_seconds": lease_seconds},
-    )
-
-
-def consume_call(claim_id: str) -> Call:
-    # Consuming again returns the same receipt, so a retry is harmless.
-    return Call("POST", _id_path("/v1/claims/{}/consume", "claim", claim_id), retry=True)
-
-
-def release_call(claim_id: str) -> Call:
-    return Call("POST", _id_path("/v1/claims/{}/release", "claim", claim_id))
-
-
-def extend_call(claim_id: str, lease_seconds: int) -> Call:
-    return Call(
-        "POST",
-        _id_path("/v1/claims/{}/extend", "claim", claim_id),
-        json={"lease_seconds": lease_seconds},
-    )
-
-
-def evidence_call(run_id: str) -> Call:
-    return Call("GET", f"/v1/runs/{segment(checked_run_id(run_id))}/evidence", retry=True)
-
-
-def signals_call(run_id: str, cursor: str | None = None, limit: int | None = None) -> Call:
-    params = _drop_none({"run_id": run_id, "cursor": cursor, "limit": limit})
-    return Call("GET", "/v1/signals", params=params, retry=True)
-
-
-def dead_letters_call(
-    state: str | None,
-    reason: str | None,
-    provider: str | None,
-    cursor: str | None = None,
-    limit: int | None = None,
-) -> Call:
-    params = _drop_none(
-        {"state": state, "reason": reason, "provider": provider, "cursor": cursor, "limit": limit}
-    )
-    return Call("GET", "/v1/dead-letters", params=params, retry=True)
-
-
-def dead_letter_call(dead_letter_id: str) -> Call:
-    return Call("GET", _id_path("/v1/dead-letters/{}", "dead_letter", dead_letter_id), retry=True)
-
-
-def redrive_call(
-    dead_letter_id: str, expires_in_seconds: int | None, max_checks: int | None
-) -> Call:
-    body = _drop_none({"expires_in_seconds": expires_in_seconds, "max_checks": max_checks})
-    return Call(
-        "POST", _id_path("/v1/dead-letters/{}/redrive", "dead_letter", dead_letter_id), json=body
-    )
-
-
-def discard_call(dead_letter_id: str, note: str | None) -> Call:
-    return Call(
-        "POST",
-        _id_path("/v1/dead-letters/{}/discard", "dead_letter", dead_letter_id),
-        json=_drop_none({"note": note}),
-    )
-
-
-# --- responses -------------------------------------------------------------
-
-
-def _payload(body: Any) -> dict[str, Any]:
-    """The meaningful object of an error body (unwrapping FastAPI's ``detail`` if present)."""
-    if not isinstance(body, Mapping):
-        return {}
-    detail = body.get("detail")
-    if isinstance(detail, Mapping) and "error" not in body:
-        return dict(detail)
-    return dict(body)
-
-
-def _error_parts(payload: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    err = payload.get("error")
-    if isinstance(err, Mapping):
-        code, message = err.get("code"), err.get("message")
-        return (
-            code if isinstance(code, str) else None,
-            message if isinstance(message, str) else None,
-        )
-    if isinstance(err, str):
-        return err, None
-    message = payload.get("message")
-    return None, message if isinstance(message, str) else None
-
-
-def invalid_field(body: Any) -> str | None:
-    """The field a 422 names, from ``error.field``/``error.details`` or FastAPI's ``detail``."""
-    payload = body if isinstance(body, Mapping) else {}
-    err = payload.get("error")
-    candidates: list[Any] = []
-    if isinstance(err, Mapping):
-        if isinstance(err.get("field"), str):
-            return str(err["field"])
-        for key in ("details", "fields", "errors"):
-            if isinstance(err.get(key), list):
-                candidates.extend(err[key])
-    if isinstance(payload.get("detail"), list):
-        candidates.extend(payload["detail"])
-    for item in candidates:
-        if isinstance(item, str):
-            return item
-        if not isinstance(item, Mapping):
-            continue
-        if isinstance(item.get("field"), str):
-            return str(item["field"])
-        loc = item.get("loc")
-        if isinstance(loc, list) and loc:
-            parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
-            return ".".join(parts) or str(loc[-1])
-    return None
-
-
-_CONFLICTS: dict[str, type[Conflict]] = {
-    "already_claimed": AlreadyClaimed,
-    "already_consumed": AlreadyConsumed,
-    "lease_expired": LeaseExpired,
-    "run_mismatch": RunMismatch,
-    "idempotency_conflict": IdempotencyConflict,
-}
-
-
-def error_for(status: int, body: Any, what: str = "") -> SignalboxError:
-    """Map a non-2xx answer to the client's exception (both body shapes accepted)."""
-    payload = _payload(body)
-    code, message = _error_parts(payload)
-    text = body if isinstance(body, str) and body else None
-    prefix = f"{what}: " if what else ""
-    if status == 401 or status == 403:
-        return Unauthorized(
-            prefix + (message or Unauthorized.default_message), status=status, code=code, body=body
-        )
-    if status == 404:
-        return NotFound(prefix + (message or "not found"), status=status, code=code, body=body)
-    if status == 409:
-        kind = payload.get("status") if isinstance(payload.get("status"), str) else None
-        kind = kind if kind in _CONFLICTS else code
-        cls = _CONFLICTS.get(kind or "", Conflict)
-        msg = prefix + (message or (kind or "conflict").replace("_", " "))
-        if cls is AlreadyClaimed:
-            return AlreadyClaimed(
-                msg,
-                status=status,
-                code=kind,
-                body=body,
-                claim_id=payload.get("claim_id"),
-                lease_until=payload.get("lease_until"),
-            )
-        if cls is AlreadyConsumed:
-            return AlreadyConsumed(
-                msg,
-                status=status,
-                code=kind,
-                body=body,
-                receipt=Receipt.maybe(payload.get("receipt")),
-            )
-        return cls(msg, status=status, code=kind or code, body=body)
-    if status == 410:
-        dead_letter = DeadLetter.maybe(payload.get("dead_letter"))
+    def _expired(self, signal: Signal) -> Operation[SignalExpired]:
+        dead_letter = signal.dead_letter
+        # The dead letter is recorded just after expiry; give it a moment to appear.
+        for _ in range(3):
+            if dead_letter is not None:
+                break
+            yield Sleep(0.5)
+            signal = yield from self._get_signal(signal.signal_id)
+            dead_letter = signal.dead_letter
+        if dead_letter is not None and not dead_letter.is_diagnosed and dead_letter.dead_letter_id:
+            try:
+                dead_letter = yield from self._dead_letter(dead_letter.dead_letter_id)
+            except SignalboxError as exc:
+                log.warning("could not fetch dead letter %s: %s", dead_letter.dead_letter_id, exc)
         return SignalExpired(
-            prefix + expired_message(dead_letter, message),
-            status=status,
-            code=code or "expired",
-            body=body,
+            f"signal {signal.signal_id} {expired_message(dead_letter)}",
+            status=None,
+            code="expired",
+            body=signal.raw,
             dead_letter=dead_letter,
+            signal=signal,
         )
-    if status in (400, 422):
-        field_name = invalid_field(body)
-        detail = message or (f"invalid field {field_name!r}" if field_name else "invalid request")
-        if field_name and field_name not in detail:
-            detail = f"{detail} (field {field_name!r})"
-        return InvalidRequest(
-            prefix + detail, status=status, code=code, body=body, field=field_name
-        )
-    if status >= 500:
-        return ServiceUnavailable(
-            prefix + f"server error {status}" + (f": {message}" if message else ""),
-            status=status,
-            code=code,
-            body=body,
-        )
-    return SignalboxError(
-        prefix + (message or text or f"unexpected HTTP {status}"),
-        status=status,
-        code=code,
-        body=body,
-    )
+
+    def _claim(self, signal_id: str, run_id: str, lease_seconds: int) -> Operation[Claim]:
+        status, body = yield from self._send(rq.claim_call(signal_id, run_id, lease_seconds))
+        return claim_from(status, body, signal_id)
+
+    def _consume(self, claim_id: str) -> Operation[Receipt]:
+        receipt = Receipt.from_api((yield from self._body(rq.consume_call(claim_id))))
+        self._emit("receipt", receipt)
+        return receipt
+
+    def _release(self, claim_id: str) -> Operation[None]:
+        yield from self._send(rq.release_call(claim_id))
+
+    def _extend(self, claim_id: str, lease_seconds: int) -> Operation[datetime | None]:
+        body = yield from self._body(rq.extend_call(claim_id, lease_seconds))
+        return parse_time(body.get("lease_until")) if isinstance(body, Mapping) else None
+
+    def _evidence(self, run_id: str) -> Operation[Evidence]:
+        return Evidence.from_api((yield from self._body(rq.evidence_call(run_id))), run_id)
+
+    def _dead_letters(
+        self,
+        state: str | None,
+        reason: str | None,
+        provider: str | None,
+        cursor: str | None,
+        limit: int | None,
+    ) -> Operation[Page[DeadLetter]]:
+        call = rq.dead_letters_call(state, reason, provider, cursor, limit)
+        return dead_letter_page((yield from self._body(call)))
+
+    def _dead_letter(self, dead_letter_id: str) -> Operation[DeadLetter]:
+        return DeadLetter.from_api((yield from self._body(rq.dead_letter_call(dead_letter_id))))
+
+    def _redrive(
+        self, dead_letter_id: str, expires_in_seconds: int | None, max_checks: int | None
+    ) -> Operation[Signal]:
+        call = rq.redrive_call(dead_letter_id, expires_in_seconds, max_checks)
+        return Signal.from_api((yield from self._body(call)))
+
+    def _discard(self, dead_letter_id: str, note: str | None) -> Operation[DeadLetter | None]:
+        return DeadLetter.maybe((yield from self._body(rq.discard_call(dead_letter_id, note))))
 
 
-def expired_message(dead_letter: DeadLetter | None, fallback: str | None = None) -> str:
-    """One line for an expired signal: reason and the server's recommendation."""
-    if dead_letter is None or not dead_letter.is_diagnosed:
-        return fallback or "signal expired"
-    text = f"signal expired ({dead_letter.reason})"
-    if dead_letter.recommendation:
-        text += f": {dead_letter.recommendation}"
-    return text
+class HandleCore(Generic[C]):
+    """What the sync and async signal handles share: the signal's last view."""
+
+    def __init__(self, client: C, signal: Signal, *, created: bool = False) -> None:
+        self._client = client
+        self.signal = signal
+        #: True when this call created the signal (201), False when it already existed.
+        self.created = created
+
+    @property
+    def signal_id(self) -> str:
+        return self.signal.signal_id
+
+    @property
+    def run_id(self) -> str:
+        return self.signal.run_id
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.signal_id!r}, result={self.signal.result!r})"
+
+    def _keep_last_view(self, exc: SignalExpired | WaitTimeout) -> None:
+        # A failed wait still saw the signal: keep that view for the caller.
+        if exc.signal is not None:
+            self.signal = exc.signal

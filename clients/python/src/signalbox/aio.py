@@ -11,33 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from signalbox import _core
-from signalbox._core import Call
-from signalbox.client import Listener, _claim_from, _dead_letter_page, _decode
-from signalbox.errors import ServiceUnavailable, SignalboxError, SignalExpired, WaitTimeout
-from signalbox.models import (
-    Claim,
-    DeadLetter,
-    Evidence,
-    Mailbox,
-    Page,
-    Receipt,
-    Signal,
-    parse_time,
-)
+from signalbox._core import Answer, HandleCore, Operation, Sleep
+from signalbox._requests import Call, watch_call
+from signalbox.client import http_request
+from signalbox.errors import SignalboxError, SignalExpired, WaitTimeout
+from signalbox.models import Claim, DeadLetter, Evidence, Mailbox, Page, Receipt, Signal
 
 log = logging.getLogger("signalbox")
 
+T = TypeVar("T")
 
-class AsyncSignalbox:
+
+class AsyncSignalbox(_core.Core):
     """Asynchronous Signalbox API client; see :class:`signalbox.Signalbox`."""
 
     def __init__(
@@ -49,16 +42,10 @@ class AsyncSignalbox:
         retries: int = _core.DEFAULT_RETRIES,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.url = _core.resolve_url(url)
-        self.token = _core.resolve_token(token)
-        self.retries = retries
-        headers = {"Accept": "application/json", "User-Agent": "signalbox-python"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+        super().__init__(url, token, retries)
         self._http = httpx.AsyncClient(
-            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+            base_url=self.url, headers=self._headers(), timeout=timeout, transport=transport
         )
-        self.listeners: list[Listener] = []
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     async def aclose(self) -> None:
@@ -70,42 +57,32 @@ class AsyncSignalbox:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _send(self, call: Call) -> tuple[int, Any]:
-        attempts = 1 + (self.retries if call.retry else 0)
-        for attempt in range(attempts):
-            last = attempt + 1 >= attempts
+    async def _run(self, operation: Operation[T]) -> T:
+        """Run a core operation: make its calls over HTTP, sleep its pauses."""
+        answer: Any = None
+        while True:
             try:
-                resp = await self._http.request(
-                    call.method,
-                    call.path,
-                    json=call.json,
-                    params=dict(call.params),
-                    headers=dict(call.headers),
-                    timeout=call.timeout if call.timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                )
-            except httpx.TransportError as exc:
-                if last:
-                    raise ServiceUnavailable(
-                        f"cannot reach Signalbox at {self.url}: {exc.__class__.__name__}: {exc}"
-                    ) from exc
-                await self._sleep(_core.retry_delay(attempt))
-                continue
-            if resp.status_code >= 500 and not last:
-                await self._sleep(_core.retry_delay(attempt))
-                continue
-            return _decode(resp, call)
-        raise AssertionError("unreachable")  # pragma: no cover
+                step = operation.send(answer)
+            except StopIteration as done:
+                return done.value
+            if isinstance(step, Sleep):
+                await self._sleep(step.seconds)
+                answer = None
+            else:
+                answer = await self._answer(step)
 
-    def _emit(self, event: str, obj: object) -> None:
-        for listener in list(self.listeners):
-            listener(event, obj)
+    async def _answer(self, call: Call) -> Answer:
+        try:
+            return await self._http.send(http_request(self._http, call))
+        except httpx.TransportError as exc:
+            return exc
 
     async def mailbox(self, run_id: str, provider: str = "sink") -> Mailbox:
         """Make a fresh, isolated address for ``run_id``."""
-        return Mailbox.from_api((await self._send(_core.mailbox_call(run_id, provider)))[1])
+        return await self._run(self._mailbox(run_id, provider))
 
     async def delete_mailbox(self, mailbox_id: str) -> None:
-        await self._send(_core.mailbox_delete_call(mailbox_id))
+        await self._run(self._delete_mailbox(mailbox_id))
 
     async def watch(
         self,
@@ -122,7 +99,7 @@ class AsyncSignalbox:
         idempotency_key: str | None = None,
     ) -> AsyncSignalHandle:
         """Declare one expected email; see :meth:`signalbox.Signalbox.watch`."""
-        call = _core.watch_call(
+        call = watch_call(
             run_id=run_id,
             test_case=test_case,
             recipient=recipient,
@@ -135,26 +112,17 @@ class AsyncSignalbox:
             metadata=metadata,
             idempotency_key=idempotency_key,
         )
-        status, body = await self._send(call)
-        signal = Signal.from_api(body)
-        self._emit("signal", signal)
-        return AsyncSignalHandle(self, signal, created=status == 201)
+        signal, created = await self._run(self._watch(call))
+        return AsyncSignalHandle(self, signal, created=created)
 
     async def get_signal(self, signal_id: str, wait: int = 0) -> Signal:
-        return Signal.from_api((await self._send(_core.signal_call(signal_id, wait)))[1])
+        return await self._run(self._get_signal(signal_id, wait))
 
     async def signal(self, signal_id: str) -> AsyncSignalHandle:
         return AsyncSignalHandle(self, await self.get_signal(signal_id))
 
     async def signals(self, run_id: str) -> list[Signal]:
-        out: list[Signal] = []
-        cursor: str | None = None
-        while True:
-            body = (await self._send(_core.signals_call(run_id, cursor)))[1]
-            out.extend(Signal.from_api(i) for i in body.get("items", []))
-            cursor = body.get("next_cursor")
-            if not cursor:
-                return out
+        return await self._run(self._signals(run_id))
 
     async def wait(
         self,
@@ -163,70 +131,23 @@ class AsyncSignalbox:
         on_poll: Callable[[Signal], None] | None = None,
     ) -> Signal:
         """See :meth:`signalbox.Signalbox.wait`."""
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            n = _core.long_poll_seconds(remaining) if remaining > 0 else 0
-            started = time.monotonic()
-            signal = await self.get_signal(signal_id, wait=n)
-            if on_poll is not None:
-                on_poll(signal)
-            if signal.result == "expired":
-                raise await self._expired(signal)
-            if not signal.is_pending:
-                return signal
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise WaitTimeout(
-                    f"signal {signal_id} still {signal.result} after {timeout:g}s",
-                    signal=signal,
-                )
-            if time.monotonic() - started < n - 0.5:
-                await self._sleep(min(signal.retry_after_seconds or 1.0, remaining))
-
-    async def _expired(self, signal: Signal) -> SignalExpired:
-        dead_letter = signal.dead_letter
-        for _ in range(3):
-            if dead_letter is not None:
-                break
-            await self._sleep(0.5)
-            signal = await self.get_signal(signal.signal_id)
-            dead_letter = signal.dead_letter
-        if dead_letter is not None and not dead_letter.is_diagnosed and dead_letter.dead_letter_id:
-            try:
-                dead_letter = await self.dead_letter(dead_letter.dead_letter_id)
-            except SignalboxError as exc:
-                log.warning("could not fetch dead letter %s: %s", dead_letter.dead_letter_id, exc)
-        return SignalExpired(
-            f"signal {signal.signal_id} {_core.expired_message(dead_letter)}",
-            code="expired",
-            body=signal.raw,
-            dead_letter=dead_letter,
-            signal=signal,
-        )
+        return await self._run(self._wait(signal_id, timeout, on_poll))
 
     def claim(self, signal_id: str, run_id: str, lease_seconds: int = 90) -> AsyncClaimLease:
         """Lease the message: ``await sb.claim(...)`` or ``async with sb.claim(...) as c``."""
         return AsyncClaimLease(self, signal_id, run_id, lease_seconds)
 
-    async def _claim(self, signal_id: str, run_id: str, lease_seconds: int) -> Claim:
-        status, body = await self._send(_core.claim_call(signal_id, run_id, lease_seconds))
-        return _claim_from(status, body, signal_id)
-
     async def consume(self, claim_id: str) -> Receipt:
-        receipt = Receipt.from_api((await self._send(_core.consume_call(claim_id)))[1])
-        self._emit("receipt", receipt)
-        return receipt
+        return await self._run(self._consume(claim_id))
 
     async def release(self, claim_id: str) -> None:
-        await self._send(_core.release_call(claim_id))
+        await self._run(self._release(claim_id))
 
     async def extend(self, claim_id: str, lease_seconds: int = 90) -> datetime | None:
-        body = (await self._send(_core.extend_call(claim_id, lease_seconds)))[1]
-        return parse_time(body.get("lease_until")) if isinstance(body, Mapping) else None
+        return await self._run(self._extend(claim_id, lease_seconds))
 
     async def evidence(self, run_id: str) -> Evidence:
-        return Evidence.from_api((await self._send(_core.evidence_call(run_id)))[1], run_id)
+        return await self._run(self._evidence(run_id))
 
     async def dead_letters(
         self,
@@ -237,11 +158,10 @@ class AsyncSignalbox:
         cursor: str | None = None,
         limit: int | None = None,
     ) -> Page[DeadLetter]:
-        call = _core.dead_letters_call(state, reason, provider, cursor, limit)
-        return _dead_letter_page((await self._send(call))[1])
+        return await self._run(self._dead_letters(state, reason, provider, cursor, limit))
 
     async def dead_letter(self, dead_letter_id: str) -> DeadLetter:
-        return DeadLetter.from_api((await self._send(_core.dead_letter_call(dead_letter_id)))[1])
+        return await self._run(self._dead_letter(dead_letter_id))
 
     async def redrive(
         self,
@@ -249,31 +169,15 @@ class AsyncSignalbox:
         expires_in_seconds: int | None = None,
         max_checks: int | None = None,
     ) -> AsyncSignalHandle:
-        call = _core.redrive_call(dead_letter_id, expires_in_seconds, max_checks)
-        return AsyncSignalHandle(self, Signal.from_api((await self._send(call))[1]))
+        signal = await self._run(self._redrive(dead_letter_id, expires_in_seconds, max_checks))
+        return AsyncSignalHandle(self, signal)
 
     async def discard(self, dead_letter_id: str, note: str | None = None) -> DeadLetter | None:
-        return DeadLetter.maybe((await self._send(_core.discard_call(dead_letter_id, note)))[1])
+        return await self._run(self._discard(dead_letter_id, note))
 
 
-class AsyncSignalHandle:
+class AsyncSignalHandle(HandleCore["AsyncSignalbox"]):
     """A created signal, async flavour; see :class:`signalbox.SignalHandle`."""
-
-    def __init__(self, client: AsyncSignalbox, signal: Signal, *, created: bool = False) -> None:
-        self._client = client
-        self.signal = signal
-        self.created = created
-
-    @property
-    def signal_id(self) -> str:
-        return self.signal.signal_id
-
-    @property
-    def run_id(self) -> str:
-        return self.signal.run_id
-
-    def __repr__(self) -> str:
-        return f"AsyncSignalHandle({self.signal_id!r}, result={self.signal.result!r})"
 
     async def refresh(self) -> Signal:
         self.signal = await self._client.get_signal(self.signal_id)
@@ -287,8 +191,7 @@ class AsyncSignalHandle:
         try:
             self.signal = await self._client.wait(self.signal_id, timeout, on_poll)
         except (SignalExpired, WaitTimeout) as exc:
-            if exc.signal is not None:
-                self.signal = exc.signal
+            self._keep_last_view(exc)
             raise
         return self.signal
 
@@ -325,7 +228,7 @@ class AsyncClaimLease:
 
     async def acquire(self) -> AsyncClaimLease:
         if self._claim is None:
-            self._claim = await self._client._claim(*self._request)
+            self._claim = await self._client._run(self._client._claim(*self._request))
         return self
 
     def __await__(self) -> Generator[Any, None, AsyncClaimLease]:
