@@ -224,7 +224,9 @@ def build_server(client_factory: Callable[[], AsyncSignalbox]) -> MCPServer:
             try:
                 s = await client().wait(signal_id, timeout=bounded)
             except WaitTimeout as exc:
-                out = _signal_summary(exc.signal) if exc.signal else {"signal_id": signal_id}
+                out: dict[str, Any] = (
+                    _signal_summary(exc.signal) if exc.signal else {"signal_id": signal_id}
+                )
                 out["status"] = "waiting"
                 out["retry_after_seconds"] = (
                     exc.signal.retry_after_seconds

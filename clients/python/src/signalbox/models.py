@@ -5,16 +5,21 @@ and repr), which is what ``signalbox --json`` prints and what the pytest
 plugin writes as the evidence artifact. Parsing is defensive: a field the
 server omits becomes ``None`` (or empty) rather than an error, so a newer
 server never breaks an older client.
+
+Each field says how it is read from the server's object (``field(metadata=...)``,
+under the field's own name); :func:`_read` builds an instance from that, so a
+model's ``from_api`` only spells out what is not a plain read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+M = TypeVar("M")
 
 #: Results that mean "keep waiting" (``provider_error``: the latest check failed).
 PENDING_RESULTS = frozenset({"waiting", "provider_error"})
@@ -52,135 +57,128 @@ def _str_list(value: Any) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
+#: How one field is read: from the server's object and the field's name.
+Reader = Callable[[Mapping[str, Any], str], Any]
+
+
+def _reads(reader: Reader) -> dict[str, Reader]:
+    return {"read": reader}
+
+
+def _nested(parse: Callable[[Any], Any]) -> dict[str, Reader]:
+    """The field is an object of its own, parsed by ``parse``."""
+    return _reads(lambda data, name: parse(data.get(name)))
+
+
+#: A string the object always has: ``""`` when the key is missing.
+_TEXT = _reads(lambda data, name: str(data.get(name, "")))
+#: A string or ``None``.
+_OPTIONAL_TEXT = _reads(lambda data, name: _str(data.get(name)))
+_TIME = _reads(lambda data, name: parse_time(data.get(name)))
+_COUNT = _reads(lambda data, name: _int(data.get(name)))
+_SECONDS = _reads(lambda data, name: _float(data.get(name)))
+_STRINGS = _reads(lambda data, name: _str_list(data.get(name)))
+
+
+def _read(cls: type[M], data: Mapping[str, Any], **given: Any) -> M:
+    """A ``cls`` from the server's object: each field read as its metadata says
+    (``raw`` is the object itself), except those ``given``."""
+    values = dict(given)
+    for f in fields(cls):  # type: ignore[arg-type]  # every M here is a dataclass
+        if f.name == "raw":
+            values["raw"] = dict(data)
+        elif f.name not in given:
+            values[f.name] = f.metadata["read"](data, f.name)
+    return cls(**values)
+
+
 @dataclass(frozen=True)
 class Mailbox:
     """A fresh isolated address at a provider; no earlier message can match it."""
 
-    mailbox_id: str
-    address: str
-    provider: str
-    expires_at: datetime | None
+    mailbox_id: str = field(metadata=_TEXT)
+    address: str = field(metadata=_TEXT)
+    provider: str = field(metadata=_TEXT)
+    expires_at: datetime | None = field(metadata=_TIME)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> Mailbox:
-        return cls(
-            mailbox_id=str(data.get("mailbox_id", "")),
-            address=str(data.get("address", "")),
-            provider=str(data.get("provider", "")),
-            expires_at=parse_time(data.get("expires_at")),
-            raw=dict(data),
-        )
+        return _read(cls, data)
 
 
 @dataclass(frozen=True)
 class LastCheck:
     """The latest look at the provider for a signal."""
 
-    at: datetime | None
-    outcome: str | None
-    error_code: str | None
+    at: datetime | None = field(metadata=_TIME)
+    outcome: str | None = field(metadata=_OPTIONAL_TEXT)
+    error_code: str | None = field(metadata=_OPTIONAL_TEXT)
 
     @classmethod
     def from_api(cls, data: Any) -> LastCheck | None:
-        if not isinstance(data, Mapping):
-            return None
-        return cls(
-            at=parse_time(data.get("at")),
-            outcome=_str(data.get("outcome")),
-            error_code=_str(data.get("error_code")),
-        )
+        return _read(cls, data) if isinstance(data, Mapping) else None
 
 
 @dataclass(frozen=True)
 class MessageSummary:
     """The matched message, without body, links or codes (those come only with a claim)."""
 
-    message_id: str
-    received_at: datetime | None
-    subject: str | None
-    recipient: str | None
-    run_marker: str | None
+    message_id: str = field(metadata=_TEXT)
+    received_at: datetime | None = field(metadata=_TIME)
+    subject: str | None = field(metadata=_OPTIONAL_TEXT)
+    recipient: str | None = field(metadata=_OPTIONAL_TEXT)
+    run_marker: str | None = field(metadata=_OPTIONAL_TEXT)
 
     @classmethod
     def from_api(cls, data: Any) -> MessageSummary | None:
-        if not isinstance(data, Mapping):
-            return None
-        return cls(
-            message_id=str(data.get("message_id", "")),
-            received_at=parse_time(data.get("received_at")),
-            subject=_str(data.get("subject")),
-            recipient=_str(data.get("recipient")),
-            run_marker=_str(data.get("run_marker")),
-        )
+        return _read(cls, data) if isinstance(data, Mapping) else None
 
 
 @dataclass(frozen=True)
 class ClaimState:
     """The active claim as shown in a signal view."""
 
-    claim_id: str | None
-    lease_until: datetime | None
+    claim_id: str | None = field(metadata=_OPTIONAL_TEXT)
+    lease_until: datetime | None = field(metadata=_TIME)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_api(cls, data: Any) -> ClaimState | None:
-        if not isinstance(data, Mapping):
-            return None
-        return cls(
-            claim_id=_str(data.get("claim_id")),
-            lease_until=parse_time(data.get("lease_until")),
-            raw=dict(data),
-        )
+        return _read(cls, data) if isinstance(data, Mapping) else None
 
 
 @dataclass(frozen=True)
 class ReceiptEvidence:
     """Why the consumed message belongs to the run."""
 
-    recipient: str | None
-    subject: str | None
-    run_marker: str | None
-    received_at: datetime | None
-    received_after: datetime | None
+    recipient: str | None = field(metadata=_OPTIONAL_TEXT)
+    subject: str | None = field(metadata=_OPTIONAL_TEXT)
+    run_marker: str | None = field(metadata=_OPTIONAL_TEXT)
+    received_at: datetime | None = field(metadata=_TIME)
+    received_after: datetime | None = field(metadata=_TIME)
 
     @classmethod
     def from_api(cls, data: Any) -> ReceiptEvidence:
-        d = _dict(data)
-        return cls(
-            recipient=_str(d.get("recipient")),
-            subject=_str(d.get("subject")),
-            run_marker=_str(d.get("run_marker")),
-            received_at=parse_time(d.get("received_at")),
-            received_after=parse_time(d.get("received_after")),
-        )
+        return _read(cls, _dict(data))
 
 
 @dataclass(frozen=True)
 class Receipt:
     """Proof of consumption: which message, why it belongs to the run, when."""
 
-    receipt_id: str
-    signal_id: str
-    run_id: str
-    message_id: str
-    claimed_at: datetime | None
-    consumed_at: datetime | None
-    evidence: ReceiptEvidence
+    receipt_id: str = field(metadata=_TEXT)
+    signal_id: str = field(metadata=_TEXT)
+    run_id: str = field(metadata=_TEXT)
+    message_id: str = field(metadata=_TEXT)
+    claimed_at: datetime | None = field(metadata=_TIME)
+    consumed_at: datetime | None = field(metadata=_TIME)
+    evidence: ReceiptEvidence = field(metadata=_nested(ReceiptEvidence.from_api))
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> Receipt:
-        return cls(
-            receipt_id=str(data.get("receipt_id", "")),
-            signal_id=str(data.get("signal_id", "")),
-            run_id=str(data.get("run_id", "")),
-            message_id=str(data.get("message_id", "")),
-            claimed_at=parse_time(data.get("claimed_at")),
-            consumed_at=parse_time(data.get("consumed_at")),
-            evidence=ReceiptEvidence.from_api(data.get("evidence")),
-            raw=dict(data),
-        )
+        return _read(cls, data)
 
     @classmethod
     def maybe(cls, data: Any) -> Receipt | None:
@@ -191,37 +189,32 @@ class Receipt:
 class NearMiss:
     """A message to the signal's recipient that failed exactly one rule (``why``)."""
 
-    message_id: str
-    received_at: datetime | None
-    subject: str | None
-    why: str
+    message_id: str = field(metadata=_TEXT)
+    received_at: datetime | None = field(metadata=_TIME)
+    subject: str | None = field(metadata=_OPTIONAL_TEXT)
+    why: str = field(metadata=_TEXT)
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> NearMiss:
-        return cls(
-            message_id=str(data.get("message_id", "")),
-            received_at=parse_time(data.get("received_at")),
-            subject=_str(data.get("subject")),
-            why=str(data.get("why", "")),
-        )
+        return _read(cls, data)
 
 
 @dataclass(frozen=True)
 class DeadLetter:
     """A signal that ended without being consumed, with its diagnosis."""
 
-    dead_letter_id: str
-    signal_id: str | None
-    run_id: str | None
-    reason: str | None
-    state: str | None
-    created_at: datetime | None
-    provider: str | None
+    dead_letter_id: str = field(metadata=_TEXT)
+    signal_id: str | None = field(metadata=_OPTIONAL_TEXT)
+    run_id: str | None = field(metadata=_OPTIONAL_TEXT)
+    reason: str | None = field(metadata=_OPTIONAL_TEXT)
+    state: str | None = field(metadata=_OPTIONAL_TEXT)
+    created_at: datetime | None = field(metadata=_TIME)
+    provider: str | None = field(metadata=_OPTIONAL_TEXT)
     checks_total: int
     checks_by_outcome: dict[str, int]
-    last_error_code: str | None
+    last_error_code: str | None = field(metadata=_OPTIONAL_TEXT)
     near_misses: tuple[NearMiss, ...]
-    recommendation: str | None
+    recommendation: str | None = field(metadata=_OPTIONAL_TEXT)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -229,22 +222,14 @@ class DeadLetter:
         checks = _dict(data.get("checks"))
         by_outcome = {str(k): _int(v) for k, v in _dict(checks.get("by_outcome")).items()}
         misses = data.get("near_misses")
-        return cls(
-            dead_letter_id=str(data.get("dead_letter_id", "")),
-            signal_id=_str(data.get("signal_id")),
-            run_id=_str(data.get("run_id")),
-            reason=_str(data.get("reason")),
-            state=_str(data.get("state")),
-            created_at=parse_time(data.get("created_at")),
-            provider=_str(data.get("provider")),
+        return _read(
+            cls,
+            data,
             checks_total=_int(checks.get("total"), sum(by_outcome.values())),
             checks_by_outcome=by_outcome,
-            last_error_code=_str(data.get("last_error_code")),
             near_misses=tuple(
                 NearMiss.from_api(m) for m in (misses or []) if isinstance(m, Mapping)
             ),
-            recommendation=_str(data.get("recommendation")),
-            raw=dict(data),
         )
 
     @classmethod
@@ -257,6 +242,13 @@ class DeadLetter:
         return self.reason is not None
 
 
+def _dead_letter_or_id(value: Any) -> DeadLetter | None:
+    # A signal view names its dead letter by id, or embeds it.
+    if isinstance(value, str):
+        return DeadLetter.from_api({"dead_letter_id": value})
+    return DeadLetter.maybe(value)
+
+
 @dataclass(frozen=True)
 class Signal:
     """One expected email for one run, as the server sees it now.
@@ -265,55 +257,30 @@ class Signal:
     see ``retry_after_seconds``), ``found``, ``claimed``, ``consumed``, ``expired``.
     """
 
-    signal_id: str
-    run_id: str
-    test_case: str | None
-    status: str
+    signal_id: str = field(metadata=_TEXT)
+    run_id: str = field(metadata=_TEXT)
+    test_case: str | None = field(metadata=_OPTIONAL_TEXT)
+    status: str = field(metadata=_TEXT)
     result: str
-    recipient: str | None
-    subject_contains: str | None
-    created_at: datetime | None
-    received_after: datetime | None
-    expires_at: datetime | None
-    checks: int
-    max_checks: int
-    retry_after_seconds: float | None
-    last_check: LastCheck | None
-    message: MessageSummary | None
-    claim: ClaimState | None
-    receipt: Receipt | None
-    dead_letter: DeadLetter | None
+    recipient: str | None = field(metadata=_OPTIONAL_TEXT)
+    subject_contains: str | None = field(metadata=_OPTIONAL_TEXT)
+    created_at: datetime | None = field(metadata=_TIME)
+    received_after: datetime | None = field(metadata=_TIME)
+    expires_at: datetime | None = field(metadata=_TIME)
+    checks: int = field(metadata=_COUNT)
+    max_checks: int = field(metadata=_COUNT)
+    retry_after_seconds: float | None = field(metadata=_SECONDS)
+    last_check: LastCheck | None = field(metadata=_nested(LastCheck.from_api))
+    message: MessageSummary | None = field(metadata=_nested(MessageSummary.from_api))
+    claim: ClaimState | None = field(metadata=_nested(ClaimState.from_api))
+    receipt: Receipt | None = field(metadata=_nested(Receipt.maybe))
+    dead_letter: DeadLetter | None = field(metadata=_nested(_dead_letter_or_id))
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> Signal:
         status = str(data.get("status", ""))
-        dl = data.get("dead_letter")
-        return cls(
-            signal_id=str(data.get("signal_id", "")),
-            run_id=str(data.get("run_id", "")),
-            test_case=_str(data.get("test_case")),
-            status=status,
-            result=str(data.get("result") or status),
-            recipient=_str(data.get("recipient")),
-            subject_contains=_str(data.get("subject_contains")),
-            created_at=parse_time(data.get("created_at")),
-            received_after=parse_time(data.get("received_after")),
-            expires_at=parse_time(data.get("expires_at")),
-            checks=_int(data.get("checks")),
-            max_checks=_int(data.get("max_checks")),
-            retry_after_seconds=_float(data.get("retry_after_seconds")),
-            last_check=LastCheck.from_api(data.get("last_check")),
-            message=MessageSummary.from_api(data.get("message")),
-            claim=ClaimState.from_api(data.get("claim")),
-            receipt=Receipt.maybe(data.get("receipt")),
-            dead_letter=(
-                DeadLetter.from_api({"dead_letter_id": dl})
-                if isinstance(dl, str)
-                else DeadLetter.maybe(dl)
-            ),
-            raw=dict(data),
-        )
+        return _read(cls, data, result=str(data.get("result") or status))
 
     @property
     def is_pending(self) -> bool:
@@ -332,54 +299,36 @@ class Claim:
        following it.
     """
 
-    claim_id: str
+    claim_id: str = field(metadata=_TEXT)
     signal_id: str
-    message_id: str
-    lease_until: datetime | None
-    subject: str | None
-    received_at: datetime | None
-    body_excerpt: str
-    links: tuple[str, ...]
-    codes: tuple[str, ...]
+    message_id: str = field(metadata=_TEXT)
+    lease_until: datetime | None = field(metadata=_TIME)
+    subject: str | None = field(metadata=_OPTIONAL_TEXT)
+    received_at: datetime | None = field(metadata=_TIME)
+    body_excerpt: str = field(metadata=_reads(lambda data, name: str(data.get(name) or "")))
+    links: tuple[str, ...] = field(metadata=_STRINGS)
+    codes: tuple[str, ...] = field(metadata=_STRINGS)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any], signal_id: str = "") -> Claim:
-        return cls(
-            claim_id=str(data.get("claim_id", "")),
-            signal_id=str(data.get("signal_id") or signal_id),
-            message_id=str(data.get("message_id", "")),
-            lease_until=parse_time(data.get("lease_until")),
-            subject=_str(data.get("subject")),
-            received_at=parse_time(data.get("received_at")),
-            body_excerpt=str(data.get("body_excerpt") or ""),
-            links=_str_list(data.get("links")),
-            codes=_str_list(data.get("codes")),
-            raw=dict(data),
-        )
+        return _read(cls, data, signal_id=str(data.get("signal_id") or signal_id))
 
 
 @dataclass(frozen=True)
 class EvidenceSignal:
     """One signal's entry in a run's evidence artifact."""
 
-    signal_id: str
-    test_case: str | None
+    signal_id: str = field(metadata=_TEXT)
+    test_case: str | None = field(metadata=_OPTIONAL_TEXT)
     status: str | None
-    receipt: Receipt | None
-    dead_letter: DeadLetter | None
+    receipt: Receipt | None = field(metadata=_nested(Receipt.maybe))
+    dead_letter: DeadLetter | None = field(metadata=_nested(DeadLetter.maybe))
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> EvidenceSignal:
-        return cls(
-            signal_id=str(data.get("signal_id", "")),
-            test_case=_str(data.get("test_case")),
-            status=_str(data.get("status")) or _str(data.get("result")),
-            receipt=Receipt.maybe(data.get("receipt")),
-            dead_letter=DeadLetter.maybe(data.get("dead_letter")),
-            raw=dict(data),
-        )
+        return _read(cls, data, status=_str(data.get("status")) or _str(data.get("result")))
 
 
 @dataclass(frozen=True)
@@ -392,13 +341,14 @@ class Evidence:
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any], run_id: str = "") -> Evidence:
-        items = data.get("signals")
+        items: Any = data.get("signals")
         if not isinstance(items, list):
             items = data.get("items") if isinstance(data.get("items"), list) else []
-        return cls(
+        return _read(
+            cls,
+            data,
             run_id=str(data.get("run_id") or run_id),
             signals=tuple(EvidenceSignal.from_api(s) for s in items if isinstance(s, Mapping)),
-            raw=dict(data),
         )
 
     def receipt_ids(self) -> list[str]:
