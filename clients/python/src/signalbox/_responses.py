@@ -10,22 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from signalbox import errors
 from signalbox._requests import Call
-from signalbox.errors import (
-    AlreadyClaimed,
-    AlreadyConsumed,
-    Conflict,
-    IdempotencyConflict,
-    InvalidRequest,
-    LeaseExpired,
-    NotFound,
-    RunMismatch,
-    ServiceUnavailable,
-    SignalboxError,
-    SignalExpired,
-    SignalNotReady,
-    Unauthorized,
-)
 from signalbox.models import Claim, DeadLetter, Page, Receipt
 
 
@@ -59,11 +45,12 @@ def decode(resp: Response, call: Call) -> tuple[int, Any]:
 
 
 def claim_from(status: int, body: Any, signal_id: str) -> Claim:
-    """The claim a claim answer holds; :class:`SignalNotReady` when it says ``waiting``."""
+    """The claim a claim answer holds; raises
+    :class:`~signalbox.errors.SignalNotReady` when it says ``waiting``."""
     data = body if isinstance(body, Mapping) else {}
     if status == 202 or data.get("status") == "waiting":
         retry = data.get("retry_after_seconds")
-        raise SignalNotReady(
+        raise errors.SignalNotReady(
             f"signal {signal_id} has no matching message yet",
             status=status,
             code="waiting",
@@ -135,53 +122,47 @@ def invalid_field(body: Any) -> str | None:
     return None
 
 
-_CONFLICTS: dict[str, type[Conflict]] = {
-    "already_claimed": AlreadyClaimed,
-    "already_consumed": AlreadyConsumed,
-    "lease_expired": LeaseExpired,
-    "run_mismatch": RunMismatch,
-    "idempotency_conflict": IdempotencyConflict,
+_CONFLICTS: dict[str, type[errors.Conflict]] = {
+    "already_claimed": errors.AlreadyClaimed,
+    "already_consumed": errors.AlreadyConsumed,
+    "lease_expired": errors.LeaseExpired,
+    "run_mismatch": errors.RunMismatch,
+    "idempotency_conflict": errors.IdempotencyConflict,
 }
 
 
-def error_for(status: int, body: Any, what: str = "") -> SignalboxError:
+def error_for(status: int, body: Any, what: str = "") -> errors.SignalboxError:
     """Map a non-2xx answer to the client's exception (both body shapes accepted)."""
     payload = _payload(body)
     code, message = _error_parts(payload)
     text = body if isinstance(body, str) and body else None
     prefix = f"{what}: " if what else ""
     if status == 401 or status == 403:
-        return Unauthorized(
-            prefix + (message or Unauthorized.default_message), status=status, code=code, body=body
+        return errors.Unauthorized(
+            prefix + (message or errors.Unauthorized.default_message),
+            status=status,
+            code=code,
+            body=body,
         )
     if status == 404:
-        return NotFound(prefix + (message or "not found"), status=status, code=code, body=body)
+        return errors.NotFound(
+            prefix + (message or "not found"), status=status, code=code, body=body
+        )
     if status == 409:
         kind = payload.get("status") if isinstance(payload.get("status"), str) else None
         kind = kind if kind in _CONFLICTS else code
-        cls = _CONFLICTS.get(kind or "", Conflict)
+        cls = _CONFLICTS.get(kind or "", errors.Conflict)
         msg = prefix + (message or (kind or "conflict").replace("_", " "))
-        if cls is AlreadyClaimed:
-            return AlreadyClaimed(
-                msg,
-                status=status,
-                code=kind,
-                body=body,
-                claim_id=payload.get("claim_id"),
-                lease_until=payload.get("lease_until"),
-            )
-        if cls is AlreadyConsumed:
-            return AlreadyConsumed(
-                msg,
-                status=status,
-                code=kind,
-                body=body,
-                receipt=Receipt.maybe(payload.get("receipt")),
-            )
-        return cls(msg, status=status, code=kind or code, body=body)
+        # Only the two conflicts that carry more than a code take extra attributes.
+        extra: dict[str, Any] = {}
+        if cls is errors.AlreadyClaimed:
+            extra = {"claim_id": payload.get("claim_id"), "lease_until": payload.get("lease_until")}
+        elif cls is errors.AlreadyConsumed:
+            extra = {"receipt": Receipt.maybe(payload.get("receipt"))}
+        return cls(msg, status=status, code=kind or code, body=body, **extra)
     if status == 410:
         dead_letter = DeadLetter.maybe(payload.get("dead_letter"))
-        return SignalExpired(
+        return errors.SignalExpired(
             prefix + expired_message(dead_letter, message),
             status=status,
             code=code or "expired",
@@ -193,17 +174,17 @@ def error_for(status: int, body: Any, what: str = "") -> SignalboxError:
         detail = message or (f"invalid field {field_name!r}" if field_name else "invalid request")
         if field_name and field_name not in detail:
             detail = f"{detail} (field {field_name!r})"
-        return InvalidRequest(
+        return errors.InvalidRequest(
             prefix + detail, status=status, code=code, body=body, field=field_name
         )
     if status >= 500:
-        return ServiceUnavailable(
+        return errors.ServiceUnavailable(
             prefix + f"server error {status}" + (f": {message}" if message else ""),
             status=status,
             code=code,
             body=body,
         )
-    return SignalboxError(
+    return errors.SignalboxError(
         prefix + (message or text or f"unexpected HTTP {status}"),
         status=status,
         code=code,

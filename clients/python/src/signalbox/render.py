@@ -71,15 +71,13 @@ def fields(pairs: Iterable[tuple[str, object]]) -> str:
     return "\n".join(f"{k.ljust(width)}  {v}".rstrip() for k, v in items)
 
 
+def _attrs(obj: object, *names: str) -> list[tuple[str, object]]:
+    """``(name, obj.name)`` for each name, for :func:`fields`."""
+    return [(name, getattr(obj, name)) for name in names]
+
+
 def mailbox(m: Mailbox) -> str:
-    return fields(
-        [
-            ("mailbox_id", m.mailbox_id),
-            ("address", m.address),
-            ("provider", m.provider),
-            ("expires_at", m.expires_at),
-        ]
-    )
+    return fields(_attrs(m, "mailbox_id", "address", "provider", "expires_at"))
 
 
 def signal(s: Signal) -> str:
@@ -121,57 +119,25 @@ def signal(s: Signal) -> str:
 
 
 def claim(c: Claim) -> str:
-    head = fields(
-        [
-            ("claim_id", c.claim_id),
-            ("message_id", c.message_id),
-            ("lease_until", c.lease_until),
-            ("received_at", c.received_at),
-        ]
-    )
-    body = fields(
-        [
-            ("subject", c.subject),
-            ("links", list(c.links)),
-            ("codes", list(c.codes)),
-            ("body_excerpt", c.body_excerpt),
-        ]
-    )
+    head = fields(_attrs(c, "claim_id", "message_id", "lease_until", "received_at"))
+    body = fields(_attrs(c, "subject", "links", "codes", "body_excerpt"))
     return f"{head}\n{UNTRUSTED_BANNER}\n{body}\n{'-' * len(UNTRUSTED_BANNER)}"
 
 
 def receipt(r: Receipt) -> str:
-    e = r.evidence
-    return fields(
-        [
-            ("receipt_id", r.receipt_id),
-            ("signal_id", r.signal_id),
-            ("run_id", r.run_id),
-            ("message_id", r.message_id),
-            ("claimed_at", r.claimed_at),
-            ("consumed_at", r.consumed_at),
-            ("recipient", e.recipient),
-            ("subject", e.subject),
-            ("run_marker", e.run_marker),
-            ("received_at", e.received_at),
-            ("received_after", e.received_after),
-        ]
-    )
+    ids = _attrs(r, "receipt_id", "signal_id", "run_id", "message_id", "claimed_at", "consumed_at")
+    why = _attrs(r.evidence, "recipient", "subject", "run_marker", "received_at", "received_after")
+    return fields(ids + why)
 
 
 def dead_letter(d: DeadLetter) -> str:
+    checks = f"{d.checks_total} ({fmt(d.checks_by_outcome)})"
     out = fields(
         [
-            ("dead_letter_id", d.dead_letter_id),
-            ("signal_id", d.signal_id),
-            ("run_id", d.run_id),
-            ("reason", d.reason),
-            ("state", d.state),
-            ("provider", d.provider),
-            ("created_at", d.created_at),
-            ("checks", f"{d.checks_total} ({fmt(d.checks_by_outcome)})"),
-            ("last_error_code", d.last_error_code),
-            ("recommendation", d.recommendation),
+            *_attrs(d, "dead_letter_id", "signal_id", "run_id", "reason", "state", "provider"),
+            *_attrs(d, "created_at"),
+            ("checks", checks),
+            *_attrs(d, "last_error_code", "recommendation"),
         ]
     )
     if d.near_misses:
