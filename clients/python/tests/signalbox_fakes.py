@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from signalbox import AsyncSignalbox, Signalbox
+from signalbox import AsyncSignalbox, Signalbox, cli
 
 Reply = httpx.Response | Exception | Callable[[httpx.Request], httpx.Response]
 
@@ -44,6 +45,24 @@ def signal_view(result: str = "waiting", **extra: Any) -> dict[str, Any]:
         }
     view.update(extra)
     return view
+
+
+MAILBOX = {
+    "mailbox_id": "mbx_1",
+    "address": "x@sink.test",
+    "provider": "sink",
+    "expires_at": "2030-01-01T01:00:00Z",
+}
+
+#: The MCP server's tools: the contract an agent relies on.
+MCP_TOOLS = (
+    "create_mailbox",
+    "watch_email",
+    "wait_for_email",
+    "claim_email",
+    "consume_email",
+    "get_evidence",
+)
 
 
 DEAD_LETTER = {
@@ -149,3 +168,10 @@ class FakeApi:
 
         sb._sleep = no_sleep
         return sb
+
+
+def run_cli(api: FakeApi, *argv: str) -> tuple[int, str, str]:
+    """``signalbox ARGV`` against ``api``: the exit code, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), stdout=out, stderr=err, client_factory=lambda u, t: api.client())
+    return code, out.getvalue(), err.getvalue()

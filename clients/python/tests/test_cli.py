@@ -9,7 +9,7 @@ import httpx
 import pytest
 from signalbox import Signal, cli
 from signalbox.client import Signalbox
-from signalbox_fakes import CLAIM, DEAD_LETTER, RECEIPT, FakeApi, reply, signal_view
+from signalbox_fakes import CLAIM, DEAD_LETTER, MAILBOX, RECEIPT, FakeApi, reply, signal_view
 
 SIG = "/v1/signals/sig_1"
 
@@ -109,19 +109,7 @@ def test_watch_maps_flags_to_the_api_body_and_prints_json() -> None:
 
 
 def test_mailbox_prints_a_table_by_default() -> None:
-    api = FakeApi().on(
-        "POST",
-        "/v1/mailboxes",
-        reply(
-            201,
-            {
-                "mailbox_id": "mbx_1",
-                "address": "x@sink.test",
-                "provider": "sink",
-                "expires_at": None,
-            },
-        ),
-    )
+    api = FakeApi().on("POST", "/v1/mailboxes", reply(201, {**MAILBOX, "expires_at": None}))
     code, out, _ = run(api, "mailbox", "--run-id", "r1")
     assert code == 0
     assert "address     x@sink.test" in out

@@ -22,7 +22,7 @@ from signalbox import (
     Unauthorized,
     WaitTimeout,
 )
-from signalbox_fakes import CLAIM, DEAD_LETTER, RECEIPT, FakeApi, reply, signal_view
+from signalbox_fakes import CLAIM, DEAD_LETTER, MAILBOX, RECEIPT, FakeApi, reply, signal_view
 
 SIG = "/v1/signals/sig_1"
 
@@ -61,19 +61,7 @@ def test_default_url_is_local_port_8040(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_mailbox_returns_typed_mailbox() -> None:
-    api = FakeApi().on(
-        "POST",
-        "/v1/mailboxes",
-        reply(
-            201,
-            {
-                "mailbox_id": "mbx_1",
-                "address": "x@sink.test",
-                "provider": "sink",
-                "expires_at": "2030-01-01T01:00:00Z",
-            },
-        ),
-    )
+    api = FakeApi().on("POST", "/v1/mailboxes", reply(201, MAILBOX))
     box = api.client().mailbox("run-1")
     assert box.address == "x@sink.test" and box.mailbox_id == "mbx_1"
     assert box.expires_at is not None and box.expires_at.year == 2030

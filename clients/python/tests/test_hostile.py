@@ -4,7 +4,6 @@ text escapes its untrusted wrapper, no escape sequence reaches the terminal."""
 from __future__ import annotations
 
 import asyncio
-import io
 import re
 from typing import Any
 
@@ -14,7 +13,7 @@ from hypothesis import strategies as st
 from mcp import Client
 from signalbox import InvalidId, InvalidRequest, _requests, cli, mcp_server, render
 from signalbox.client import Signalbox
-from signalbox_fakes import CLAIM, DEAD_LETTER, FakeApi, reply, signal_view
+from signalbox_fakes import CLAIM, DEAD_LETTER, FakeApi, reply, run_cli, signal_view
 
 HOSTILE_IDS = [
     "../claims/clm_1/release?x=",
@@ -101,13 +100,10 @@ def test_any_id_either_is_refused_or_stays_one_segment(value: str) -> None:
 @pytest.mark.parametrize("bad", HOSTILE_IDS[:4])
 def test_cli_exits_2_on_a_malformed_id_and_calls_nothing(bad: str) -> None:
     api = FakeApi()
-    out, err = io.StringIO(), io.StringIO()
-    code = cli.main(
-        ["consume", bad], stdout=out, stderr=err, client_factory=lambda u, t: api.client()
-    )
+    code, _, err = run_cli(api, "consume", bad)
     assert code == cli.EXIT_USAGE == 2
     assert api.requests == []
-    assert "not a claim id" in err.getvalue()
+    assert "not a claim id" in err
 
 
 # --------------------------------------------------------------------------- terminal
@@ -123,15 +119,9 @@ def test_printable_strips_escape_sequences_and_controls_but_keeps_lines() -> Non
 def test_cli_prints_no_control_character_from_an_email() -> None:
     claim = {**CLAIM, "subject": f"Hi{ESCAPES}there", "body_excerpt": f"x{ESCAPES}y"}
     api = FakeApi().on("POST", "/v1/signals/sig_1/claim", reply(200, claim))
-    out, err = io.StringIO(), io.StringIO()
-    code = cli.main(
-        ["claim", "sig_1", "--run-id", "r1"],
-        stdout=out,
-        stderr=err,
-        client_factory=lambda u, t: api.client(),
-    )
+    code, out, err = run_cli(api, "claim", "sig_1", "--run-id", "r1")
     assert code == 0
-    printed = out.getvalue() + err.getvalue()
+    printed = out + err
     assert "Hithere" in printed
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]", printed)
 
@@ -141,15 +131,9 @@ def test_cli_error_output_carries_no_escape_sequence() -> None:
     api = FakeApi().on(
         "GET", "/v1/signals/sig_1", reply(200, signal_view("expired", dead_letter=dead))
     )
-    out, err = io.StringIO(), io.StringIO()
-    code = cli.main(
-        ["wait", "sig_1", "--timeout", "5"],
-        stdout=out,
-        stderr=err,
-        client_factory=lambda u, t: api.client(),
-    )
+    code, out, err = run_cli(api, "wait", "sig_1", "--timeout", "5")
     assert code == 1
-    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", out.getvalue() + err.getvalue())
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", out + err)
 
 
 # --------------------------------------------------------------------------- MCP

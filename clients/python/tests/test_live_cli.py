@@ -25,6 +25,27 @@ def cli(
     )
 
 
+def watch_new_mailbox(
+    stack: Any, run_id: str, test_case: str, *options: str
+) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """``signalbox mailbox`` then ``signalbox watch`` on its address (``--json``):
+    the address and the watch's result."""
+    box = json.loads(cli(stack, "mailbox", "--run-id", run_id, "--json").stdout)
+    watch = cli(
+        stack,
+        "watch",
+        "--run-id",
+        run_id,
+        "--test-case",
+        test_case,
+        "--recipient",
+        box["address"],
+        *options,
+        "--json",
+    )
+    return box["address"], watch
+
+
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -33,26 +54,15 @@ def closed_port() -> int:
 
 def test_watch_wait_claim_consume_evidence_with_json(live_stack: Any) -> None:
     run_id = new_run_id("cli")
-    box = json.loads(cli(live_stack, "mailbox", "--run-id", run_id, "--json").stdout)
-    watch = cli(
-        live_stack,
-        "watch",
-        "--run-id",
-        run_id,
-        "--test-case",
-        "cli_roundtrip",
-        "--recipient",
-        box["address"],
-        "--subject-contains",
-        "welcome",
-        "--json",
+    address, watch = watch_new_mailbox(
+        live_stack, run_id, "cli_roundtrip", "--subject-contains", "welcome"
     )
     assert watch.returncode == 0, watch.stderr
     signal_id = json.loads(watch.stdout)["signal_id"]
 
     send_email(
         live_stack,
-        box["address"],
+        address,
         "Welcome aboard",
         "https://app.example.test/x",
         run_marker=run_id,
@@ -84,20 +94,7 @@ def test_watch_wait_claim_consume_evidence_with_json(live_stack: Any) -> None:
 
 def test_expired_wait_exits_1_with_the_reason(live_stack: Any) -> None:
     run_id = new_run_id("cli")
-    box = json.loads(cli(live_stack, "mailbox", "--run-id", run_id, "--json").stdout)
-    watch = cli(
-        live_stack,
-        "watch",
-        "--run-id",
-        run_id,
-        "--test-case",
-        "cli_expiry",
-        "--recipient",
-        box["address"],
-        "--expires-in",
-        "2",
-        "--json",
-    )
+    _, watch = watch_new_mailbox(live_stack, run_id, "cli_expiry", "--expires-in", "2")
     signal_id = json.loads(watch.stdout)["signal_id"]
     waited = cli(live_stack, "wait", signal_id, "--timeout", "60")
     assert waited.returncode == 1
@@ -133,20 +130,9 @@ def test_invalid_input_rejected_by_the_server_exits_2(live_stack: Any) -> None:
 
 def test_a_crafted_claim_id_cannot_release_the_claim(live_stack: Any) -> None:
     run_id = new_run_id("cli-hostile")
-    box = json.loads(cli(live_stack, "mailbox", "--run-id", run_id, "--json").stdout)
-    watch = cli(
-        live_stack,
-        "watch",
-        "--run-id",
-        run_id,
-        "--test-case",
-        "crafted_id",
-        "--recipient",
-        box["address"],
-        "--json",
-    )
+    address, watch = watch_new_mailbox(live_stack, run_id, "crafted_id")
     signal_id = json.loads(watch.stdout)["signal_id"]
-    send_email(live_stack, box["address"], "\x1b[2JYour login code", "Code 553311")
+    send_email(live_stack, address, "\x1b[2JYour login code", "Code 553311")
     assert cli(live_stack, "wait", signal_id, "--timeout", "60").returncode == 0
     claimed = cli(live_stack, "claim", signal_id, "--run-id", run_id)
     assert claimed.returncode == 0, claimed.stderr

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from live_helpers import cli_env, new_run_id, send_email, signalbox_bin
 from mcp import Client, StdioServerParameters
+from signalbox_fakes import MCP_TOOLS
 
 pytestmark = pytest.mark.acceptance
 
@@ -26,14 +27,7 @@ def test_agent_flow_create_wait_claim_consume(live_stack: Any) -> None:
     async def scenario() -> dict[str, Any]:
         async with Client(params, read_timeout_seconds=90) as client:
             tools = {t.name for t in (await client.list_tools()).tools}
-            assert tools == {
-                "create_mailbox",
-                "watch_email",
-                "wait_for_email",
-                "claim_email",
-                "consume_email",
-                "get_evidence",
-            }
+            assert tools == set(MCP_TOOLS)
             box = await _call(client, "create_mailbox", run_id=run_id)
             watch = await _call(
                 client,

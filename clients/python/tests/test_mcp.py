@@ -10,7 +10,7 @@ import pytest
 import signalbox._core
 from mcp import Client
 from signalbox import mcp_server
-from signalbox_fakes import CLAIM, DEAD_LETTER, RECEIPT, FakeApi, reply, signal_view
+from signalbox_fakes import CLAIM, DEAD_LETTER, MCP_TOOLS, RECEIPT, FakeApi, reply, signal_view
 
 SIG = "/v1/signals/sig_1"
 
@@ -31,16 +31,7 @@ def test_lists_the_six_contract_tools() -> None:
         async with Client(mcp_server.build_server(FakeApi().aclient)) as client:
             return [t.name for t in (await client.list_tools()).tools]
 
-    assert sorted(asyncio.run(go())) == sorted(
-        [
-            "create_mailbox",
-            "watch_email",
-            "wait_for_email",
-            "claim_email",
-            "consume_email",
-            "get_evidence",
-        ]
-    )
+    assert sorted(asyncio.run(go())) == sorted(MCP_TOOLS)
 
 
 def test_watch_email_returns_a_small_summary() -> None:
