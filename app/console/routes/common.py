@@ -3,8 +3,9 @@ redirect), and the session as a dependency.
 
 A page takes ``session: SignedIn`` (GET) or ``posted: SignedPost`` (POST).
 Without a valid session the answer is the redirect to the login page; a POST
-without the session's CSRF token gets 403. Both are exceptions the app turns
-into those answers (see :func:`install_handlers`), so no page repeats them.
+without the session's CSRF token gets 403; a use case's refusal or a form it
+refuses gets an error page. Each is a :class:`PageAnswer` the app answers with
+(see :func:`install_handlers`), so no page repeats the checks.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -29,6 +30,8 @@ from app.usecases.auth import Principal
 CONSOLE_DIR = Path(__file__).parent.parent
 STATIC_DIR = CONSOLE_DIR / "static"
 templates = Jinja2Templates(directory=str(CONSOLE_DIR / "templates"))
+
+_T = TypeVar("_T")
 
 FILTER_FIELDS = ("state", "reason", "provider", "run_id", "namespace")
 SECURITY_HEADERS = {
@@ -140,25 +143,24 @@ async def read_form(request: Request) -> dict[str, str]:
 # ---------------------------------------------------------------- the session
 
 
-class SignInFirst(Exception):
-    """No valid session: the answer is the redirect to the login page."""
+class PageAnswer(Exception):
+    """An answer given instead of the page: the redirect to the login page, a
+    403, an error page. Raised by the session dependencies, :func:`call` and
+    :func:`form_input`; the app answers with `response` (see
+    :func:`install_handlers`)."""
 
-
-class CsrfRefused(Exception):
-    """A signed-in POST without the session's CSRF token: the answer is 403."""
-
-    def __init__(self, session: sessions.Session) -> None:
+    def __init__(self, response: Response) -> None:
         super().__init__()
-        self.session = session
+        self.response = response
 
 
 async def signed_in(request: Request) -> sessions.Session:
     """The signed-in session, if its cookie holds and its token is still
-    configured; else :class:`SignInFirst`."""
+    configured; else the redirect to the login page."""
     key = key_of(request)
     found = sessions.decode(key, request.cookies.get(sessions.SESSION_COOKIE))
     if found is None:
-        raise SignInFirst()
+        raise PageAnswer(redirect("/console/login"))
     valid = await run_in_threadpool(
         triage.principal_still_valid,
         settings_of(request),
@@ -167,18 +169,17 @@ async def signed_in(request: Request) -> sessions.Session:
         lambda h: sessions.fingerprint(key, h),
     )
     if not valid:
-        raise SignInFirst()
+        raise PageAnswer(redirect("/console/login"))
     return found
 
 
 async def signed_post(
     request: Request, session: Annotated[sessions.Session, Depends(signed_in)]
 ) -> tuple[sessions.Session, dict[str, str]]:
-    """The session and form of a signed-in POST whose CSRF token holds; else
-    :class:`CsrfRefused`."""
+    """The session and form of a signed-in POST whose CSRF token holds; else 403."""
     form = await read_form(request)
     if not sessions.csrf_valid(key_of(request), session.sid, form.get("csrf_token")):
-        raise CsrfRefused(session)
+        raise PageAnswer(forbidden(request, session))
     return session, form
 
 
@@ -187,17 +188,13 @@ SignedPost = Annotated[tuple[sessions.Session, dict[str, str]], Depends(signed_p
 
 
 def install_handlers(app: FastAPI) -> None:
-    """Answer :class:`SignInFirst` and :class:`CsrfRefused` from any page."""
+    """Answer a :class:`PageAnswer` from any page with its response."""
 
-    async def sign_in_first(request: Request, exc: Exception) -> Response:
-        return redirect("/console/login")
+    async def page_answer(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, PageAnswer)
+        return exc.response
 
-    async def csrf_refused(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, CsrfRefused)
-        return forbidden(request, exc.session)
-
-    app.add_exception_handler(SignInFirst, sign_in_first)
-    app.add_exception_handler(CsrfRefused, csrf_refused)
+    app.add_exception_handler(PageAnswer, page_answer)
 
 
 # ---------------------------------------------------------------- use cases
@@ -206,17 +203,23 @@ def install_handlers(app: FastAPI) -> None:
 async def call(
     request: Request, session: sessions.Session, fn: Callable[..., Any], *args: Any
 ) -> Any:
-    """Run a use case; a refusal becomes an error page with its status."""
+    """Run a use case; a refusal is answered with an error page of its status."""
     try:
         return await run_in_threadpool(fn, *args)
     except SignalboxError as exc:
-        return error_page(
-            request,
-            session,
-            exc.status_code,
-            {404: "Not found", 409: "Not possible now"}.get(exc.status_code, "Error"),
-            exc.message,
-        )
+        title = {404: "Not found", 409: "Not possible now"}.get(exc.status_code, "Error")
+        raise PageAnswer(error_page(request, session, exc.status_code, title, exc.message)) from exc
+
+
+def form_input(
+    request: Request, session: sessions.Session, build: Callable[[], _T], title: str, message: str
+) -> _T:
+    """The use case's input built from a form; a value it refuses (a pydantic
+    ValidationError, or a number that is not one) is answered with a 422 page."""
+    try:
+        return build()
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise PageAnswer(error_page(request, session, 422, title, message)) from exc
 
 
 async def checks_of(caller: Principal, signal_id: str) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from app.console.routes.common import (
     checks_of,
     chosen_filters,
     error_page,
+    form_input,
     notice,
     redirect,
     render,
@@ -46,14 +47,11 @@ async def dead_letters(request: Request, session: SignedIn) -> Response:
             f"The filter {field!r} has a value the console does not know.",
         )
     cursor = query.get("cursor") or None
-    result = await call(
+    items, next_cursor = await call(
         request,
         session,
         lambda: triage.dead_letter_list(session.principal, filters, limit=50, cursor=cursor),
     )
-    if isinstance(result, Response):
-        return result
-    items, next_cursor = result
     next_url = (
         "/console/dead-letters?" + urlencode({**chosen, "cursor": next_cursor})
         if next_cursor
@@ -78,32 +76,30 @@ async def dead_letters_bulk(request: Request, action: str, posted: SignedPost) -
     if action not in ("redrive", "discard"):
         return error_page(request, session, 404, "Not found")
     chosen = chosen_filters(form)
-    try:
+
+    def bulk() -> BulkRedrive | BulkDiscard:
         if action == "redrive":
-            req: BulkRedrive | BulkDiscard = BulkRedrive(
+            return BulkRedrive(
                 filter=DeadLetterFilter(**chosen),  # type: ignore[arg-type]
                 limit=int(form.get("limit") or 50),
                 expires_in_seconds=int(form.get("expires_in_seconds") or 120),
                 max_checks=int(form.get("max_checks") or 30),
             )
-        else:
-            req = BulkDiscard(
-                filter=DeadLetterFilter(**chosen),  # type: ignore[arg-type]
-                limit=int(form.get("limit") or 50),
-                note=form.get("note", ""),
-            )
-    except (ValidationError, ValueError):
-        return error_page(
-            request,
-            session,
-            422,
-            "Invalid form",
-            "Check the numbers (limit 1 to 500) and, to discard, write a note.",
+        return BulkDiscard(
+            filter=DeadLetterFilter(**chosen),  # type: ignore[arg-type]
+            limit=int(form.get("limit") or 50),
+            note=form.get("note", ""),
         )
+
+    req = form_input(
+        request,
+        session,
+        bulk,
+        "Invalid form",
+        "Check the numbers (limit 1 to 500) and, to discard, write a note.",
+    )
     fn = triage.dead_letters_redrive if action == "redrive" else triage.dead_letters_discard
     result = await call(request, session, fn, session.principal, req)
-    if isinstance(result, Response):
-        return result
     done = "redriven" if action == "redrive" else "discarded"
     return redirect(
         "/console/dead-letters?" + urlencode({**chosen, "done": done, "count": result["count"]})
@@ -114,8 +110,6 @@ async def dead_letters_bulk(request: Request, action: str, posted: SignedPost) -
 async def dead_letter(request: Request, dead_letter_id: str, session: SignedIn) -> Response:
     caller = session.principal
     found = await call(request, session, triage.dead_letter_read, caller, dead_letter_id)
-    if isinstance(found, Response):
-        return found
     return render(
         request,
         "dead_letter.html",
@@ -131,24 +125,19 @@ async def dead_letter_redrive(
     request: Request, dead_letter_id: str, posted: SignedPost
 ) -> Response:
     session, form = posted
-    try:
-        req = Redrive(
+    req = form_input(
+        request,
+        session,
+        lambda: Redrive(
             expires_in_seconds=int(form.get("expires_in_seconds") or 120),
             max_checks=int(form.get("max_checks") or 30),
-        )
-    except (ValidationError, ValueError):
-        return error_page(
-            request,
-            session,
-            422,
-            "Invalid form",
-            "expires_in_seconds is 1 to 86400 and max_checks 1 to 10000.",
-        )
+        ),
+        "Invalid form",
+        "expires_in_seconds is 1 to 86400 and max_checks 1 to 10000.",
+    )
     view = await call(
         request, session, triage.dead_letter_redrive, session.principal, dead_letter_id, req
     )
-    if isinstance(view, Response):
-        return view
     return redirect(f"/console/signals/{view['signal_id']}?done=redriven")
 
 
@@ -157,19 +146,12 @@ async def dead_letter_discard(
     request: Request, dead_letter_id: str, posted: SignedPost
 ) -> Response:
     session, form = posted
-    try:
-        req = Discard(note=form.get("note", ""))
-    except ValidationError:
-        return error_page(
-            request,
-            session,
-            422,
-            "A note is needed",
-            "Say why this dead letter is discarded (1 to 2000 characters).",
-        )
-    found = await call(
-        request, session, triage.dead_letter_discard, session.principal, dead_letter_id, req
+    req = form_input(
+        request,
+        session,
+        lambda: Discard(note=form.get("note", "")),
+        "A note is needed",
+        "Say why this dead letter is discarded (1 to 2000 characters).",
     )
-    if isinstance(found, Response):
-        return found
+    await call(request, session, triage.dead_letter_discard, session.principal, dead_letter_id, req)
     return redirect(f"/console/dead-letters/{dead_letter_id}?done=discarded")

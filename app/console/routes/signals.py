@@ -18,8 +18,6 @@ router = APIRouter(prefix="/console", include_in_schema=False)
 async def signal(request: Request, signal_id: str, session: SignedIn) -> Response:
     caller = session.principal
     view = await call(request, session, triage.signal_read, caller, signal_id)
-    if isinstance(view, Response):
-        return view
     return render(
         request,
         "signal.html",
