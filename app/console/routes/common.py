@@ -25,7 +25,6 @@ from app.domain import masking
 from app.errors import SignalboxError
 from app.settings import Settings
 from app.usecases import triage
-from app.usecases.auth import Principal
 
 CONSOLE_DIR = Path(__file__).parent.parent
 STATIC_DIR = CONSOLE_DIR / "static"
@@ -222,12 +221,22 @@ def form_input(
         raise PageAnswer(error_page(request, session, 422, title, message)) from exc
 
 
-async def checks_of(caller: Principal, signal_id: str) -> list[dict[str, Any]]:
-    """The checks of one signal as its pages list them: the first 500, oldest first."""
+async def render_signal_page(
+    request: Request, session: sessions.Session, name: str, signal_id: str, **context: Any
+) -> HTMLResponse:
+    """A page about one signal: `context`, the signal's checks (the first 500,
+    oldest first) and the notice of an action just done."""
     checks, _ = await run_in_threadpool(
-        lambda: triage.check_list(caller, signal_id, limit=500, cursor=None)
+        lambda: triage.check_list(session.principal, signal_id, limit=500, cursor=None)
     )
-    return checks
+    return render(
+        request,
+        name,
+        session=session,
+        **context,
+        checks=checks,
+        notice=notice(request.query_params),
+    )
 
 
 def notice(query: Any) -> str | None:

@@ -13,13 +13,13 @@ from app.console.routes.common import (
     SignedIn,
     SignedPost,
     call,
-    checks_of,
     chosen_filters,
     error_page,
     form_input,
     notice,
     redirect,
     render,
+    render_signal_page,
 )
 from app.usecases import triage
 from app.usecases.inputs import Discard, Redrive
@@ -108,15 +108,9 @@ async def dead_letters_bulk(request: Request, action: str, posted: SignedPost) -
 
 @router.get("/dead-letters/{dead_letter_id}")
 async def dead_letter(request: Request, dead_letter_id: str, session: SignedIn) -> Response:
-    caller = session.principal
-    found = await call(request, session, triage.dead_letter_read, caller, dead_letter_id)
-    return render(
-        request,
-        "dead_letter.html",
-        session=session,
-        dl=found,
-        checks=await checks_of(caller, found["signal_id"]),
-        notice=notice(request.query_params),
+    found = await call(request, session, triage.dead_letter_read, session.principal, dead_letter_id)
+    return await render_signal_page(
+        request, session, "dead_letter.html", found["signal_id"], dl=found
     )
 
 

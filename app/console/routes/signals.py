@@ -7,7 +7,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from app.console.routes.common import SignedIn, call, checks_of, error_page, notice, render
+from app.console.routes.common import SignedIn, call, error_page, render, render_signal_page
 from app.usecases import triage
 from app.usecases.triage import DeadLetterFilter
 
@@ -16,16 +16,9 @@ router = APIRouter(prefix="/console", include_in_schema=False)
 
 @router.get("/signals/{signal_id}")
 async def signal(request: Request, signal_id: str, session: SignedIn) -> Response:
-    caller = session.principal
-    view = await call(request, session, triage.signal_read, caller, signal_id)
-    return render(
-        request,
-        "signal.html",
-        session=session,
-        s=view,
-        checks=await checks_of(caller, signal_id),
-        notice=notice(request.query_params),
-        refresh=view["status"] == "waiting",
+    view = await call(request, session, triage.signal_read, session.principal, signal_id)
+    return await render_signal_page(
+        request, session, "signal.html", signal_id, s=view, refresh=view["status"] == "waiting"
     )
 
 
