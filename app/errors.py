@@ -130,3 +130,18 @@ class RecipientNotOwned(SignalboxError):
     code = "recipient_not_owned"
     status_code = 403
     default_message = "The address is owned by another namespace."
+
+
+class Unauthorized(SignalboxError):
+    code = "unauthorized"
+    status_code = 401
+    default_message = "A valid bearer token is required (Authorization: Bearer <token>)."
+
+
+class OpsForbidden(SignalboxError):
+    code = "ops_forbidden"
+    status_code = 403
+    default_message = (
+        "An operator token triages signals and dead letters; it cannot claim, consume "
+        "or read content. Use the namespace's own token."
+    )

@@ -133,7 +133,7 @@ class Settings(BaseSettings):
     @field_validator("api_tokens", "ops_tokens")
     @classmethod
     def _tokens_are_pairs(cls, value: str) -> str:
-        for pair in filter(None, (p.strip() for p in value.split(","))):
+        for pair in _items(value):
             owner, sep, token = pair.partition(":")
             if not sep or not owner or not token:
                 raise ValueError("expected name:token pairs separated by commas")
@@ -148,7 +148,7 @@ class Settings(BaseSettings):
     @field_validator("flower_basic_auth")
     @classmethod
     def _basic_auth_pairs(cls, value: str) -> str:
-        for pair in filter(None, (p.strip() for p in value.split(","))):
+        for pair in _items(value):
             if ":" not in pair:
                 raise ValueError("expected user:password pairs separated by commas")
         return value
@@ -194,10 +194,15 @@ class Settings(BaseSettings):
         return to_sqlalchemy_url(self.database_url)
 
 
+def _items(value: str) -> list[str]:
+    """The items of a comma-separated setting, stripped, blanks dropped."""
+    return [p for p in (p.strip() for p in value.split(",")) if p]
+
+
 def _pairs(value: str) -> dict[str, str]:
     """`owner:token,…` → {token: owner}."""
     out: dict[str, str] = {}
-    for pair in filter(None, (p.strip() for p in value.split(","))):
+    for pair in _items(value):
         owner, _, token = pair.partition(":")
         out[token] = owner
     return out
@@ -206,7 +211,7 @@ def _pairs(value: str) -> dict[str, str]:
 def _domain_owners(value: str) -> dict[str, str]:
     """`namespace:domain,…` → {domain: namespace}; a domain given twice fails."""
     out: dict[str, str] = {}
-    for pair in filter(None, (p.strip() for p in value.split(","))):
+    for pair in _items(value):
         namespace, sep, domain = (part.strip() for part in pair.partition(":"))
         domain = domain.lower().lstrip("@")
         if not sep or not namespace or not domain or "@" in domain or ":" in domain:

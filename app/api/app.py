@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.staticfiles import StaticFiles
 
 from app.api import errors
 from app.api.limits import LongPollGate
@@ -42,6 +41,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(GateMiddleware, settings=settings)
     for module in (signals, claims, dead_letters, triage, ops):
         app.include_router(module.router)
-    app.include_router(console.router)
-    app.mount("/console/static", StaticFiles(directory=console.STATIC_DIR), name="console-static")
+    console.install(app)
     return app

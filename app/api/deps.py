@@ -7,24 +7,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from app.errors import SignalboxError
+from app.errors import OpsForbidden, Unauthorized
 from app.settings import Settings
 from app.usecases.auth import Principal, known_principal, principal_for_token
-
-
-class Unauthorized(SignalboxError):
-    code = "unauthorized"
-    status_code = 401
-    default_message = "A valid bearer token is required (Authorization: Bearer <token>)."
-
-
-class OpsForbidden(SignalboxError):
-    code = "ops_forbidden"
-    status_code = 403
-    default_message = (
-        "An operator token triages signals and dead letters; it cannot claim, consume "
-        "or read content. Use the namespace's own token."
-    )
 
 
 async def get_app_settings(request: Request) -> Settings:

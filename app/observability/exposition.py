@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector
 
 from app.domain.states import DeadLetterState, ExpiryReason, Status
 from app.infra.redis import READ_TIMEOUT_SECONDS, client_for, is_redis_url, redis_url
+from app.observability.logs import warn_unreachable
 from app.settings import Settings
 
 log = logging.getLogger("signalbox.metrics")
@@ -74,13 +75,8 @@ class StateCollector(Collector):
                 oldest = repo.signal_oldest_due_age(session)
                 dead = gauge_repo.dead_letter_count_by_reason_state_namespace(session)
         except Exception as exc:  # an outage is reported as a gauge, not a failed scrape
-            log.warning(
-                "metrics could not read PostgreSQL",
-                extra={
-                    "event": "metrics_source_down",
-                    "component": "postgresql",
-                    "error": type(exc).__name__,
-                },
+            warn_unreachable(
+                log, "metrics could not read PostgreSQL", "metrics_source_down", "postgresql", exc
             )
             return None
         signals = GaugeMetricFamily("signalbox_signals", "Signals by status.", labels=["status"])
@@ -118,13 +114,8 @@ class StateCollector(Collector):
         try:
             states = snapshot_all(client_for(url, timeout=READ_TIMEOUT_SECONDS))
         except Exception as exc:
-            log.warning(
-                "metrics could not read Redis",
-                extra={
-                    "event": "metrics_source_down",
-                    "component": "redis",
-                    "error": type(exc).__name__,
-                },
+            warn_unreachable(
+                log, "metrics could not read Redis", "metrics_source_down", "redis", exc
             )
             return None
         gauge = GaugeMetricFamily(

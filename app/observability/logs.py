@@ -136,6 +136,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+def warn_unreachable(
+    logger: logging.Logger, message: str, event: str, component: str, exc: BaseException
+) -> None:
+    """Log that `component` did not answer, naming only the error's type."""
+    logger.warning(
+        message, extra={"event": event, "component": component, "error": type(exc).__name__}
+    )
+
+
 def configure_logging(component: str, level: str | None = None) -> None:
     """JSON lines on stderr for every logger of this process."""
     handler = logging.StreamHandler(sys.stderr)

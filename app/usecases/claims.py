@@ -61,15 +61,13 @@ def _lapse(session: Session, claim: Mapping[Any, Any], signal: Mapping[Any, Any]
     if not claims_repo.claim_end(session, claim["id"], claim["fence"], to_state="lapsed"):
         return None
     metrics.lease_lapsed(signal["namespace"])
-    log.info(
+    _log_claim_event(
         "claim lease lapsed",
-        extra={
-            "event": "lease_lapsed",
-            "run_id": signal["run_id"],
-            "signal_id": signal["id"],
-            "claim_id": claim["id"],
-            "recipient_hash": recipient_hash(signal["recipient"]),
-        },
+        "lease_lapsed",
+        run_id=signal["run_id"],
+        signal_id=signal["id"],
+        claim_id=claim["id"],
+        recipient=signal["recipient"],
     )
     return _give_back(session, claim, signal)
 
@@ -179,15 +177,13 @@ def _claim_answer(
 
 
 def _claimed(taken: Mapping[Any, Any]) -> Answer:
-    log.info(
+    _log_claim_event(
         "signal claimed",
-        extra={
-            "event": "signal_claimed",
-            "run_id": taken["run_id"],
-            "signal_id": taken["signal_id"],
-            "claim_id": taken["claim_id"],
-            "recipient_hash": recipient_hash(taken["recipient"]),
-        },
+        "signal_claimed",
+        run_id=taken["run_id"],
+        signal_id=taken["signal_id"],
+        claim_id=taken["claim_id"],
+        recipient=taken["recipient"],
     )
     return _claim_answer(
         claim_id=taken["claim_id"],
@@ -207,46 +203,45 @@ def _refusal(session: Session, signal: Mapping[Any, Any]) -> Answer:
     status = Status(signal["status"])
     if status is Status.WAITING:
         now = repo.db_now(session)
-        return Answer(
+        return _state_answer(
             202,
-            {
-                "status": "waiting",
-                "signal_id": signal["id"],
-                "retry_after_seconds": retry_after_seconds(now, signal["next_check_at"]),
-            },
+            "waiting",
+            signal,
+            retry_after_seconds=retry_after_seconds(now, signal["next_check_at"]),
         )
     if status is Status.EXPIRED:
         dl = dlq_repo.dead_letter_latest_many(session, [signal["id"]]).get(signal["id"])
-        return Answer(
+        return _state_answer(
             410,
-            {
-                "status": "expired",
-                "signal_id": signal["id"],
-                "reason": signal["expiry_reason"],
-                "dead_letter": views.dead_letter_view(dl) if dl else None,
-            },
+            "expired",
+            signal,
+            reason=signal["expiry_reason"],
+            dead_letter=views.dead_letter_view(dl) if dl else None,
         )
     if status is Status.CONSUMED:
         receipt = claims_repo.receipt_by_signal_many(session, [signal["id"]]).get(signal["id"])
-        return Answer(
+        return _state_answer(
             409,
-            {
-                "status": "already_consumed",
-                "signal_id": signal["id"],
-                "receipt": views.receipt_view(receipt) if receipt else None,
-            },
+            "already_consumed",
+            signal,
+            receipt=views.receipt_view(receipt) if receipt else None,
         )
     active = claims_repo.claim_active_for_signal(session, signal["id"])
-    return Answer(
+    return _state_answer(
         409,
-        {
-            "status": "already_claimed",
-            "signal_id": signal["id"],
-            "claim_id": active["id"] if active else None,
-            "message_id": signal["message_id"],
-            "lease_until": views.iso(active["lease_until"]) if active else None,
-        },
+        "already_claimed",
+        signal,
+        claim_id=active["id"] if active else None,
+        message_id=signal["message_id"],
+        lease_until=views.iso(active["lease_until"]) if active else None,
     )
+
+
+def _state_answer(
+    status_code: int, status: str, signal: Mapping[Any, Any], **fields: Any
+) -> Answer:
+    """A claim refused for the signal's state: `status`, the signal's id, then `fields`."""
+    return Answer(status_code, {"status": status, "signal_id": signal["id"], **fields})
 
 
 def _live_claim(session: Session, namespace: str, claim_id: str) -> Mapping[Any, Any]:
@@ -282,17 +277,32 @@ def consume(namespace: str, claim_id: str) -> dict[str, Any]:
         )
         if receipt is None:  # a guard failed: the transaction rolls back
             raise LeaseExpired(claim_id=claim_id)
-        log.info(
+        _log_claim_event(
             "signal consumed",
-            extra={
-                "event": "signal_consumed",
-                "run_id": claim_row["run_id"],
-                "signal_id": claim_row["signal_id"],
-                "claim_id": claim_id,
-                "recipient_hash": recipient_hash(claim_row["recipient"]),
-            },
+            "signal_consumed",
+            run_id=claim_row["run_id"],
+            signal_id=claim_row["signal_id"],
+            claim_id=claim_id,
+            recipient=claim_row["recipient"],
         )
         return views.receipt_view(receipt)
+
+
+def _log_claim_event(
+    message: str, event: str, *, run_id: str, signal_id: str, claim_id: str, recipient: str
+) -> None:
+    """One line of a claim's life (claimed, consumed, lapsed); the recipient
+    only as its hash."""
+    log.info(
+        message,
+        extra={
+            "event": event,
+            "run_id": run_id,
+            "signal_id": signal_id,
+            "claim_id": claim_id,
+            "recipient_hash": recipient_hash(recipient),
+        },
+    )
 
 
 def _evidence(claim_row: Mapping[Any, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from app.db.engine import transaction
 from app.domain.ids import recipient_hash
 from app.domain.mail import ParsedMail, bounds_exceeded, header_recipients_within
 from app.infra import dispatch
+from app.observability.logs import warn_unreachable
 from app.providers.runtime import provider_configs
 from app.settings import Settings
 from app.usecases import signals
@@ -59,13 +60,8 @@ def warm(settings: Settings) -> None:
         with transaction() as session:
             messages_repo.ping(session)
     except Exception as exc:
-        log.warning(
-            "database not reachable at start",
-            extra={
-                "event": "sink_warm_failed",
-                "component": "database",
-                "error": type(exc).__name__,
-            },
+        warn_unreachable(
+            log, "database not reachable at start", "sink_warm_failed", "database", exc
         )
     dispatch.warm()
 

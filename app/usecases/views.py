@@ -89,40 +89,37 @@ def operator_dead_letter_view(view: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _copied(row: Mapping[Any, Any], names: Sequence[str]) -> dict[str, Any]:
+    """The columns `names` of `row`, in that order, timestamps as `iso`."""
+    return {n: iso(row[n]) if isinstance(row[n], datetime) else row[n] for n in names}
+
+
+def _columns(row: Mapping[Any, Any], id_key: str, names: Sequence[str]) -> dict[str, Any]:
+    """`row`'s id as `id_key`, then the columns `names` (see `_copied`)."""
+    return {id_key: row["id"], **_copied(row, names)}
+
+
 def mailbox_view(row: Mapping[Any, Any]) -> dict[str, Any]:
-    return {
-        "mailbox_id": row["id"],
-        "run_id": row["run_id"],
-        "address": row["address"],
-        "provider": row["provider"],
-        "created_at": iso(row["created_at"]),
-        "expires_at": iso(row["expires_at"]),
-    }
+    return _columns(
+        row, "mailbox_id", ("run_id", "address", "provider", "created_at", "expires_at")
+    )
 
 
 def receipt_view(row: Mapping[Any, Any]) -> dict[str, Any]:
-    return {
-        "receipt_id": row["id"],
-        "signal_id": row["signal_id"],
-        "claim_id": row["claim_id"],
-        "run_id": row["run_id"],
-        "message_id": row["message_id"],
-        "claimed_at": iso(row["claimed_at"]),
-        "consumed_at": iso(row["consumed_at"]),
-        "evidence": row["evidence"],
-    }
+    return _columns(
+        row,
+        "receipt_id",
+        ("signal_id", "claim_id", "run_id", "message_id", "claimed_at", "consumed_at", "evidence"),
+    )
 
 
 def dead_letter_view(row: Mapping[Any, Any]) -> dict[str, Any]:
     return {
-        "dead_letter_id": row["id"],
-        "signal_id": row["signal_id"],
-        "run_id": row["run_id"],
-        "reason": row["reason"],
-        "state": row["state"],
-        "created_at": iso(row["created_at"]),
-        "resolved_at": iso(row["resolved_at"]),
-        "provider": row["provider"],
+        **_columns(
+            row,
+            "dead_letter_id",
+            ("signal_id", "run_id", "reason", "state", "created_at", "resolved_at", "provider"),
+        ),
         "checks": {"total": row["checks_total"], "by_outcome": row["checks_by_outcome"]},
         "last_error_code": row["last_error_code"],
         # Masked again on the way out: rows written before subjects were masked.
@@ -140,12 +137,23 @@ def _masked_near_miss(near: Any) -> Any:
 
 
 def claim_summary(row: Mapping[Any, Any]) -> dict[str, Any]:
-    return {
-        "claim_id": row["id"],
-        "message_id": row["message_id"],
-        "claimed_at": iso(row["claimed_at"]),
-        "lease_until": iso(row["lease_until"]),
-    }
+    return _columns(row, "claim_id", ("message_id", "claimed_at", "lease_until"))
+
+
+# Copied as they are into a signal's view, after its status and result.
+_SIGNAL_COLUMNS = (
+    "expiry_reason",
+    "recipient",
+    "subject_contains",
+    "body_contains",
+    "provider",
+    "require_run_marker",
+    "metadata",
+    "created_at",
+    "received_after",
+    "expires_at",
+    "found_at",
+)
 
 
 def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:
@@ -194,22 +202,10 @@ def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[di
         dead_letter = dead.get(r["id"]) if status is Status.EXPIRED else None
         out.append(
             {
-                "signal_id": r["id"],
-                "run_id": r["run_id"],
-                "test_case": r["test_case"],
+                **_columns(r, "signal_id", ("run_id", "test_case")),
                 "status": status.value,
                 "result": result.value,
-                "expiry_reason": r["expiry_reason"],
-                "recipient": r["recipient"],
-                "subject_contains": r["subject_contains"],
-                "body_contains": r["body_contains"],
-                "provider": r["provider"],
-                "require_run_marker": r["require_run_marker"],
-                "metadata": r["metadata"],
-                "created_at": iso(r["created_at"]),
-                "received_after": iso(r["received_after"]),
-                "expires_at": iso(r["expires_at"]),
-                "found_at": iso(r["found_at"]),
+                **_copied(r, _SIGNAL_COLUMNS),
                 "checks": r["checks_count"],
                 "max_checks": r["max_checks"],
                 "retry_after_seconds": (

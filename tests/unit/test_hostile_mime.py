@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from app.domain import mail as mail_mod
 from app.domain.mail import bound_view, bounds_exceeded, on_bound_exceeded, parse_mail
-from app.domain.mail_bounds import ParseTimeout, cpu_budget
+from app.domain.mail import observers as mail_observers
+from app.domain.mail.bounds import ParseTimeout, cpu_budget
 from tests.hostile_mail import HEAD, slow_parts
 
 CRLF = b"\r\n"
@@ -267,7 +268,7 @@ def test_bound_observers_hear_each_bound_hit() -> None:
         parse_mail(flat_parts(10_000), time_budget=None)
         parse_mail(flat_parts(3), time_budget=None)
     finally:
-        mail_mod._BOUND_OBSERVERS.remove(heard.append)
+        mail_observers._BOUND_OBSERVERS.remove(heard.append)
     assert heard == ["parts"]
 
 

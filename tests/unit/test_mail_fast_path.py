@@ -13,7 +13,8 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from app.domain.mail import _Parser, parse_mail
+from app.domain.mail import parse_mail
+from app.domain.mail.mime import MimeParser
 
 TOKENS = [
     "a@example.com",
@@ -86,7 +87,7 @@ def test_the_fast_path_reads_what_the_modern_parser_reads(
     to: str, cc: str, sender: str, subject: str, marker: str
 ) -> None:
     raw = _message(to, cc, sender, subject, marker)
-    assert _Parser(raw).parse() == _Parser(raw, plain_fast_path=False).parse()
+    assert MimeParser(raw).parse() == MimeParser(raw, plain_fast_path=False).parse()
 
 
 def test_the_fast_path_keeps_repeated_and_folded_headers() -> None:
@@ -99,4 +100,4 @@ def test_the_fast_path_keeps_repeated_and_folded_headers() -> None:
     mail = parse_mail(raw)
     assert mail.to == ("a@example.com", "b@example.com", "c@example.com")
     assert mail.subject == "one two"
-    assert mail == _Parser(raw, plain_fast_path=False).parse()
+    assert mail == MimeParser(raw, plain_fast_path=False).parse()

@@ -61,7 +61,7 @@ def test_only_2xx_is_success() -> None:
 
 
 def test_console_masks_codes_links_and_addresses_in_subjects() -> None:
-    from app.console.routes import mask_subject
+    from app.console.routes.common import mask_subject
 
     masked = mask_subject("Code 771234 for bob@example.test: https://x.test/t?k=abc")
     assert "771234" not in masked and "bob@" not in masked and "https://" not in masked

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
@@ -15,10 +16,21 @@ from app.usecases.inputs import ClaimCreate, ClaimExtend
 
 router = APIRouter(prefix="/v1")
 
+_Route = TypeVar("_Route", bound=Callable[..., Any])
+
 # The routes answer the use cases' views, already JSON, as a JSONResponse:
 # FastAPI would otherwise validate a `dict[str, Any]` answer against itself
 # in a second thread hop and encode it again. `response_model` keeps the
 # OpenAPI document as it was.
+
+
+def _claim_action(action: str) -> Callable[[_Route], _Route]:
+    """The route `POST /v1/claims/{claim_id}/<action>`, answering the claim's view."""
+    return router.post(
+        f"/claims/{{claim_id}}/{action}",
+        response_model=dict[str, Any],
+        responses=errors(*V1, 403, 404, 409),
+    )
 
 
 @router.post(
@@ -33,28 +45,16 @@ def claim_signal(signal_id: SignalId, body: ClaimCreate, namespace: Namespace) -
     return JSONResponse(answer.body, status_code=answer.status_code)
 
 
-@router.post(
-    "/claims/{claim_id}/consume",
-    response_model=dict[str, Any],
-    responses=errors(*V1, 403, 404, 409),
-)
+@_claim_action("consume")
 def consume_claim(claim_id: ClaimId, namespace: Namespace) -> JSONResponse:
     return JSONResponse(claims.consume(namespace, claim_id))
 
 
-@router.post(
-    "/claims/{claim_id}/release",
-    response_model=dict[str, Any],
-    responses=errors(*V1, 403, 404, 409),
-)
+@_claim_action("release")
 def release_claim(claim_id: ClaimId, namespace: Namespace) -> JSONResponse:
     return JSONResponse(claims.release(namespace, claim_id))
 
 
-@router.post(
-    "/claims/{claim_id}/extend",
-    response_model=dict[str, Any],
-    responses=errors(*V1, 403, 404, 409),
-)
+@_claim_action("extend")
 def extend_claim(claim_id: ClaimId, body: ClaimExtend, namespace: Namespace) -> JSONResponse:
     return JSONResponse(claims.extend(namespace, claim_id, body))
