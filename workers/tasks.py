@@ -64,7 +64,9 @@ def late_watch() -> dict[str, int]:
 
     settings = get_settings()
     return {
-        name: late.look(settings, name, provider_for=provider_for, breaker_for=breaker_for)
+        name: late.find_late_mail(
+            settings, name, provider_for=provider_for, breaker_for=breaker_for
+        )
         for name in late.watched_providers()
     }
 

@@ -1,8 +1,8 @@
 """Late mail: a matching message that arrives after its signal expired.
 
 Nobody else tells an SRE "your deadline is 12 s too short". For a day after
-a signal's deadline, while its dead letter is open, the provider is looked
-at now and then (`SIGNALBOX_LATE_WATCH_INTERVAL_SECONDS`) for mail that
+a signal's deadline, while its dead letter is open, the provider is searched
+now and then (`SIGNALBOX_LATE_WATCH_INTERVAL_SECONDS`) for mail that
 matches the signal; the first one found is linked to the dead letter as its
 `late_message` and the recommendation says so. The message is not taken:
 the signal stays expired until an operator redrives it.
@@ -11,17 +11,18 @@ the signal stays expired until an operator redrives it.
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
+
+from sqlalchemy.orm import Session
 
 from app.db import dead_letters as dlq_repo
 from app.db import messages as messages_repo
 from app.db.engine import transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
-from app.domain.matching import Candidate, Criteria, floor_to, pick
+from app.domain.matching import pick
 from app.domain.ownership import may_use
 from app.domain.states import CheckOutcome
-from app.providers.base import SearchQuery
 from app.settings import Settings
 from app.usecases import checks, views
 
@@ -35,8 +36,10 @@ def watched_providers() -> list[str]:
         return dlq_repo.dead_letter_late_providers(session)
 
 
-def look(settings: Settings, provider_name: str, *, provider_for: Any, breaker_for: Any) -> int:
-    """Look once at `provider_name` for the late mail of its watched dead
+def find_late_mail(
+    settings: Settings, provider_name: str, *, provider_for: Any, breaker_for: Any
+) -> int:
+    """Search `provider_name` once for the late mail of its watched dead
     letters; return how many got a late message."""
     with transaction() as session:
         watched = list(dlq_repo.dead_letter_late_watch(session, provider_name, WATCH_LIMIT))
@@ -46,56 +49,32 @@ def look(settings: Settings, provider_name: str, *, provider_for: Any, breaker_f
     if provider is None:
         return 0
     precision = getattr(provider, "timestamp_precision", timedelta(0))
-    windows: dict[str, Any] = {}
-    for w in watched:
-        opens = floor_to(w["expired_at"].astimezone(UTC), precision)
-        windows[w["recipient"]] = min(opens, windows.get(w["recipient"], opens))
-    result = checks.ask_provider(
-        provider,
-        breaker_for,
-        SearchQuery(since=min(windows.values()), recipients=frozenset(windows), windows=windows),
-    )
-    if result.outcome is not CheckOutcome.NO_MATCH or not result.messages:
+    # Late mail is what came after each signal expired; no near-miss lookback.
+    query = checks.search_query(watched, precision, opens="expired_at", lookback=timedelta(0))
+    answer = checks.ask_provider(provider, breaker_for, query)
+    if answer.outcome is not CheckOutcome.NO_MATCH or not answer.messages:
         return 0
     linked = 0
     with transaction() as session:
-        candidates = checks.record_messages(session, provider_name, result.messages)
-        owners = checks.recipient_owners(session, settings, set(windows))
+        observed = checks.record_messages(session, provider_name, answer.messages)
+        owners = checks.recipient_owners(session, settings, {w["recipient"] for w in watched})
         for w in watched:
             if not may_use(w["namespace"], owners.get(w["recipient"])):
                 continue
-            if _link(session, w, candidates, precision):
+            if _link(session, w, observed, precision):
                 linked += 1
     return linked
 
 
-def _link(session: Any, w: Any, candidates: list[Any], precision: timedelta) -> bool:
-    criteria = Criteria(
-        recipient=w["recipient"],
-        run_id=w["run_id"],
-        # Only mail after the signal expired is late; earlier mail was looked at.
-        received_after=max(w["received_after"], w["expired_at"]),
-        subject_contains=w["subject_contains"],
-        body_contains=w["body_contains"],
-        require_run_marker=w["require_run_marker"],
-        precision=precision,
+def _link(session: Session, w: Any, observed: list[checks.Observed], precision: timedelta) -> bool:
+    # Only mail after the signal expired is late; earlier mail was checked.
+    criteria = checks.criteria_for(
+        w, precision, received_after=max(w["received_after"], w["expired_at"])
     )
     horizon = w["expires_at"] + timedelta(hours=24)
-    taken = messages_repo.message_taken(session, [mid for mid, _, _ in candidates], w["namespace"])
-    result = pick(
-        criteria,
-        [
-            Candidate(
-                message_id=mid,
-                received_at=m.received_at.astimezone(UTC),
-                mail=parsed,
-                envelope_recipients=tuple(a.lower() for a in m.envelope_recipients),
-                taken_by_other=mid in taken,
-            )
-            for mid, m, parsed in candidates
-            if m.received_at <= horizon
-        ],
-    )
+    taken = messages_repo.message_taken(session, [o.message_id for o in observed], w["namespace"])
+    in_time = [o for o in observed if o.message.received_at <= horizon]
+    result = pick(criteria, checks.candidates_for(in_time, lambda mid: mid in taken))
     if result.winner is None:
         return False
     winner = result.winner

@@ -1,7 +1,7 @@
 """The periodic sweep: the database is the truth, the broker a doorbell.
 
 Each tick expires overdue signals, lapses claim leases, sends a task for
-every due signal that has none (first sends, backoff steps, the final look
+every due signal that has none (first sends, backoff steps, the final check
 at the deadline, and tasks lost to a broker restart or a killed worker), and
 re-publishes dead letters whose publication was lost. Every step is its own
 short transaction and safe to run concurrently with another sweep (`SKIP
@@ -10,7 +10,7 @@ LOCKED`, leases).
 It runs in the beat process itself (`workers.beat`), never behind checks
 on a queue, so a backlog of slow checks cannot starve it; and it makes the
 due checks of providers that push (the sink) itself, for the same reason:
-their final look must not wait behind another provider's slow calls. A lost task is
+their final check must not wait behind another provider's slow calls. A lost task is
 re-sent only while no task waits in the `signals` queue: a backlog already
 holds the tasks, and copies would only feed it.
 """
@@ -48,7 +48,7 @@ def sweep(
     expired = expiry.expire_overdue(limit, grace_seconds=settings.deadline_grace_seconds)
     lapsed = claims.lapse_leases(limit)
     waiting_tasks = dispatch.queue_depth(queue.SIGNALS_QUEUE)
-    here = (
+    checked_here = (
         [name for name in provider_configs(settings) if pushes(settings, name)]
         if check_here is not None
         else []
@@ -59,10 +59,10 @@ def sweep(
             requeue_after_seconds=settings.requeue_after_seconds,
             resend_lost=not waiting_tasks,
             limit=limit,
-            looked_here=here,
+            looked_here=checked_here,
         )
     # One check takes every due signal of its provider (up to a batch), so
-    # one task (or look) per provider and batch is enough: the others ride along.
+    # one task (or check in process) per provider and batch is enough: the others ride along.
     per_provider: dict[str, int] = {}
     for signal_id, reason, provider in due:
         if reason == "sweep":
@@ -74,10 +74,10 @@ def sweep(
         per_provider[provider] = seen + 1
         if seen % checks.BATCH_LIMIT != 0:
             continue
-        if check_here is None or provider not in here:
+        if check_here is None or provider not in checked_here:
             dispatch.enqueue_check(signal_id)
             continue
-        # Stamped: a failed look is made again after requeue_after_seconds.
+        # Stamped: a failed check is made again after requeue_after_seconds.
         checks.try_check_in_process(
             check_here,
             signal_id,

@@ -184,7 +184,7 @@ def test_the_sinks_own_looks_parse_in_the_pool_where_the_cpu_budget_applies() ->
     from app.domain.mail import bounds_exceeded, parse_mail
     from app.settings import load_settings
     from app.smtp.server import make_controller
-    from app.usecases import checks
+    from app.usecases.checks import observed
 
     # Within every bound; 60-140 ms of CPU to parse.
     raw = hostile("cc@example.test", parts=0, subject_kb=1).removesuffix(b"--B--\r\n")
@@ -195,12 +195,12 @@ def test_the_sinks_own_looks_parse_in_the_pool_where_the_cpu_budget_applies() ->
 
     controller = make_controller(load_settings())
     try:
-        assert checks._parse == controller.sink.parser.parse_blocking
+        assert observed._parse == controller.sink.parser.parse_blocking
         controller.sink.parser.budget = 0.005
         with ThreadPoolExecutor(1) as thread:
-            in_the_pool = thread.submit(checks._parse, raw).result()
+            in_the_pool = thread.submit(observed._parse, raw).result()
     finally:
-        checks.parse_with(parse_mail)
+        observed.parse_with(parse_mail)
         controller.sink.close()
         controller.loop.close()  # never started: close what __init__ opened
     assert "time" in bounds_exceeded(in_the_pool)

@@ -1,0 +1,277 @@
+"""Transaction 2 of a check: record the observed messages, decide every
+taken signal with the pure matcher and scheduler, and write each result
+only if the signal's fence is still the one its check took."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session
+
+from app.db import messages as messages_repo
+from app.db import repository as repo
+from app.db.engine import transaction
+from app.db.repository import CheckRecord
+from app.domain.backoff import BackoffPolicy
+from app.domain.ids import recipient_hash
+from app.domain.matching import pick
+from app.domain.ownership import may_use
+from app.domain.scheduling import Counters, after_check, spends_budget
+from app.domain.states import CheckOutcome, CheckReason, Status
+from app.observability import metrics
+from app.settings import Settings
+from app.usecases.checks.call import ProviderAnswer
+from app.usecases.checks.criteria import candidates_for, criteria_for, recipient_owners
+from app.usecases.checks.observed import Observed, record_messages
+from app.usecases.expiry import expire_signal
+
+log = logging.getLogger("signalbox.checks")
+
+# A check's second transaction is retried this many times when PostgreSQL
+# aborts it to break a deadlock or a serialization conflict.
+TX_ATTEMPTS = 3
+
+# A signal as its check took it (`repo.signal_lock_for_check`).
+_Row = Mapping[Any, Any]
+
+
+@dataclass(frozen=True)
+class CheckBatch:
+    """One check: the signals it took (transaction 1) and the provider's
+    answer, with what every decision of the batch shares."""
+
+    settings: Settings
+    taken: Sequence[_Row]
+    answer: ProviderAnswer
+    precision: timedelta
+    pushes: bool
+    started_at: datetime
+    batch_id: str
+    rng: random.Random
+
+
+class Effects:
+    """What a check's transaction did, emitted once it committed (a retried
+    transaction must not count a metric twice)."""
+
+    def __init__(self) -> None:
+        self.checks: list[tuple[str, str]] = []
+        self.mismatches: list[tuple[str, str]] = []
+        self.found: list[tuple[str, float]] = []
+        self.dead_letters: list[str] = []
+        self.pushed: list[str] = []
+        self.logs: list[tuple[str, dict[str, Any]]] = []
+
+    def emit(self) -> None:
+        """Count the metrics and write the log lines."""
+        for provider, outcome in self.checks:
+            metrics.check_recorded(provider, outcome)
+        for provider, why in self.mismatches:
+            metrics.mismatch(provider, why)
+        for provider, seconds in self.found:
+            metrics.time_to_found(provider, seconds)
+        for message, extra in self.logs:
+            log.info(message, extra=extra)
+
+
+def write_answer(batch: CheckBatch, signal_id: str) -> Effects:
+    """Transaction 2 for `batch` (checked on behalf of `signal_id`), written
+    again when PostgreSQL aborts it to break a deadlock or a conflict; its
+    effects are the caller's to emit."""
+    attempt = 1
+    while True:
+        effects = Effects()
+        try:
+            with transaction() as session:
+                _Writer(session, batch, effects).write()
+            return effects
+        except OperationalError as exc:
+            if attempt == TX_ATTEMPTS or not _retryable(exc):
+                raise
+            log.info(
+                "check result collided with another transaction; writing it again",
+                extra={"event": "check_write_retry", "signal_id": signal_id, "attempt": attempt},
+            )
+        attempt += 1
+
+
+def _retryable(exc: OperationalError) -> bool:
+    return isinstance(
+        getattr(exc, "orig", None),
+        psycopg.errors.DeadlockDetected
+        | psycopg.errors.SerializationFailure
+        | psycopg.errors.LockNotAvailable,
+    )
+
+
+class _Writer:
+    """One attempt at transaction 2, in `session`; what it did goes to `effects`."""
+
+    def __init__(self, session: Session, batch: CheckBatch, effects: Effects) -> None:
+        self.session, self.batch, self.effects = session, batch, effects
+
+    def write(self) -> None:
+        """Record the messages, decide and write every signal.
+
+        Each signal is decided on the row its check took (under the check's
+        lease and fence, nobody else changes what the decision reads) and
+        written by one fenced statement: no row is held locked while Python
+        decides."""
+        session, taken = self.session, self.batch.taken
+        observed = record_messages(session, taken[0]["provider"], self.batch.answer.messages)
+        now = repo.db_now(session)
+        owners: dict[str, str | None] = {}
+        taken_by: dict[str, dict[str, str]] = {}
+        if observed:
+            recipients = {r["recipient"] for r in taken}
+            owners = recipient_owners(session, self.batch.settings, recipients)
+            ids = [o.message_id for o in observed]
+            for namespace in sorted({r["namespace"] for r in taken}):
+                taken_by[namespace] = messages_repo.message_taken(session, ids, namespace)
+        # Earlier signals get first pick of a message both would match.
+        for row in sorted(taken, key=lambda r: (r["created_at"], r["id"])):
+            # Mail received after the deadline is late mail (the dead letter's
+            # late_message), never the signal's: a final check that ran late
+            # must not take it.
+            visible = [
+                o
+                for o in observed
+                if o.message.received_at <= row["expires_at"]
+                and may_use(row["namespace"], owners.get(row["recipient"]))
+            ]
+            self._decide(row, visible, taken_by.get(row["namespace"], {}), now)
+
+    def _decide(
+        self,
+        row: _Row,
+        observed: list[Observed],
+        taken_by: dict[str, str],
+        now: datetime,
+    ) -> None:
+        session, batch, effects = self.session, self.batch, self.effects
+        signal_id, fence = row["id"], row["check_fence"]
+        reason = CheckReason(row["next_check_reason"] or CheckReason.SCHEDULED.value)
+        provider = row["provider"]
+        answer, settings = batch.answer, batch.settings
+        log_extra = {
+            "run_id": row["run_id"],
+            "signal_id": signal_id,
+            "recipient_hash": recipient_hash(row["recipient"]),
+            "provider": provider,
+            "reason": reason.value,
+        }
+        seen = len(answer.messages) if answer.outcome is CheckOutcome.NO_MATCH else None
+
+        def check_record(
+            outcome: CheckOutcome, error_code: str | None, counted: bool
+        ) -> CheckRecord:
+            return CheckRecord(
+                reason=reason.value,
+                outcome=outcome.value,
+                error_code=error_code,
+                batch_id=batch.batch_id,
+                started_at=batch.started_at,
+                counted=counted,
+                messages_seen=seen,
+            )
+
+        if answer.outcome is CheckOutcome.NO_MATCH and observed:
+            record = check_record(
+                CheckOutcome.MATCHED, None, spends_budget(reason, CheckOutcome.MATCHED, None)
+            )
+            winner = self._match(row, observed, taken_by, record)
+            if winner is not None:
+                effects.checks.append((provider, CheckOutcome.MATCHED.value))
+                effects.found.append((provider, (now - row["created_at"]).total_seconds()))
+                effects.logs.append(
+                    ("signal found", {"event": "signal_found", **log_extra, "message_id": winner})
+                )
+                return
+
+        step = after_check(
+            Counters(
+                checks_count=row["checks_count"],
+                max_checks=row["max_checks"],
+                consecutive_errors=row["consecutive_errors"],
+                expires_at=row["expires_at"],
+            ),
+            answer.outcome,
+            reason=reason,
+            looked_at=batch.started_at,
+            now=now,
+            retry_after=answer.retry_after,
+            policy=BackoffPolicy(
+                base_seconds=settings.backoff_base_seconds, cap_seconds=settings.backoff_cap_seconds
+            ),
+            max_provider_errors=settings.max_consecutive_provider_errors,
+            rand=batch.rng.random(),
+            pushes=batch.pushes,
+        )
+        written, pushed = repo.signal_record_check(
+            session,
+            signal_id,
+            fence,
+            check_record(answer.outcome, answer.error_code, step.counts),
+            consecutive_errors=step.consecutive_errors,
+            next_check_at=step.next_check_at,
+            next_check_reason=step.next_reason.value,
+        )
+        if not written:  # expired, redriven or re-checked meanwhile: not ours to write
+            return
+        effects.checks.append((provider, answer.outcome.value))
+        if step.expiry is None:
+            if pushed:
+                effects.pushed.append(signal_id)
+            return
+        dead_letter = expire_signal(
+            session, signal_id, expected=Status.WAITING, reason=step.expiry.value, fence=fence
+        )
+        if dead_letter:
+            effects.dead_letters.append(dead_letter)
+
+    def _match(
+        self,
+        row: _Row,
+        observed: list[Observed],
+        taken_by: dict[str, str],
+        record: CheckRecord,
+    ) -> str | None:
+        """Pick the earliest matching message and take it for the signal.
+
+        A message satisfies at most one signal per namespace: the unique index
+        on (namespace, message_id) decides races between workers; the loser
+        sees the message as taken and tries the next candidate.
+        """
+        session = self.session
+        criteria = criteria_for(row, self.batch.precision)
+        excluded: set[str] = set()
+
+        def taken_by_other(mid: str) -> bool:
+            return mid in excluded or taken_by.get(mid, row["id"]) != row["id"]
+
+        while True:
+            result = pick(criteria, candidates_for(observed, taken_by_other))
+            new = messages_repo.near_miss_record_many(
+                session, row["id"], [(c.message_id, why.value) for c, why in result.near_misses]
+            )
+            self.effects.mismatches.extend((row["provider"], why) for why in new)
+            if result.winner is None:
+                return None
+            mid = result.winner.message_id
+            try:
+                with session.begin_nested():
+                    if not repo.signal_mark_found(
+                        session, row["id"], row["check_fence"], mid, record
+                    ):
+                        return None
+                taken_by[mid] = row["id"]  # later signals of this batch see it taken
+                return mid
+            except IntegrityError:
+                excluded.add(mid)

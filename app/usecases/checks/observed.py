@@ -1,0 +1,88 @@
+"""Messages a provider showed a check: parsed once per process, recorded
+once in the database."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from sqlalchemy.orm import Session
+
+from app.db import messages as messages_repo
+from app.domain.ids import new_id
+from app.domain.mail import ParsedMail, parse_mail
+from app.providers.base import ProviderMessage
+
+
+class Observed(NamedTuple):
+    """A recorded message: our id, what the provider gave, and its parse."""
+
+    message_id: str
+    message: ProviderMessage
+    mail: ParsedMail
+
+
+_PARSED: OrderedDict[tuple[str, str], ParsedMail] = OrderedDict()
+PARSED_CACHE_ENTRIES = 4096
+_PARSED_LOCK = threading.Lock()
+# How this process parses a message it matches. A worker parses in its own
+# main thread, where parse_mail's CPU budget applies; the sink, whose checks
+# run in threads beside its event loop, parses in its parse pool.
+_parse: Callable[[bytes], ParsedMail] = parse_mail
+
+
+def parse_with(parse: Callable[[bytes], ParsedMail]) -> None:
+    """Make this process's checks parse messages with `parse`."""
+    global _parse
+    _parse = parse
+
+
+def _parsed(provider: str, message: ProviderMessage) -> ParsedMail:
+    """parse_mail, remembered per (provider, message id): a message never
+    changes under its id, and every check of a mailbox sees it again."""
+    key = (provider, message.provider_message_id)
+    with _PARSED_LOCK:
+        mail = _PARSED.get(key)
+        if mail is not None:
+            _PARSED.move_to_end(key)
+            return mail
+    mail = _parse(message.raw)
+    with _PARSED_LOCK:
+        _PARSED[key] = mail
+        if len(_PARSED) > PARSED_CACHE_ENTRIES:
+            _PARSED.popitem(last=False)
+    return mail
+
+
+def record_messages(
+    session: Session, provider: str, messages: Sequence[ProviderMessage]
+) -> list[Observed]:
+    """Record each observed message once; return every one with our id."""
+    if not messages:
+        return []
+    parsed = [(m, _parsed(provider, m)) for m in messages]
+    ids = messages_repo.message_record_new(
+        session,
+        provider,
+        [
+            {
+                "id": new_id("msg"),
+                "provider": provider,
+                "provider_message_id": m.provider_message_id,
+                "received_at": m.received_at,
+                "subject": p.subject,
+                "recipients": sorted({a.lower() for a in (*m.envelope_recipients, *p.to, *p.cc)}),
+                "run_marker": p.run_marker,
+                "size": len(m.raw),
+                "raw": m.raw,
+            }
+            for m, p in parsed
+        ],
+    )
+    return [
+        Observed(ids[m.provider_message_id], m, p)
+        for m, p in parsed
+        if m.provider_message_id in ids
+    ]

@@ -1,0 +1,184 @@
+"""Running a check: take the due signals of a provider, ask it, write the
+result; and the same check made in this process rather than by a worker."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from app.db import repository as repo
+from app.db.engine import transaction
+from app.domain.ids import new_id
+from app.infra import dispatch
+from app.settings import Settings
+from app.usecases.checks.call import ask_in_bulkhead, bulkhead_of, provider_or_error
+from app.usecases.checks.criteria import search_query
+from app.usecases.checks.decide import CheckBatch, write_answer
+from app.usecases.checks.heartbeat import LeaseKeeper
+from app.usecases.expiry import publish
+
+log = logging.getLogger("signalbox.checks")
+
+BATCH_LIMIT = 200
+
+
+@dataclass
+class CheckReport:
+    provider: str | None = None
+    signals: int = 0
+    outcome: str | None = None
+    found: list[str] = field(default_factory=list)
+    dead_letters: list[str] = field(default_factory=list)
+    # Pushed while their check ran: checked again at once.
+    pushed: list[str] = field(default_factory=list)
+
+
+def run_check(
+    settings: Settings,
+    signal_id: str,
+    *,
+    provider_for: Any,
+    breaker_for: Any,
+    rng: random.Random | None = None,
+    resend_pushed: bool = True,
+    bulkhead_for: Any = None,
+) -> CheckReport:
+    """Check `signal_id` and the other due signals of its provider.
+
+    `provider_for(name) -> Provider` and `breaker_for(name) -> Breaker` are
+    injected by the front door (the Celery task, or `check_in_process`'s caller).
+    Signals pushed while the check ran are sent a task unless
+    `resend_pushed` is False (the caller reads `report.pushed` itself).
+    `bulkhead_for(name) -> Bulkhead` (a worker's, see app/providers/bulkhead.py)
+    bounds how many of this worker's processes call a polled provider at
+    once; a check refused a slot is `circuit_open` / `provider_busy`.
+    """
+    report = CheckReport()
+    with transaction() as session:
+        taken = repo.signal_lock_for_check(
+            session,
+            signal_id,
+            lease_seconds=settings.check_lease_seconds,
+            batch_limit=BATCH_LIMIT,
+            coalesce_seconds=settings.coalesce_window_seconds,
+        )
+    if not taken:
+        return report
+    provider_name = taken[0]["provider"]
+    report.provider, report.signals = provider_name, len(taken)
+    fences = [(r["id"], r["check_fence"]) for r in taken]
+    with LeaseKeeper(fences, settings.check_lease_seconds) as keeper:
+        provider, answer = provider_or_error(provider_for, provider_name)
+        precision = getattr(provider, "timestamp_precision", timedelta(0))
+        pushes = bool(getattr(provider, "pushes", False))
+        if provider is not None:
+            # A final check (at or after a deadline) is the one expiry waits
+            # for: an open breaker does not skip it.
+            final = any(r["looked_at"] >= r["expires_at"] for r in taken)
+            # A polled provider's call holds this process as long as it takes:
+            # the bulkhead keeps a slow one from holding every process.
+            bulkhead = None if pushes else bulkhead_of(bulkhead_for, provider_name)
+            query = search_query(taken, precision)
+            answer = ask_in_bulkhead(bulkhead, keeper, provider, breaker_for, query, final=final)
+    report.outcome = answer.outcome.value
+    batch = CheckBatch(
+        settings=settings,
+        taken=taken,
+        answer=answer,
+        precision=precision,
+        pushes=pushes,
+        started_at=taken[0]["looked_at"],
+        batch_id=new_id("chk"),
+        rng=rng or random.Random(),
+    )
+    effects = write_answer(batch, signal_id)
+    effects.emit()
+    report.dead_letters.extend(effects.dead_letters)
+    report.pushed.extend(effects.pushed)
+    publish(report.dead_letters)
+    if resend_pushed:
+        for pushed_id in report.pushed:
+            dispatch.enqueue_check(pushed_id)
+    return report
+
+
+# Makes the check of a signal's provider batch in this process (`check_in_process`).
+InProcessCheck = Callable[[str], object]
+
+
+def in_process_check_for(settings: Settings) -> InProcessCheck:
+    """`check_in_process` with this process's providers and breakers: what the sink
+    and beat pass to the push and the sweep."""
+    from app.providers.breaker import breaker_for
+    from app.providers.runtime import provider_for
+
+    return partial(check_in_process, settings, provider_for=provider_for, breaker_for=breaker_for)
+
+
+# How many times `check_in_process` checks again the signals pushed while it
+# checked, before it leaves them to a task.
+IN_PROCESS_ROUNDS = 3
+
+
+def check_in_process(
+    settings: Settings, signal_id: str, *, provider_for: Any, breaker_for: Any
+) -> CheckReport:
+    """Make the check of `signal_id` (and its provider's other due signals)
+    in this process, not through a worker.
+
+    For a provider that pushes (the sink), whose search is a database query,
+    the sink makes it where the push is made and beat where the sweep finds
+    it due. So a backlog of slow provider calls holding every worker
+    process, or a worker killed with the task it reserved, cannot keep the
+    check from being made before the deadline. The check is the same use
+    case, with the same lease, fence and history, as a worker's.
+    """
+    report = run_check(
+        settings, signal_id, provider_for=provider_for, breaker_for=breaker_for, resend_pushed=False
+    )
+    pending = list(report.pushed)
+    for _ in range(IN_PROCESS_ROUNDS - 1):
+        if not pending:
+            break
+        again: list[str] = []
+        for pushed_id in pending:
+            more = run_check(
+                settings,
+                pushed_id,
+                provider_for=provider_for,
+                breaker_for=breaker_for,
+                resend_pushed=False,
+            )
+            report.found.extend(more.found)
+            report.dead_letters.extend(more.dead_letters)
+            again.extend(more.pushed)
+        pending = again
+    for pushed_id in pending:
+        dispatch.enqueue_check(pushed_id)
+    return report
+
+
+def try_check_in_process(
+    check_here: InProcessCheck, signal_id: str, provider: str, *, event: str, message: str
+) -> bool:
+    """Make `check_here(signal_id)`; a failure is logged (with `event`), not
+    raised: the check's signals stay due and the sweep checks them again."""
+    try:
+        check_here(signal_id)
+        return True
+    except Exception as exc:
+        log.warning(
+            message,
+            extra={
+                "event": event,
+                "signal_id": signal_id,
+                "provider": provider,
+                "error": type(exc).__name__,
+            },
+        )
+        return False
