@@ -1,6 +1,8 @@
 """The worker front door's Celery app: `app.infra.queue`'s app (broker,
 queues, routes, task names) plus what only workers and beat need: the thin
 tasks of `workers.tasks`, their time limits, and the beat schedule.
+`signalbox-server worker|beat|flower` name it to Celery's command line
+(`-A workers.celery_app`).
 """
 
 from __future__ import annotations

@@ -26,10 +26,12 @@ import sys
 from typing import Any
 
 # isort: off
-# First of all: this module is imported by workers.celery_app before Celery's
-# command line runs, and that command line loads its plugins, Flower among
-# them, which imports prometheus_client. Importing our metrics module now
-# selects multiprocess mode before that happens (see app.observability.metrics).
+# First of all: Celery's command line module loads its plugins, Flower among
+# them, which imports prometheus_client, and the metrics module must select
+# multiprocess mode before that (see app.observability.metrics).
+# `signalbox-server worker|beat` import it themselves before that command line
+# names this app (`-A workers.celery_app`); importing it here keeps it first for
+# a process that imports workers.celery_app before any command line runs.
 from app.observability import metrics
 
 # isort: on

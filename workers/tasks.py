@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-import logging
 from functools import partial
 from typing import Any
 
 from celery import shared_task
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from app.db import dead_letters as dlq_repo
-from app.db.engine import transaction
 from app.infra import dispatch
 from app.infra.redis import redis_client
 from app.providers.breaker import breaker_for
 from app.providers.bulkhead import Bulkhead, default_limit
 from app.providers.runtime import provider_for
 from app.settings import get_settings
-from app.usecases import checks, sweep
-
-log = logging.getLogger("signalbox.tasks")
+from app.usecases import alerts, checks, sweep
 
 
 def bulkhead_for(worker: str, provider: str) -> Bulkhead:
+    """This worker's bulkhead of `provider` (shared by its pool processes)."""
     return Bulkhead(
         redis_client(),
         worker,
@@ -33,20 +29,23 @@ def bulkhead_for(worker: str, provider: str) -> Bulkhead:
 
 
 @shared_task(name="signalbox.check", acks_late=True, bind=True)
-def check(self: Any, signal_id: str) -> dict[str, Any]:
+def check(self: Any, batch_key: str) -> dict[str, Any]:
+    """Check one batch: the due signals of `batch_key`'s provider (that
+    signal first, while it is due), at most `checks.BATCH_LIMIT`, in one
+    provider call. A full batch sends the next task with the same key."""
     # Before the batch is taken: a create refused the ticket meanwhile is
     # committed, so this check takes it.
-    dispatch.first_look_started(signal_id)
+    dispatch.first_look_started(batch_key)
     report = checks.run_check(
         get_settings(),
-        signal_id,
+        batch_key,
         provider_for=provider_for,
         breaker_for=breaker_for,
         bulkhead_for=partial(bulkhead_for, self.request.hostname or "worker"),
     )
     if report.signals >= checks.BATCH_LIMIT:
         # A full batch: more may be due (a burst of creates shared one task).
-        dispatch.enqueue_check(signal_id)
+        dispatch.enqueue_check(batch_key)
     return {"signals": report.signals, "outcome": report.outcome, "found": len(report.found)}
 
 
@@ -92,35 +91,9 @@ def retention() -> dict[str, int]:
     max_retries=None,
 )
 def dead_letter(dead_letter_id: str) -> dict[str, Any]:
-    """The dead-letter queue's consumer: raise the alert (a structured log
-    line an alerting pipeline picks up). Content never goes in it.
-
-    Once per dead letter: the outbox publishes a dead letter again when
-    marking it published failed, and this task is then delivered twice. The
-    alert is raised after the commit that records it (a raise that a failed
-    commit would repeat could not be taken back)."""
-    with transaction() as session:
-        row = dlq_repo.dead_letter_take_alert(session, dead_letter_id)
-        if row is None:  # alerted already, or no such dead letter
-            found = dlq_repo.dead_letter_get(session, dead_letter_id, None) is not None
-            return {"dead_letter_id": dead_letter_id, "found": found, "alerted": False}
-    log.warning(
-        "dead letter",
-        extra={
-            "event": "dead_letter_alert",
-            "dead_letter_id": dead_letter_id,
-            "signal_id": row["signal_id"],
-            "run_id": row["run_id"],
-            "reason": row["reason"],
-            "provider": row["provider"],
-        },
-    )
-    return {
-        "dead_letter_id": dead_letter_id,
-        "found": True,
-        "alerted": True,
-        "reason": row["reason"],
-    }
+    """The dead-letter queue's consumer: raise the alert, once per dead
+    letter (app.usecases.alerts)."""
+    return alerts.raise_alert(dead_letter_id)
 
 
 @shared_task(name="signalbox.webhook", acks_late=True)

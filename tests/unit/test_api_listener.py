@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from app.cli import tcp_listener
+from app.cli.ports import tcp_listener
 
 
 async def _nodelay_of_an_accepted_connection(listener: socket.socket) -> int:

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import argparse
 import smtplib
 import time
 import uuid
 from email.message import EmailMessage
 
-import httpx
+from app.cli.up import DEV_TOKEN_FILE
+from app.settings import Settings, get_settings
 
-from app.settings import Settings
 
-DEV_TOKEN_FILE = "dev-token"
+def cmd_demo(args: argparse.Namespace) -> int:
+    return run_demo(get_settings())
 
 
 def run_demo(settings: Settings) -> int:
+    """Create a signal, send its email, wait for it, claim and consume it, and
+    print each step; 1 if the email was not found, 2 without a token."""
+    # Here, not at the top: every command imports this module for its parser.
+    import httpx
+
     token = next(iter(settings.token_map), None)
     token_file = settings.data_dir / DEV_TOKEN_FILE
     if token is None and token_file.exists():

@@ -1,0 +1,112 @@
+"""`signalbox-server worker`, `beat` and `flower`: Celery's own command line,
+run in this process on the worker front door's app, named by its module
+(`-A workers.celery_app`) so that nothing under app/ imports the workers.
+
+Import order matters (see app.observability.metrics): prometheus_client
+chooses multiprocess mode once, when first imported, and Celery's command
+line module imports it as it loads its plugins (Flower among them). So the
+worker and beat import app.observability.metrics before that module loads;
+Flower imports prometheus_client first, on purpose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+
+from app.cli.ports import check_ports
+from app.cli.services import resolve_services
+from app.settings import get_settings
+
+CELERY_APP = "workers.celery_app"
+
+
+def _celery(argv: list[str]) -> None:
+    """Run `celery -A workers.celery_app <argv>` in this process."""
+    from celery.bin.celery import celery
+    from click.exceptions import Exit
+
+    # An Exit ends the command, as in Celery's own `Celery.start`; its status
+    # is not passed on: the command exits 0 once Celery returns.
+    with contextlib.suppress(Exit):
+        celery.main(args=["-A", CELERY_APP, *argv], standalone_mode=False)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    check_ports(get_settings(), ["metrics"])
+    resolve_services(get_settings())
+    import app.observability.metrics  # noqa: F401  # before Celery's plugins (module docstring)
+    from app.providers.bulkhead import PROCESSES_ENV
+
+    argv = [
+        "worker",
+        "--loglevel",
+        "INFO",
+        "-Q",
+        args.queues,
+        "-n",
+        args.name or f"signalbox-{os.getpid()}@%h",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    if args.concurrency:
+        argv += ["--concurrency", str(args.concurrency)]
+    # The pool processes' bulkhead (app/providers/bulkhead.py) is sized from this.
+    os.environ[PROCESSES_ENV] = str(args.concurrency or os.cpu_count() or 1)
+    _celery(argv)
+    return 0
+
+
+def cmd_beat(args: argparse.Namespace) -> int:
+    check_ports(get_settings(), ["metrics"])
+    settings, _ = resolve_services(get_settings())
+    import app.observability.metrics  # noqa: F401  # before Celery's plugins (module docstring)
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    _celery(
+        # --quiet: no plain-text banner; beat logs JSON lines (workers.logging_setup).
+        [
+            "--quiet",
+            "beat",
+            "--loglevel",
+            "WARNING",
+            "-s",
+            str(settings.data_dir / "celerybeat-schedule"),
+        ]
+    )
+    return 0
+
+
+def cmd_flower(args: argparse.Namespace) -> int:
+    """Flower on SIGNALBOX_FLOWER_PORT, behind SIGNALBOX_FLOWER_BASIC_AUTH when set."""
+    # Flower's own Prometheus metrics stay in this process: it must not join
+    # the deployment's metric files, so prometheus_client is loaded before
+    # anything of ours could switch it to multiprocess mode.
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    import prometheus_client  # noqa: F401
+
+    from app.observability.logs import configure_logging
+
+    settings, _ = resolve_services(get_settings())
+    configure_logging("flower", settings.log_level)
+    # --quiet and --logging=none: no banner and no tornado log format; Flower
+    # writes JSON lines through the handler configured above.
+    argv = [
+        "--quiet",
+        "flower",
+        f"--port={settings.flower_port}",
+        f"--address={settings.flower_host}",
+        "--logging=none",
+    ]
+    if settings.flower_basic_auth:
+        argv.append(f"--basic-auth={settings.flower_basic_auth}")
+    else:
+        print(
+            "signalbox-server: SIGNALBOX_FLOWER_BASIC_AUTH is not set: Flower's UI is open"
+            " and its API refuses every call",
+            file=sys.stderr,
+        )
+    _celery(argv)
+    return 0

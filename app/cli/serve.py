@@ -1,0 +1,72 @@
+"""`signalbox-server api` and `smtp`: the two parts that serve clients, each
+in the foreground until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from typing import Any
+
+from app.cli.ports import check_ports, tcp_listener
+from app.cli.services import resolve_services
+from app.settings import get_settings
+
+
+def api_factory() -> Any:
+    """The ASGI app of one uvicorn worker process (SIGNALBOX_API_WORKERS > 1)."""
+    from app.api.app import create_app
+    from app.observability.logs import configure_logging
+
+    settings = get_settings()
+    configure_logging("api", settings.log_level)
+    return create_app(settings)
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.observability.exposition import serve_metrics_port
+
+    check_ports(get_settings(), ["api", "metrics"])
+    settings, _handles = resolve_services(get_settings())
+    workers = settings.api_workers or 1
+    # Served by this (the supervising) process: it merges every uvicorn worker's files.
+    serve_metrics_port(settings, "api")
+    common: dict[str, Any] = {
+        "host": settings.api_host,
+        "port": settings.api_port,
+        "log_config": None,
+        "access_log": False,
+        "timeout_graceful_shutdown": 5,
+    }
+    if workers > 1:
+        from uvicorn.supervisors import Multiprocess
+
+        # Each worker process has its own long-poll notifier (LISTEN on PostgreSQL).
+        config = uvicorn.Config(
+            "app.cli.serve:api_factory", factory=True, workers=workers, **common
+        )
+        Multiprocess(config, sockets=[tcp_listener(settings.api_host, settings.api_port)]).run()
+    else:
+        uvicorn.run(api_factory(), **common)
+    return 0
+
+
+def cmd_smtp(args: argparse.Namespace) -> int:
+    from app.observability.exposition import serve_metrics_port
+    from app.observability.logs import configure_logging
+    from app.smtp.server import make_controller
+
+    check_ports(get_settings(), ["smtp", "metrics"])
+    settings, _handles = resolve_services(get_settings())
+    configure_logging("smtp", settings.log_level)
+    serve_metrics_port(settings, "smtp")
+    controller = make_controller(settings)
+    controller.start()
+    done = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    done.wait()
+    controller.stop()
+    return 0

@@ -1,0 +1,140 @@
+"""`signalbox-server up`: every part as a child process of one supervisor,
+on embedded PostgreSQL and Redis unless configured otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from app.cli.ports import check_ports, wait_port
+from app.cli.services import resolve_services
+from app.settings import Settings, get_settings
+
+DEV_TOKEN_FILE = "dev-token"
+DEV_NAMESPACE = "default"
+CHILDREN = ("api", "smtp", "worker", "beat", "flower")
+
+
+def _ensure_dev_token(settings: Settings) -> str | None:
+    """A development token for `up` when SIGNALBOX_API_TOKENS is unset; kept
+    under the data dir so it survives restarts."""
+    if settings.api_tokens:
+        return None
+    from app.usecases import tokens
+
+    path = settings.data_dir / DEV_TOKEN_FILE
+    kept = path.read_text().strip() if path.exists() else ""
+    token = tokens.dev_token(DEV_NAMESPACE, kept)
+    if token == kept:
+        return token
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return token
+
+
+def _child_env(name: str, settings: Settings) -> dict[str, str]:
+    """The environment of one child of `up`.
+
+    The API is told the other parts it runs with, so its /readyz checks them
+    too, and gets one uvicorn process per core unless told otherwise. Only
+    the API serves SIGNALBOX_METRICS_PORT: the children share one metrics
+    directory (`up` chose it before starting them), which the API serves.
+    """
+    env = os.environ.copy()
+    if name == "api":
+        env["SIGNALBOX_READY_PARTS"] = "smtp,worker,beat"
+        env.setdefault("SIGNALBOX_API_WORKERS", str(os.cpu_count() or 1))
+    else:
+        env.pop("SIGNALBOX_METRICS_PORT", None)
+    return env
+
+
+def _banner(settings: Settings, ready: bool, flower: bool, token: str | None) -> str:
+    lines = [
+        "Signalbox is up."
+        if ready
+        else "Signalbox started, but the API or SMTP did not answer yet.",
+        f"  API        http://{settings.api_host}:{settings.api_port}  (docs at /docs)",
+        f"  SMTP sink  {settings.smtp_host}:{settings.smtp_port}",
+    ]
+    if flower:
+        lines.append(f"  Flower     http://{settings.flower_host}:{settings.flower_port}")
+    if token:
+        lines.append(f"  Dev token  {token}   (namespace '{DEV_NAMESPACE}')")
+        url = f"http://{settings.api_host}:{settings.api_port}"
+        lines.append(f"  export SIGNALBOX_URL={url} SIGNALBOX_TOKEN={token}")
+    lines.append("Ctrl-C stops everything.")
+    return "\n".join(lines)
+
+
+def _supervise(procs: dict[str, subprocess.Popen[bytes]], stopping: threading.Event) -> int:
+    """Wait for Ctrl-C (or SIGTERM) or a child's end; 1 if a child ended first."""
+    exit_code = 0
+    while not stopping.is_set():
+        for name, proc in procs.items():
+            # A child that ends after Ctrl-C (the whole group got it) is no failure.
+            if proc.poll() is not None and not stopping.is_set():
+                print(
+                    f"signalbox-server: {name} exited with {proc.returncode}; stopping",
+                    file=sys.stderr,
+                )
+                exit_code = 1
+                stopping.set()
+                break
+        stopping.wait(0.5)
+    return exit_code
+
+
+def _stop(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    """Terminate the children, killing those still running after 15 s."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + 15
+    for proc in procs.values():
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from app.db.migrate import upgrade
+
+    wanted = [c for c in CHILDREN if not (c == "flower" and args.no_flower)]
+    check_ports(get_settings(), [c for c in ("api", "smtp", "flower") if c in wanted] + ["metrics"])
+    settings, handles = resolve_services(get_settings())
+    upgrade(settings.database_url or "")
+    from app.observability.metrics import compact_dead_processes
+
+    # Before the children start: fold the metric files a previous run left.
+    compact_dead_processes()
+    token = _ensure_dev_token(settings)
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    stopping = threading.Event()
+
+    def stop_all(*_: object) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGINT, stop_all)
+    signal.signal(signal.SIGTERM, stop_all)
+    for name in wanted:
+        cmd = [sys.executable, "-m", "app.cli", name]
+        if name == "worker" and args.concurrency:
+            cmd += ["--concurrency", str(args.concurrency)]
+        procs[name] = subprocess.Popen(cmd, env=_child_env(name, settings))
+    ready = wait_port(settings.api_host, settings.api_port, 120) and wait_port(
+        settings.smtp_host, settings.smtp_port, 120
+    )
+    print(_banner(settings, ready, "flower" in procs, token), flush=True)
+    exit_code = _supervise(procs, stopping)
+    _stop(procs)
+    if handles is not None:
+        handles.stop()
+    return exit_code
