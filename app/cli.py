@@ -92,17 +92,17 @@ def _ensure_dev_token(settings: Settings) -> str | None:
     under the data dir so it survives restarts."""
     if settings.api_tokens:
         return None
-    from app.db import repository as repo
+    from app.db import tokens as tokens_db
     from app.db.engine import transaction
     from app.domain.ids import token_hash
 
     path = settings.data_dir / DEV_TOKEN_FILE
     token = path.read_text().strip() if path.exists() else ""
     with transaction() as session:
-        if token and repo.token_namespace(session, token_hash(token)) is not None:
+        if token and tokens_db.token_namespace(session, token_hash(token)) is not None:
             return token
         token = "sbx_dev_" + secrets.token_urlsafe(24)
-        repo.token_create(session, DEV_NAMESPACE, token_hash(token))
+        tokens_db.token_create(session, DEV_NAMESPACE, token_hash(token))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(token + "\n")
     path.chmod(0o600)
@@ -431,14 +431,14 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_token_create(args: argparse.Namespace) -> int:
-    from app.db import repository as repo
+    from app.db import tokens as tokens_db
     from app.db.engine import transaction
     from app.domain.ids import token_hash
 
     resolve_services(get_settings())
     token = "sbx_" + secrets.token_urlsafe(32)
     with transaction() as session:
-        repo.token_create(session, args.namespace, token_hash(token))
+        tokens_db.token_create(session, args.namespace, token_hash(token))
     print(token)
     return 0
 

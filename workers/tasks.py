@@ -9,7 +9,7 @@ from typing import Any
 from celery import shared_task
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from app.db import dead_letters as dlq_repo
+from app.db import dead_letters as dead_letters_db
 from app.db.engine import transaction
 from app.infra import dispatch
 from app.infra.redis import redis_client
@@ -98,9 +98,9 @@ def dead_letter(dead_letter_id: str) -> dict[str, Any]:
     alert is raised after the commit that records it (a raise that a failed
     commit would repeat could not be taken back)."""
     with transaction() as session:
-        row = dlq_repo.dead_letter_take_alert(session, dead_letter_id)
+        row = dead_letters_db.dead_letter_take_alert(session, dead_letter_id)
         if row is None:  # alerted already, or no such dead letter
-            found = dlq_repo.dead_letter_get(session, dead_letter_id, None) is not None
+            found = dead_letters_db.dead_letter_get(session, dead_letter_id, None) is not None
             return {"dead_letter_id": dead_letter_id, "found": found, "alerted": False}
     log.warning(
         "dead letter",

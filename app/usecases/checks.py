@@ -25,10 +25,12 @@ import psycopg
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from app.db import messages as messages_repo
-from app.db import repository as repo
+from app.db import checks as checks_db
+from app.db import mailboxes as mailboxes_db
+from app.db import messages as messages_db
+from app.db import server as server_db
+from app.db.checks import CheckRecord
 from app.db.engine import transaction
-from app.db.repository import CheckRecord
 from app.domain.backoff import BackoffPolicy
 from app.domain.ids import new_id, recipient_hash
 from app.domain.mail import ParsedMail, parse_mail
@@ -110,7 +112,7 @@ def run_check(
     rng = rng or random.Random()
     report = CheckReport()
     with transaction() as session:
-        taken = repo.signal_lock_for_check(
+        taken = checks_db.signal_lock_for_check(
             session,
             signal_id,
             lease_seconds=settings.check_lease_seconds,
@@ -357,7 +359,7 @@ class _LeaseKeeper:
                 if also is not None:
                     also()
                 with transaction() as session:
-                    repo.signal_extend_check_leases(session, self.fences, self.lease)
+                    checks_db.signal_extend_check_leases(session, self.fences, self.lease)
             except Exception as exc:  # the next beat may succeed; the lease is the backstop
                 log.warning(
                     "could not extend a check lease",
@@ -536,7 +538,7 @@ def record_messages(
     if not messages:
         return []
     parsed = [(m, _parsed(provider, m)) for m in messages]
-    ids = messages_repo.message_record_new(
+    ids = messages_db.message_record_new(
         session,
         provider,
         [
@@ -603,14 +605,14 @@ def _write(
     decides."""
     provider_name = taken[0]["provider"]
     candidates = record_messages(session, provider_name, look.messages)
-    now = repo.db_now(session)
+    now = server_db.db_now(session)
     owners: dict[str, str | None] = {}
     taken_by: dict[str, dict[str, str]] = {}
     if candidates:
         owners = recipient_owners(session, settings, {r["recipient"] for r in taken})
         ids = [mid for mid, _, _ in candidates]
         for namespace in sorted({r["namespace"] for r in taken}):
-            taken_by[namespace] = messages_repo.message_taken(session, ids, namespace)
+            taken_by[namespace] = messages_db.message_taken(session, ids, namespace)
     # Earlier signals get first pick of a message both would match.
     for row in sorted(taken, key=lambda r: (r["created_at"], r["id"])):
         # Mail received after the deadline is late mail (the dead letter's
@@ -643,7 +645,7 @@ def recipient_owners(
     session: Session, settings: Settings, recipients: set[str]
 ) -> dict[str, str | None]:
     """recipient → owning namespace (None: shared)."""
-    mailboxes = messages_repo.mailbox_owner_many(session, sorted(recipients))
+    mailboxes = mailboxes_db.mailbox_owner_many(session, sorted(recipients))
     domains = settings.namespace_domain_owners
     return {r: owner_of(r, domains, mailboxes.get(r.lower())) for r in recipients}
 
@@ -720,7 +722,7 @@ def _decide(
         rand=rng.random(),
         pushes=pushes,
     )
-    written, pushed = repo.signal_record_check(
+    written, pushed = checks_db.signal_record_check(
         session,
         signal_id,
         fence,
@@ -783,7 +785,7 @@ def _match(
                 for mid, m, parsed in candidates
             ],
         )
-        new = messages_repo.near_miss_record_many(
+        new = messages_db.near_miss_record_many(
             session, row["id"], [(c.message_id, why.value) for c, why in result.near_misses]
         )
         effects.mismatches.extend((row["provider"], why) for why in new)
@@ -792,7 +794,9 @@ def _match(
         mid = result.winner.message_id
         try:
             with session.begin_nested():
-                if not repo.signal_mark_found(session, row["id"], row["check_fence"], mid, record):
+                if not checks_db.signal_mark_found(
+                    session, row["id"], row["check_fence"], mid, record
+                ):
                     return None
             taken_by[mid] = row["id"]  # later signals of this batch see it taken
             return mid

@@ -14,8 +14,8 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.db import dead_letters as dlq_repo
-from app.db import messages as messages_repo
+from app.db import dead_letters as dead_letters_db
+from app.db import messages as messages_db
 from app.db.engine import transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
 from app.domain.matching import Candidate, Criteria, floor_to, pick
@@ -32,14 +32,14 @@ WATCH_LIMIT = 200
 
 def watched_providers() -> list[str]:
     with transaction() as session:
-        return dlq_repo.dead_letter_late_providers(session)
+        return dead_letters_db.dead_letter_late_providers(session)
 
 
 def look(settings: Settings, provider_name: str, *, provider_for: Any, breaker_for: Any) -> int:
     """Look once at `provider_name` for the late mail of its watched dead
     letters; return how many got a late message."""
     with transaction() as session:
-        watched = list(dlq_repo.dead_letter_late_watch(session, provider_name, WATCH_LIMIT))
+        watched = list(dead_letters_db.dead_letter_late_watch(session, provider_name, WATCH_LIMIT))
     if not watched:
         return 0
     provider, _ = checks.provider_or_error(provider_for, provider_name)
@@ -81,7 +81,7 @@ def _link(session: Any, w: Any, candidates: list[Any], precision: timedelta) -> 
         precision=precision,
     )
     horizon = w["expires_at"] + timedelta(hours=24)
-    taken = messages_repo.message_taken(session, [mid for mid, _, _ in candidates], w["namespace"])
+    taken = messages_db.message_taken(session, [mid for mid, _, _ in candidates], w["namespace"])
     result = pick(
         criteria,
         [
@@ -125,7 +125,7 @@ def _link(session: Any, w: Any, candidates: list[Any], precision: timedelta) -> 
             late_seconds_after_deadline=after,
         )
     )
-    if not dlq_repo.dead_letter_set_late(session, w["id"], late, sentence):
+    if not dead_letters_db.dead_letter_set_late(session, w["id"], late, sentence):
         return False
     log.info(
         "late mail linked to its dead letter",
