@@ -77,6 +77,11 @@ ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
+def partial(name: str, *columns: str, where: str, unique: bool = False) -> Index:
+    """An index of the rows `where` holds (an SQL condition) only."""
+    return Index(name, *columns, unique=unique, postgresql_where=text(where))
+
+
 def one_of(table: str, *columns: str) -> Iterable[CheckConstraint]:
     """The CHECK constraints that keep `table`'s `columns` to ENUMERATED's values."""
     for column in columns:
@@ -204,27 +209,12 @@ class Signal(Base):
         UniqueConstraint("namespace", "message_id"),
         *one_of("signals", "status", "expiry_reason", "next_check_reason", "last_outcome"),
         Index(None, "namespace", "run_id", "created_at"),
-        Index(
-            "ix_signals_due",
-            "next_check_at",
-            postgresql_where=text("status = 'waiting'"),
+        partial("ix_signals_due", "next_check_at", where="status = 'waiting'"),
+        partial(
+            "ix_signals_waiting_recipient", "provider", "recipient", where="status = 'waiting'"
         ),
-        Index(
-            "ix_signals_waiting_recipient",
-            "provider",
-            "recipient",
-            postgresql_where=text("status = 'waiting'"),
-        ),
-        Index(
-            "ix_signals_waiting_namespace",
-            "namespace",
-            postgresql_where=text("status = 'waiting'"),
-        ),
-        Index(
-            "ix_signals_waiting_deadline",
-            "expires_at",
-            postgresql_where=text("status = 'waiting'"),
-        ),
+        partial("ix_signals_waiting_namespace", "namespace", where="status = 'waiting'"),
+        partial("ix_signals_waiting_deadline", "expires_at", where="status = 'waiting'"),
     )
 
 
@@ -291,13 +281,8 @@ class Claim(Base):
     __table_args__ = (
         UniqueConstraint("signal_id", "fence"),
         *one_of("claims", "state"),
-        Index(
-            "uq_claims_one_active",
-            "signal_id",
-            unique=True,
-            postgresql_where=text("state = 'active'"),
-        ),
-        Index("ix_claims_active_lease", "lease_until", postgresql_where=text("state = 'active'")),
+        partial("uq_claims_one_active", "signal_id", where="state = 'active'", unique=True),
+        partial("ix_claims_active_lease", "lease_until", where="state = 'active'"),
     )
 
 
@@ -359,16 +344,12 @@ class DeadLetter(Base):
         UniqueConstraint("signal_id", "generation"),
         *one_of("dead_letters", "reason", "state"),
         Index(None, "namespace", "state", "created_at"),
-        Index(
-            "ix_dead_letters_unpublished",
-            "created_at",
-            postgresql_where=text("published_at IS NULL"),
-        ),
-        Index(
+        partial("ix_dead_letters_unpublished", "created_at", where="published_at IS NULL"),
+        partial(
             "ix_dead_letters_late_watch",
             "provider",
             "created_at",
-            postgresql_where=text("state = 'open' AND late_message IS NULL"),
+            where="state = 'open' AND late_message IS NULL",
         ),
     )
 
@@ -398,9 +379,5 @@ class WebhookDelivery(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
         *one_of("webhook_deliveries", "state"),
-        Index(
-            "ix_webhook_deliveries_due",
-            "next_attempt_at",
-            postgresql_where=text("state = 'pending'"),
-        ),
+        partial("ix_webhook_deliveries_due", "next_attempt_at", where="state = 'pending'"),
     )
