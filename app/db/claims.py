@@ -1,4 +1,9 @@
-"""Repository of claims and receipts: every SQL statement that touches them."""
+"""Repository of claims (`claims`) and their receipts (`receipts`).
+
+A claim moves its signal found → claimed and back, or on to consumed, each
+step one statement guarded by the signal's claim fence; the claim's lease
+lapses unless extended, and a consume writes the receipt.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from sqlalchemy import RowMapping, text
 from sqlalchemy.orm import Session
 
 from app.db import raw
-from app.db.repository import Row, affected
+from app.db.rows import Row, by_column, first, touched_one
 from app.domain.states import CLAIM, CONSUME, GIVE_BACK
 
 _CLAIM_TAKE = raw.Query(
@@ -71,34 +76,23 @@ def claim_take(
 
 
 def claim_get(session: Session, claim_id: str) -> RowMapping | None:
-    return (
-        session.execute(text("SELECT * FROM claims WHERE id = :id"), {"id": claim_id})
-        .mappings()
-        .first()
-    )
+    return first(session, "SELECT * FROM claims WHERE id = :id", {"id": claim_id})
 
 
 def claim_active_for_signal(session: Session, signal_id: str) -> RowMapping | None:
-    return (
-        session.execute(
-            text("SELECT * FROM claims WHERE signal_id = :id AND state = 'active'"),
-            {"id": signal_id},
-        )
-        .mappings()
-        .first()
+    return first(
+        session,
+        "SELECT * FROM claims WHERE signal_id = :id AND state = 'active'",
+        {"id": signal_id},
     )
 
 
 def claim_active_many(session: Session, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
-    rows = (
-        session.execute(
-            text("SELECT * FROM claims WHERE signal_id = ANY(:ids) AND state = 'active'"),
-            {"ids": list(signal_ids)},
-        )
-        .mappings()
-        .all()
+    return by_column(
+        session,
+        "SELECT * FROM claims WHERE signal_id = ANY(:ids) AND state = 'active'",
+        {"ids": list(signal_ids)},
     )
-    return {r["signal_id"]: r for r in rows}
 
 
 _CLAIM_LOCK_LIVE = raw.Query(
@@ -122,50 +116,33 @@ def claim_lock_live(session: Session, claim_id: str) -> Row | None:
 
 
 def claim_end(session: Session, claim_id: str, fence: int, *, to_state: str) -> bool:
-    return (
-        affected(
-            session.execute(
-                text(
-                    "UPDATE claims SET state = :to, ended_at = now()"
-                    " WHERE id = :id AND fence = :fence AND state = 'active'"
-                ),
-                {"id": claim_id, "fence": fence, "to": to_state},
-            )
-        )
-        == 1
+    return touched_one(
+        session,
+        "UPDATE claims SET state = :to, ended_at = now()"
+        " WHERE id = :id AND fence = :fence AND state = 'active'",
+        {"id": claim_id, "fence": fence, "to": to_state},
     )
 
 
 def claim_extend(
     session: Session, claim_id: str, fence: int, lease_seconds: float
 ) -> RowMapping | None:
-    return (
-        session.execute(
-            text(
-                "UPDATE claims SET lease_until = now() + make_interval(secs => :lease)"
-                " WHERE id = :id AND fence = :fence AND state = 'active' AND lease_until > now()"
-                " RETURNING *"
-            ),
-            {"id": claim_id, "fence": fence, "lease": lease_seconds},
-        )
-        .mappings()
-        .first()
+    return first(
+        session,
+        "UPDATE claims SET lease_until = now() + make_interval(secs => :lease)"
+        " WHERE id = :id AND fence = :fence AND state = 'active' AND lease_until > now()"
+        " RETURNING *",
+        {"id": claim_id, "fence": fence, "lease": lease_seconds},
     )
 
 
 def signal_release_claim(session: Session, signal_id: str, fence: int) -> bool:
     """claimed → found, if `fence` is still the signal's claim fence."""
-    return (
-        affected(
-            session.execute(
-                text(
-                    "UPDATE signals SET status = :dst, updated_at = now()"
-                    " WHERE id = :id AND status = :src AND claim_fence = :fence"
-                ),
-                {"id": signal_id, "fence": fence, **GIVE_BACK.params},
-            )
-        )
-        == 1
+    return touched_one(
+        session,
+        "UPDATE signals SET status = :dst, updated_at = now()"
+        " WHERE id = :id AND status = :src AND claim_fence = :fence",
+        {"id": signal_id, "fence": fence, **GIVE_BACK.params},
     )
 
 
@@ -225,35 +202,20 @@ def claim_lapsed_ids(session: Session, limit: int) -> list[str]:
 
 
 def receipt_by_signal_many(session: Session, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
-    rows = (
-        session.execute(
-            text("SELECT * FROM receipts WHERE signal_id = ANY(:ids)"), {"ids": list(signal_ids)}
-        )
-        .mappings()
-        .all()
+    return by_column(
+        session, "SELECT * FROM receipts WHERE signal_id = ANY(:ids)", {"ids": list(signal_ids)}
     )
-    return {r["signal_id"]: r for r in rows}
 
 
 def receipt_by_claim(session: Session, claim_id: str) -> RowMapping | None:
-    return (
-        session.execute(text("SELECT * FROM receipts WHERE claim_id = :id"), {"id": claim_id})
-        .mappings()
-        .first()
-    )
+    return first(session, "SELECT * FROM receipts WHERE claim_id = :id", {"id": claim_id})
 
 
 def claim_latest_many(session: Session, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
     """The latest claim of each signal (for evidence timings)."""
-    rows = (
-        session.execute(
-            text(
-                "SELECT DISTINCT ON (signal_id) * FROM claims WHERE signal_id = ANY(:ids)"
-                " ORDER BY signal_id, fence DESC"
-            ),
-            {"ids": list(signal_ids)},
-        )
-        .mappings()
-        .all()
+    return by_column(
+        session,
+        "SELECT DISTINCT ON (signal_id) * FROM claims WHERE signal_id = ANY(:ids)"
+        " ORDER BY signal_id, fence DESC",
+        {"ids": list(signal_ids)},
     )
-    return {r["signal_id"]: r for r in rows}

@@ -1,15 +1,24 @@
-"""Repository of dead letters: every SQL statement that touches `dead_letters`."""
+"""Repository of dead letters (`dead_letters`): one per expiry of a signal.
+
+Recorded once per (signal, generation) and published through an outbox
+(`dead_letter_take_unpublished`, `dead_letter_mark_published`); listed and
+locked for triage by the API's filters; resolved `open` → `redriven` |
+`discarded` by a guarded update; counted for the gauges and the console; and
+watched for mail that arrives after the deadline (late mail).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import RowMapping, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from app.db.repository import affected
+from app.db.pagination import BY_CREATION
+from app.db.rows import by_column, every, first, touched_one
 from app.domain.states import DeadLetterState, dead_letter_transition
 
 
@@ -40,78 +49,89 @@ def dead_letter_get(
     sql = "SELECT * FROM dead_letters WHERE id = :id"
     if namespace is not None:
         sql += " AND namespace = :ns"
-    return session.execute(text(sql), {"id": dead_letter_id, "ns": namespace}).mappings().first()
+    return first(session, sql, {"id": dead_letter_id, "ns": namespace})
 
 
 def dead_letter_take_alert(session: Session, dead_letter_id: str) -> RowMapping | None:
     """Mark the dead letter alerted and read it, unless it was alerted
     already (or does not exist): then None."""
-    return (
-        session.execute(
-            text(
-                "UPDATE dead_letters SET alerted_at = now()"
-                " WHERE id = :id AND alerted_at IS NULL RETURNING *"
-            ),
-            {"id": dead_letter_id},
-        )
-        .mappings()
-        .first()
+    return first(
+        session,
+        "UPDATE dead_letters SET alerted_at = now()"
+        " WHERE id = :id AND alerted_at IS NULL RETURNING *",
+        {"id": dead_letter_id},
     )
 
 
 def dead_letter_latest_many(session: Session, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
-    rows = (
-        session.execute(
-            text(
-                "SELECT DISTINCT ON (signal_id) * FROM dead_letters WHERE signal_id = ANY(:ids)"
-                " ORDER BY signal_id, generation DESC"
-            ),
-            {"ids": list(signal_ids)},
-        )
-        .mappings()
-        .all()
+    """The latest dead letter of each signal (its highest generation)."""
+    return by_column(
+        session,
+        "SELECT DISTINCT ON (signal_id) * FROM dead_letters WHERE signal_id = ANY(:ids)"
+        " ORDER BY signal_id, generation DESC",
+        {"ids": list(signal_ids)},
     )
-    return {r["signal_id"]: r for r in rows}
+
+
+# Columns a dead-letter filter may name (the keys are the API's field names).
+DEAD_LETTER_FILTERS = ("state", "reason", "provider", "run_id", "namespace")
+
+
+def _dead_letter_where(
+    namespace: str | None, filters: Mapping[str, str | None], params: dict[str, Any]
+) -> list[str]:
+    """The conditions of a dead-letter filter, their values put in `params`.
+    `namespace` is the caller's scope (None: every namespace, an operator),
+    never a namespace taken from a tenant's input."""
+    where = ["true"]
+    if namespace is not None:
+        where.append("namespace = :scope")
+        params["scope"] = namespace
+    for column in DEAD_LETTER_FILTERS:
+        value = filters.get(column)
+        if value is not None:
+            where.append(f"{column} = :f_{column}")
+            params[f"f_{column}"] = value
+    return where
 
 
 def dead_letter_list(
     session: Session,
     namespace: str | None,
+    filters: Mapping[str, str | None],
     *,
-    state: str | None,
-    reason: str | None,
-    provider: str | None,
-    run_id: str | None = None,
-    after: tuple[Any, str] | None,
+    after: tuple[datetime, str] | None,
     limit: int,
 ) -> Sequence[RowMapping]:
-    where = ["true"]
-    params: dict[str, Any] = {"limit": limit}
-    for column, value in (
-        ("namespace", namespace),
-        ("state", state),
-        ("reason", reason),
-        ("provider", provider),
-        ("run_id", run_id),
-    ):
-        if value is not None:
-            where.append(f"{column} = :{column}")
-            params[column] = value
-    if after is not None:
-        where.append("(created_at, id) > (:after_ts, :after_id)")
-        params.update(after_ts=after[0], after_id=after[1])
-    return (
-        session.execute(
-            text(
-                "SELECT * FROM dead_letters WHERE "
-                + " AND ".join(where)
-                + " ORDER BY created_at, id LIMIT :limit"
-            ),
-            params,
-        )
-        .mappings()
-        .all()
-    )
+    """One page of the dead letters in `namespace` (None: all) matching
+    `filters`, oldest first, after the cursor `after`."""
+    params: dict[str, Any] = {}
+    where = _dead_letter_where(namespace, filters, params)
+    where.append(BY_CREATION.after(after, params))
+    sql = "SELECT * FROM dead_letters WHERE " + " AND ".join(where)
+    return every(session, sql + BY_CREATION.page(limit, params), params)
+
+
+def dead_letter_lock_open(
+    session: Session,
+    namespace: str | None,
+    filters: Mapping[str, str | None],
+    *,
+    skip: Sequence[str],
+    limit: int,
+) -> Sequence[RowMapping]:
+    """Lock up to `limit` open dead letters matching `filters` for a bulk move.
+
+    Rows another transaction holds are skipped (it is moving them); `skip`
+    leaves out rows this bulk move already gave up on.
+    """
+    params: dict[str, Any] = {}
+    where = _dead_letter_where(namespace, {**filters, "state": "open"}, params)
+    if skip:
+        where.append("id <> ALL(:skip)")
+        params["skip"] = list(skip)
+    sql = "SELECT * FROM dead_letters WHERE " + " AND ".join(where)
+    return every(session, sql + BY_CREATION.page(limit, params) + " FOR UPDATE SKIP LOCKED", params)
 
 
 def dead_letter_resolve(
@@ -119,16 +139,11 @@ def dead_letter_resolve(
 ) -> RowMapping | None:
     """open → redriven | discarded; None if it was not open any more."""
     src, dst = dead_letter_transition(DeadLetterState.OPEN, DeadLetterState(to_state))
-    return (
-        session.execute(
-            text(
-                "UPDATE dead_letters SET state = :dst, note = coalesce(:note, note),"
-                " resolved_at = now() WHERE id = :id AND state = :src RETURNING *"
-            ),
-            {"id": dead_letter_id, "src": src, "dst": dst, "note": note},
-        )
-        .mappings()
-        .first()
+    return first(
+        session,
+        "UPDATE dead_letters SET state = :dst, note = coalesce(:note, note),"
+        " resolved_at = now() WHERE id = :id AND state = :src RETURNING *",
+        {"id": dead_letter_id, "src": src, "dst": dst, "note": note},
     )
 
 
@@ -164,11 +179,24 @@ def dead_letter_mark_published(session: Session, ids: Sequence[str]) -> None:
     )
 
 
-def dead_letter_count_by_reason_state(session: Session) -> dict[tuple[str, str], int]:
+def dead_letter_count_by_reason_state_namespace(
+    session: Session,
+) -> dict[tuple[str, str, str], int]:
     rows = session.execute(
-        text("SELECT reason, state, count(*) FROM dead_letters GROUP BY reason, state")
+        text(
+            "SELECT reason, state, namespace, count(*) FROM dead_letters"
+            " GROUP BY reason, state, namespace"
+        )
     ).all()
-    return {(r[0], r[1]): int(r[2]) for r in rows}
+    return {(r[0], r[1], r[2]): int(r[3]) for r in rows}
+
+
+def dead_letter_count_open_by_namespace(session: Session, namespace: str | None) -> dict[str, int]:
+    sql = "SELECT namespace, count(*) FROM dead_letters WHERE state = 'open'"
+    if namespace is not None:
+        sql += " AND namespace = :ns"
+    rows = session.execute(text(sql + " GROUP BY 1 ORDER BY 1"), {"ns": namespace}).all()
+    return {r[0]: int(r[1]) for r in rows}
 
 
 # ---------------------------------------------------------------- late mail
@@ -190,22 +218,17 @@ def dead_letter_late_providers(session: Session) -> list[str]:
 
 def dead_letter_late_watch(session: Session, provider: str, limit: int) -> Sequence[RowMapping]:
     """The watched dead letters of `provider` with what matching needs."""
-    return (
-        session.execute(
-            text(
-                """
-                SELECT d.id, d.signal_id, d.reason, d.checks_by_outcome, d.last_error_code,
-                       d.near_misses, s.namespace, s.run_id, s.recipient, s.received_after,
-                       s.subject_contains, s.body_contains, s.require_run_marker,
-                       s.expires_at, s.expired_at, s.provider
-                """
-                + _LATE_WATCH
-                + " AND d.provider = :p ORDER BY d.created_at DESC LIMIT :limit"
-            ),
-            {"p": provider, "limit": limit},
-        )
-        .mappings()
-        .all()
+    return every(
+        session,
+        """
+        SELECT d.id, d.signal_id, d.reason, d.checks_by_outcome, d.last_error_code,
+               d.near_misses, s.namespace, s.run_id, s.recipient, s.received_after,
+               s.subject_contains, s.body_contains, s.require_run_marker,
+               s.expires_at, s.expired_at, s.provider
+        """
+        + _LATE_WATCH
+        + " AND d.provider = :p ORDER BY d.created_at DESC LIMIT :limit",
+        {"p": provider, "limit": limit},
     )
 
 
@@ -213,11 +236,11 @@ def dead_letter_set_late(
     session: Session, dead_letter_id: str, late_message: Mapping[str, Any], recommendation: str
 ) -> bool:
     """Link the late message (once) and restate the recommendation."""
-    result = session.execute(
+    return touched_one(
+        session,
         text(
             "UPDATE dead_letters SET late_message = :late, recommendation = :rec"
             " WHERE id = :id AND late_message IS NULL"
         ).bindparams(bindparam("late", type_=JSONB)),
         {"id": dead_letter_id, "late": dict(late_message), "rec": recommendation},
     )
-    return affected(result) == 1

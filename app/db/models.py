@@ -6,17 +6,22 @@
 - every observed message once: unique (provider, provider_message_id);
 - one check row per check lease: unique (signal_id, fence) on `checks`;
 - at most one active claim per signal, one receipt per signal;
-- one dead letter per expiry: unique (signal_id, generation).
+- one dead letter per expiry: unique (signal_id, generation);
+- an enumerated column holds only a value the code knows: a CHECK per column
+  of `ENUMERATED` (`ck_<table>_<column>`), its values taken from the enums of
+  `app.domain` (migration 0009).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     ForeignKey,
     Identity,
@@ -33,6 +38,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from app.domain.matching import Why
+from app.domain.states import CheckOutcome, CheckReason, DeadLetterState, ExpiryReason, Status
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -47,6 +55,38 @@ TS = DateTime(timezone=True)
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
+
+
+# States of rows that have no enum in app.domain.
+CLAIM_STATES = ("active", "released", "lapsed", "consumed")
+DELIVERY_STATES = ("pending", "delivered", "failed")  # of a webhook delivery
+
+# (table, column) -> the values the code writes there; NULL passes a CHECK.
+ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
+    ("signals", "status"): tuple(Status),
+    ("signals", "expiry_reason"): tuple(ExpiryReason),
+    ("signals", "next_check_reason"): tuple(CheckReason),
+    ("signals", "last_outcome"): tuple(CheckOutcome),
+    ("checks", "reason"): tuple(CheckReason),
+    ("checks", "outcome"): tuple(CheckOutcome),
+    ("near_misses", "why"): tuple(Why),
+    ("claims", "state"): CLAIM_STATES,
+    ("dead_letters", "reason"): tuple(ExpiryReason),
+    ("dead_letters", "state"): tuple(DeadLetterState),
+    ("webhook_deliveries", "state"): DELIVERY_STATES,
+}
+
+
+def partial(name: str, *columns: str, where: str, unique: bool = False) -> Index:
+    """An index of the rows `where` holds (an SQL condition) only."""
+    return Index(name, *columns, unique=unique, postgresql_where=text(where))
+
+
+def one_of(table: str, *columns: str) -> Iterable[CheckConstraint]:
+    """The CHECK constraints that keep `table`'s `columns` to ENUMERATED's values."""
+    for column in columns:
+        listed = ", ".join(f"'{value}'" for value in ENUMERATED[(table, column)])
+        yield CheckConstraint(f"{column} IN ({listed})", name=column)
 
 
 class ApiToken(Base):
@@ -167,28 +207,14 @@ class Signal(Base):
         # One message per signal within a namespace; namespaces match shared
         # mail independently.
         UniqueConstraint("namespace", "message_id"),
+        *one_of("signals", "status", "expiry_reason", "next_check_reason", "last_outcome"),
         Index(None, "namespace", "run_id", "created_at"),
-        Index(
-            "ix_signals_due",
-            "next_check_at",
-            postgresql_where=text("status = 'waiting'"),
+        partial("ix_signals_due", "next_check_at", where="status = 'waiting'"),
+        partial(
+            "ix_signals_waiting_recipient", "provider", "recipient", where="status = 'waiting'"
         ),
-        Index(
-            "ix_signals_waiting_recipient",
-            "provider",
-            "recipient",
-            postgresql_where=text("status = 'waiting'"),
-        ),
-        Index(
-            "ix_signals_waiting_namespace",
-            "namespace",
-            postgresql_where=text("status = 'waiting'"),
-        ),
-        Index(
-            "ix_signals_waiting_deadline",
-            "expires_at",
-            postgresql_where=text("status = 'waiting'"),
-        ),
+        partial("ix_signals_waiting_namespace", "namespace", where="status = 'waiting'"),
+        partial("ix_signals_waiting_deadline", "expires_at", where="status = 'waiting'"),
     )
 
 
@@ -223,6 +249,7 @@ class Check(Base):
     messages_seen: Mapped[int | None] = mapped_column(Integer)
     __table_args__ = (
         UniqueConstraint("signal_id", "fence"),
+        *one_of("checks", "reason", "outcome"),
         Index(None, "finished_at"),
     )
 
@@ -237,6 +264,7 @@ class NearMiss(Base):
     )
     why: Mapped[str] = mapped_column(String(32))
     recorded_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    __table_args__ = (*one_of("near_misses", "why"),)
 
 
 class Claim(Base):
@@ -252,13 +280,9 @@ class Claim(Base):
     ended_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
         UniqueConstraint("signal_id", "fence"),
-        Index(
-            "uq_claims_one_active",
-            "signal_id",
-            unique=True,
-            postgresql_where=text("state = 'active'"),
-        ),
-        Index("ix_claims_active_lease", "lease_until", postgresql_where=text("state = 'active'")),
+        *one_of("claims", "state"),
+        partial("uq_claims_one_active", "signal_id", where="state = 'active'", unique=True),
+        partial("ix_claims_active_lease", "lease_until", where="state = 'active'"),
     )
 
 
@@ -318,17 +342,14 @@ class DeadLetter(Base):
     alerted_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
         UniqueConstraint("signal_id", "generation"),
+        *one_of("dead_letters", "reason", "state"),
         Index(None, "namespace", "state", "created_at"),
-        Index(
-            "ix_dead_letters_unpublished",
-            "created_at",
-            postgresql_where=text("published_at IS NULL"),
-        ),
-        Index(
+        partial("ix_dead_letters_unpublished", "created_at", where="published_at IS NULL"),
+        partial(
             "ix_dead_letters_late_watch",
             "provider",
             "created_at",
-            postgresql_where=text("state = 'open' AND late_message IS NULL"),
+            where="state = 'open' AND late_message IS NULL",
         ),
     )
 
@@ -357,9 +378,6 @@ class WebhookDelivery(Base):
     last_error: Mapped[str | None] = mapped_column(String(200))
     delivered_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
-        Index(
-            "ix_webhook_deliveries_due",
-            "next_attempt_at",
-            postgresql_where=text("state = 'pending'"),
-        ),
+        *one_of("webhook_deliveries", "state"),
+        partial("ix_webhook_deliveries_due", "next_attempt_at", where="state = 'pending'"),
     )

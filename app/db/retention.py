@@ -21,59 +21,66 @@ from sqlalchemy.orm import Session
 _IN_PLAY = "('waiting', 'found', 'claimed')"
 
 
-def _count(session: Session, sql: str, **params: object) -> int:
+def _count(session: Session, sql: str, *, older_than_hours: float, limit: int) -> int:
+    """Run one batch's statement (`:secs` the cutoff's age, `:limit` the batch)."""
+    params = {"secs": older_than_hours * 3600, "limit": limit}
     result = cast(CursorResult[Any], session.execute(text(sql), params))
     return int(result.rowcount or 0)
 
 
-def sink_message_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
-    """Delete sink messages received before the cutoff, except those addressed
-    to a waiting signal's recipient or recorded as an in-play signal's message."""
-    return _count(
-        session,
-        f"""
-        DELETE FROM sink_messages WHERE id IN (
-            SELECT sm.id FROM sink_messages sm
-             WHERE sm.received_at < now() - make_interval(secs => :secs)
+def _delete_oldest(table: str, where: str, order_by: str) -> str:
+    """A batch delete: the oldest `:limit` rows of `table` (aliased by its
+    initials in `where` and `order_by`) that `where` picks, skipping those
+    another transaction holds."""
+    alias = "".join(word[0] for word in table.split("_"))
+    return f"""
+        DELETE FROM {table} WHERE id IN (
+            SELECT {alias}.id FROM {table} {alias}
+             WHERE {where}
+             ORDER BY {order_by}
+             LIMIT :limit
+             FOR UPDATE SKIP LOCKED)
+    """
+
+
+_SINK_MESSAGES_OLD = _delete_oldest(
+    "sink_messages",
+    f"""sm.received_at < now() - make_interval(secs => :secs)
                AND NOT EXISTS (
                     SELECT 1 FROM signals s
                      WHERE s.status = 'waiting' AND lower(s.recipient) = ANY(sm.all_recipients))
                AND NOT EXISTS (
                     SELECT 1 FROM messages m JOIN signals s ON s.message_id = m.id
-                     WHERE m.provider_message_id = sm.id::text AND s.status IN {_IN_PLAY})
-             ORDER BY sm.received_at
-             LIMIT :limit
-             FOR UPDATE SKIP LOCKED)
-        """,
-        secs=older_than_hours * 3600,
-        limit=limit,
-    )
+                     WHERE m.provider_message_id = sm.id::text AND s.status IN {_IN_PLAY})""",
+    "sm.received_at",
+)
 
 
-def message_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
-    """Delete observed messages older than the cutoff that no signal points
-    at, that are no waiting signal's near miss, and that are not addressed to
-    a waiting signal's recipient (it could still match them)."""
-    return _count(
-        session,
-        """
-        DELETE FROM messages WHERE id IN (
-            SELECT m.id FROM messages m
-             WHERE m.observed_at < now() - make_interval(secs => :secs)
+def sink_message_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+    """Delete sink messages received before the cutoff, except those addressed
+    to a waiting signal's recipient or recorded as an in-play signal's message."""
+    return _count(session, _SINK_MESSAGES_OLD, older_than_hours=older_than_hours, limit=limit)
+
+
+_MESSAGES_OLD = _delete_oldest(
+    "messages",
+    """m.observed_at < now() - make_interval(secs => :secs)
                AND NOT EXISTS (SELECT 1 FROM signals s WHERE s.message_id = m.id)
                AND NOT EXISTS (
                     SELECT 1 FROM near_misses n JOIN signals s ON s.id = n.signal_id
                      WHERE n.message_id = m.id AND s.status = 'waiting')
                AND NOT EXISTS (
                     SELECT 1 FROM signals s
-                     WHERE s.status = 'waiting' AND lower(s.recipient) = ANY(m.recipients))
-             ORDER BY m.observed_at
-             LIMIT :limit
-             FOR UPDATE SKIP LOCKED)
-        """,
-        secs=older_than_hours * 3600,
-        limit=limit,
-    )
+                     WHERE s.status = 'waiting' AND lower(s.recipient) = ANY(m.recipients))""",
+    "m.observed_at",
+)
+
+
+def message_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+    """Delete observed messages older than the cutoff that no signal points
+    at, that are no waiting signal's near miss, and that are not addressed to
+    a waiting signal's recipient (it could still match them)."""
+    return _count(session, _MESSAGES_OLD, older_than_hours=older_than_hours, limit=limit)
 
 
 def message_purge_consumed_raw(session: Session, *, older_than_hours: float, limit: int) -> int:
@@ -92,7 +99,7 @@ def message_purge_consumed_raw(session: Session, *, older_than_hours: float, lim
              LIMIT :limit
              FOR UPDATE OF m SKIP LOCKED)
         """,
-        secs=older_than_hours * 3600,
+        older_than_hours=older_than_hours,
         limit=limit,
     )
 
@@ -140,77 +147,54 @@ def check_delete_old(session: Session, *, older_than_hours: float, limit: int) -
     return int(row)
 
 
+_RECEIPTS_OLD = _delete_oldest(
+    "receipts", "r.consumed_at < now() - make_interval(secs => :secs)", "r.consumed_at"
+)
+
+
 def receipt_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
-    return _count(
-        session,
-        """
-        DELETE FROM receipts WHERE id IN (
-            SELECT id FROM receipts
-             WHERE consumed_at < now() - make_interval(secs => :secs)
-             ORDER BY consumed_at
-             LIMIT :limit
-             FOR UPDATE SKIP LOCKED)
-        """,
-        secs=older_than_hours * 3600,
-        limit=limit,
-    )
+    return _count(session, _RECEIPTS_OLD, older_than_hours=older_than_hours, limit=limit)
+
+
+_DEAD_LETTERS_OLD = _delete_oldest(
+    "dead_letters",
+    "dl.state <> 'open' AND dl.created_at < now() - make_interval(secs => :secs)",
+    "dl.created_at",
+)
 
 
 def dead_letter_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
     """Delete resolved (redriven or discarded) dead letters older than the
     cutoff; open ones stay until an operator resolves them."""
-    return _count(
-        session,
-        """
-        DELETE FROM dead_letters WHERE id IN (
-            SELECT id FROM dead_letters
-             WHERE state <> 'open' AND created_at < now() - make_interval(secs => :secs)
-             ORDER BY created_at
-             LIMIT :limit
-             FOR UPDATE SKIP LOCKED)
-        """,
-        secs=older_than_hours * 3600,
-        limit=limit,
-    )
+    return _count(session, _DEAD_LETTERS_OLD, older_than_hours=older_than_hours, limit=limit)
+
+
+_SIGNALS_OLD = _delete_oldest(
+    "signals",
+    """s.status IN ('consumed', 'expired')
+               AND s.updated_at < now() - make_interval(secs => :secs)
+               AND NOT EXISTS (
+                    SELECT 1 FROM dead_letters d WHERE d.signal_id = s.id AND d.state = 'open')""",
+    "s.updated_at",
+)
 
 
 def signal_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
     """Delete terminal signals (consumed, or expired with no open dead letter)
     last changed before the cutoff; their checks, near misses, claims and
     idempotency keys go with them (foreign keys cascade)."""
-    return _count(
-        session,
-        """
-        DELETE FROM signals WHERE id IN (
-            SELECT s.id FROM signals s
-             WHERE s.status IN ('consumed', 'expired')
-               AND s.updated_at < now() - make_interval(secs => :secs)
-               AND NOT EXISTS (
-                    SELECT 1 FROM dead_letters d WHERE d.signal_id = s.id AND d.state = 'open')
-             ORDER BY s.updated_at
-             LIMIT :limit
-             FOR UPDATE SKIP LOCKED)
-        """,
-        secs=older_than_hours * 3600,
-        limit=limit,
-    )
+    return _count(session, _SIGNALS_OLD, older_than_hours=older_than_hours, limit=limit)
+
+
+_FOUND_SIGNALS_OLD = _delete_oldest(
+    "signals",
+    "s.status = 'found' AND s.updated_at < now() - make_interval(secs => :secs)",
+    "s.updated_at",
+)
 
 
 def signal_delete_unclaimed_found(session: Session, *, older_than_hours: float, limit: int) -> int:
     """Delete `found` signals nobody claimed since before the cutoff: a found
     signal is not eternal. What cascades from them goes with them, and their
     message, no longer pointed at, ages out with the content."""
-    return _count(
-        session,
-        """
-        DELETE FROM signals WHERE id IN (
-            SELECT s.id FROM signals s
-             WHERE s.status = 'found'
-               AND s.updated_at < now() - make_interval(secs => :secs)
-             ORDER BY s.updated_at
-             LIMIT :limit
-             FOR UPDATE SKIP LOCKED)
-        """,
-        secs=older_than_hours * 3600,
-        limit=limit,
-    )
+    return _count(session, _FOUND_SIGNALS_OLD, older_than_hours=older_than_hours, limit=limit)

@@ -8,28 +8,38 @@ attempt number (the fence): a holder whose lease lapsed writes nothing.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import RowMapping, text
 from sqlalchemy.orm import Session
 
-from app.db.repository import affected
+from app.db.due import due_or_lost
+from app.db.rows import every, first, touched_one
 
 
 def delivery_insert(session: Session, dead_letter_id: str, body: str) -> bool:
     """One delivery per dead letter, whatever the retries of the caller."""
-    return (
-        affected(
-            session.execute(
-                text(
-                    "INSERT INTO webhook_deliveries (dead_letter_id, body) VALUES (:id, :body)"
-                    " ON CONFLICT (dead_letter_id) DO NOTHING"
-                ),
-                {"id": dead_letter_id, "body": body},
-            )
-        )
-        == 1
+    return touched_one(
+        session,
+        "INSERT INTO webhook_deliveries (dead_letter_id, body) VALUES (:id, :body)"
+        " ON CONFLICT (dead_letter_id) DO NOTHING",
+        {"id": dead_letter_id, "body": body},
     )
+
+
+_MARK_DUE_ENQUEUED = text(
+    due_or_lost(
+        table="webhook_deliveries",
+        live="state = 'pending'",
+        due_at="next_attempt_at",
+        lease_until="lease_until",
+        lost_after=":requeue",
+    )
+    + """
+            UPDATE webhook_deliveries d SET enqueued_at = now()
+              FROM due WHERE d.id = due.id
+            RETURNING d.dead_letter_id
+            """
+)
 
 
 def delivery_mark_due_enqueued(
@@ -40,35 +50,19 @@ def delivery_mark_due_enqueued(
     one was not taken within `requeue_after_seconds`: lost)."""
     return list(
         session.execute(
-            text(
-                """
-                WITH due AS (
-                    SELECT id FROM webhook_deliveries
-                     WHERE state = 'pending' AND next_attempt_at <= now()
-                       AND (lease_until IS NULL OR lease_until < now())
-                       AND (enqueued_at IS NULL OR enqueued_at < next_attempt_at
-                            OR enqueued_at < now() - make_interval(secs => :requeue))
-                     ORDER BY next_attempt_at
-                     LIMIT :limit
-                     FOR UPDATE SKIP LOCKED
-                )
-                UPDATE webhook_deliveries d SET enqueued_at = now()
-                  FROM due WHERE d.id = due.id
-                RETURNING d.dead_letter_id
-                """
-            ),
-            {"requeue": requeue_after_seconds, "limit": limit},
+            _MARK_DUE_ENQUEUED, {"requeue": requeue_after_seconds, "limit": limit}
         ).scalars()
     )
 
 
-def delivery_take(session: Session, dead_letter_id: str, *, lease_seconds: float) -> Any:
+def delivery_take(
+    session: Session, dead_letter_id: str, *, lease_seconds: float
+) -> RowMapping | None:
     """Take the delivery for one attempt if it is due and nobody holds it:
     bumps `attempts` (the fence) and stamps a lease. None otherwise."""
-    return (
-        session.execute(
-            text(
-                """
+    return first(
+        session,
+        """
                 WITH taken AS (
                     SELECT id FROM webhook_deliveries
                      WHERE dead_letter_id = :id AND state = 'pending'
@@ -81,30 +75,20 @@ def delivery_take(session: Session, dead_letter_id: str, *, lease_seconds: float
                        lease_until = now() + make_interval(secs => :lease)
                   FROM taken WHERE d.id = taken.id
                 RETURNING d.*, now() AS now
-                """
-            ),
-            {"id": dead_letter_id, "lease": lease_seconds},
-        )
-        .mappings()
-        .first()
+        """,
+        {"id": dead_letter_id, "lease": lease_seconds},
     )
 
 
 def delivery_mark_delivered(
     session: Session, delivery_id: int, attempts: int, *, status: int
 ) -> bool:
-    return (
-        affected(
-            session.execute(
-                text(
-                    "UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now(),"
-                    " last_status = :status, last_error = NULL, lease_until = NULL"
-                    " WHERE id = :id AND state = 'pending' AND attempts = :attempts"
-                ),
-                {"id": delivery_id, "attempts": attempts, "status": status},
-            )
-        )
-        == 1
+    return touched_one(
+        session,
+        "UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now(),"
+        " last_status = :status, last_error = NULL, lease_until = NULL"
+        " WHERE id = :id AND state = 'pending' AND attempts = :attempts",
+        {"id": delivery_id, "attempts": attempts, "status": status},
     )
 
 
@@ -120,29 +104,23 @@ def delivery_mark_failed(
 ) -> bool:
     """Record a failed attempt: due again at `next_attempt_at`, or `failed`
     for good when `give_up`."""
-    return (
-        affected(
-            session.execute(
-                text(
-                    """
+    return touched_one(
+        session,
+        """
                     UPDATE webhook_deliveries
                        SET state = CASE WHEN :give_up THEN 'failed' ELSE 'pending' END,
                            next_attempt_at = :next_at, last_status = :status,
                            last_error = left(:error, 200), lease_until = NULL
                      WHERE id = :id AND state = 'pending' AND attempts = :attempts
-                    """
-                ),
-                {
-                    "id": delivery_id,
-                    "attempts": attempts,
-                    "status": status,
-                    "error": error,
-                    "next_at": next_attempt_at,
-                    "give_up": give_up,
-                },
-            )
-        )
-        == 1
+        """,
+        {
+            "id": delivery_id,
+            "attempts": attempts,
+            "status": status,
+            "error": error,
+            "next_at": next_attempt_at,
+            "give_up": give_up,
+        },
     )
 
 
@@ -164,10 +142,9 @@ def delivery_list_failing(session: Session, namespace: str | None, limit: int) -
     if namespace is not None:
         sql += " AND d.namespace = :ns"
     return list(
-        session.execute(
-            text(sql + " ORDER BY w.last_attempt_at DESC NULLS LAST LIMIT :limit"),
+        every(
+            session,
+            sql + " ORDER BY w.last_attempt_at DESC NULLS LAST LIMIT :limit",
             {"ns": namespace, "limit": limit},
         )
-        .mappings()
-        .all()
     )

@@ -65,15 +65,16 @@ class StateCollector(Collector):
         yield source_up
 
     def _database(self) -> list[GaugeMetricFamily] | None:
-        from app.db import gauges as gauge_repo
-        from app.db import repository as repo
+        from app.db import dead_letters as dead_letters_db
+        from app.db import due as due_db
+        from app.db import signals as signals_db
         from app.db.engine import transaction
 
         try:
             with transaction() as session:
-                by_status = repo.signal_count_by_status(session)
-                oldest = repo.signal_oldest_due_age(session)
-                dead = gauge_repo.dead_letter_count_by_reason_state_namespace(session)
+                by_status = signals_db.signal_count_by_status(session)
+                oldest = due_db.signal_oldest_due_age(session)
+                dead = dead_letters_db.dead_letter_count_by_reason_state_namespace(session)
         except Exception as exc:  # an outage is reported as a gauge, not a failed scrape
             warn_unreachable(
                 log, "metrics could not read PostgreSQL", "metrics_source_down", "postgresql", exc

@@ -33,12 +33,12 @@ PARTS = ("smtp", "worker", "beat")
 
 def database_ok(settings: Settings) -> bool:
     """PostgreSQL answers a query on a pooled connection (pre-pinged)."""
-    from app.db import repository as repo
+    from app.db import server as server_db
     from app.db.engine import get_engine, transaction
 
     try:
         with transaction(get_engine(settings)) as session:
-            repo.db_now(session)
+            server_db.db_now(session)
         return True
     except Exception:  # any database error means "not ready"
         return False

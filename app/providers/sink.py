@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.db import messages as messages_repo
+from app.db import sink_messages as sink_messages_db
 from app.db.engine import autocommit
 from app.errors import ProviderUnavailable
 from app.providers.base import ProviderMessage, SearchQuery
@@ -49,7 +49,7 @@ class SinkProvider:
             with autocommit() as session:  # reads only: no BEGIN, no COMMIT
                 after: tuple[datetime, int] | None = None
                 while True:
-                    page = messages_repo.sink_message_page(
+                    page = sink_messages_db.sink_message_page(
                         session, windows=windows, after=after, limit=PAGE_SIZE
                     )
                     for r in page:
@@ -58,7 +58,7 @@ class SinkProvider:
                         break
                     after = (page[-1]["received_at"], int(page[-1]["id"]))
                 if lookback:
-                    for r in messages_repo.sink_message_before_windows(
+                    for r in sink_messages_db.sink_message_before_windows(
                         session,
                         windows=windows,
                         lookback_seconds=lookback,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from app.db import dead_letters as dlq_repo
+from app.db import dead_letters as dead_letters_db
 from app.db.engine import transaction
 
 # The worker task's logger: alerting pipelines select the line by this name.
@@ -22,9 +22,9 @@ def raise_alert(dead_letter_id: str) -> dict[str, Any]:
     letter delivered twice (the outbox publishes again when marking it
     published failed) alerts once."""
     with transaction() as session:
-        row = dlq_repo.dead_letter_take_alert(session, dead_letter_id)
+        row = dead_letters_db.dead_letter_take_alert(session, dead_letter_id)
         if row is None:  # alerted already, or no such dead letter
-            found = dlq_repo.dead_letter_get(session, dead_letter_id, None) is not None
+            found = dead_letters_db.dead_letter_get(session, dead_letter_id, None) is not None
             return {"dead_letter_id": dead_letter_id, "found": found, "alerted": False}
     log.warning(
         "dead letter",

@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from app.db import repository as repo
+from app.db import tokens as tokens_db
 from app.db.engine import transaction
 from app.domain.ids import token_hash
 from app.settings import Settings
@@ -65,7 +65,7 @@ def principal_for_token(settings: Settings, token: str) -> Principal | None:
         return known
     digest = token_hash(token.strip())
     with transaction() as session:
-        namespace = repo.token_namespace(session, digest)
+        namespace = tokens_db.token_namespace(session, digest)
     if namespace is None:
         return None
     _remember(digest, namespace)

@@ -15,10 +15,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.db import claims as claims_repo
-from app.db import dead_letters as dlq_repo
-from app.db import messages as messages_repo
-from app.db import repository as repo
+from app.db import claims as claims_db
+from app.db import dead_letters as dead_letters_db
+from app.db import messages as messages_db
+from app.db import server as server_db
+from app.db import signals as signals_db
 from app.db.engine import transaction
 from app.domain.backoff import retry_after_seconds
 from app.domain.extract import extract
@@ -51,14 +52,14 @@ def _give_back(session: Session, claim: Mapping[Any, Any], signal: Mapping[Any, 
         return expire_signal(
             session, signal["id"], expected=Status.CLAIMED, reason=ExpiryReason.CLAIMS_EXHAUSTED
         )
-    claims_repo.signal_release_claim(session, signal["id"], claim["fence"])
+    claims_db.signal_release_claim(session, signal["id"], claim["fence"])
     return None
 
 
 def _lapse(session: Session, claim: Mapping[Any, Any], signal: Mapping[Any, Any]) -> str | None:
     """End a lapsed claim and give the message back (or expire the signal).
     Returns a new dead letter id."""
-    if not claims_repo.claim_end(session, claim["id"], claim["fence"], to_state="lapsed"):
+    if not claims_db.claim_end(session, claim["id"], claim["fence"], to_state="lapsed"):
         return None
     metrics.lease_lapsed(signal["namespace"])
     _log_claim_event(
@@ -77,9 +78,9 @@ def lapse_leases(limit: int = 500) -> int:
     dead: list[str] = []
     lapsed = 0
     with transaction() as session:
-        for claim_id in claims_repo.claim_lapsed_ids(session, limit):
-            claim = claims_repo.claim_get(session, claim_id)
-            signal = repo.signal_get(session, claim["signal_id"]) if claim else None
+        for claim_id in claims_db.claim_lapsed_ids(session, limit):
+            claim = claims_db.claim_get(session, claim_id)
+            signal = signals_db.signal_get(session, claim["signal_id"]) if claim else None
             if claim is None or signal is None:
                 continue
             lapsed += 1
@@ -97,14 +98,14 @@ def claim(namespace: str, signal_id: str, req: ClaimCreate) -> Answer:
         # (not found, another run, claimed, a lease to lapse) reads why.
         taken = _take(session, signal_id, namespace, req)
         if taken is None:
-            signal = repo.signal_get(session, signal_id, namespace)
+            signal = signals_db.signal_get(session, signal_id, namespace)
             if signal is None:
                 raise NotFound(f"no signal {signal_id}")
             if signal["run_id"] != req.run_id:
                 raise Conflict("run_id is not this signal's run", code="run_mismatch")
             if signal["status"] == Status.CLAIMED:
-                active = claims_repo.claim_active_for_signal(session, signal_id)
-                now = repo.db_now(session)
+                active = claims_db.claim_active_for_signal(session, signal_id)
+                now = server_db.db_now(session)
                 if active is not None and active["lease_until"] <= now:
                     # The sweep has not lapsed it yet: do it now, then try again.
                     dlq = _lapse(session, active, signal)
@@ -112,7 +113,7 @@ def claim(namespace: str, signal_id: str, req: ClaimCreate) -> Answer:
                         dead.append(dlq)
                     taken = _take(session, signal_id, namespace, req)
             if taken is None:
-                signal = repo.signal_get(session, signal_id, namespace)
+                signal = signals_db.signal_get(session, signal_id, namespace)
                 assert signal is not None
                 answer = _refusal(session, signal)
     publish(dead)
@@ -123,7 +124,7 @@ def claim(namespace: str, signal_id: str, req: ClaimCreate) -> Answer:
 def _take(
     session: Session, signal_id: str, namespace: str, req: ClaimCreate
 ) -> Mapping[Any, Any] | None:
-    taken = claims_repo.claim_take(
+    taken = claims_db.claim_take(
         session,
         signal_id,
         namespace,
@@ -139,7 +140,7 @@ def _take(
 
 
 def _message_of(session: Session, message_id: str) -> Mapping[Any, Any]:
-    message = messages_repo.message_with_raw(session, message_id)
+    message = messages_db.message_with_raw(session, message_id)
     if message is None:  # a claimed message outlives its signal's claims (foreign key)
         raise NotFound(f"no message {message_id}")
     return message
@@ -202,7 +203,7 @@ def _claimed(taken: Mapping[Any, Any]) -> Answer:
 def _refusal(session: Session, signal: Mapping[Any, Any]) -> Answer:
     status = Status(signal["status"])
     if status is Status.WAITING:
-        now = repo.db_now(session)
+        now = server_db.db_now(session)
         return _state_answer(
             202,
             "waiting",
@@ -210,7 +211,7 @@ def _refusal(session: Session, signal: Mapping[Any, Any]) -> Answer:
             retry_after_seconds=retry_after_seconds(now, signal["next_check_at"]),
         )
     if status is Status.EXPIRED:
-        dl = dlq_repo.dead_letter_latest_many(session, [signal["id"]]).get(signal["id"])
+        dl = dead_letters_db.dead_letter_latest_many(session, [signal["id"]]).get(signal["id"])
         return _state_answer(
             410,
             "expired",
@@ -219,14 +220,14 @@ def _refusal(session: Session, signal: Mapping[Any, Any]) -> Answer:
             dead_letter=views.dead_letter_view(dl) if dl else None,
         )
     if status is Status.CONSUMED:
-        receipt = claims_repo.receipt_by_signal_many(session, [signal["id"]]).get(signal["id"])
+        receipt = claims_db.receipt_by_signal_many(session, [signal["id"]]).get(signal["id"])
         return _state_answer(
             409,
             "already_consumed",
             signal,
             receipt=views.receipt_view(receipt) if receipt else None,
         )
-    active = claims_repo.claim_active_for_signal(session, signal["id"])
+    active = claims_db.claim_active_for_signal(session, signal["id"])
     return _state_answer(
         409,
         "already_claimed",
@@ -245,7 +246,7 @@ def _state_answer(
 
 
 def _live_claim(session: Session, namespace: str, claim_id: str) -> Mapping[Any, Any]:
-    claim_row = claims_repo.claim_lock_live(session, claim_id)
+    claim_row = claims_db.claim_lock_live(session, claim_id)
     if claim_row is None or claim_row["namespace"] != namespace:
         raise NotFound(f"no claim {claim_id}")
     return claim_row
@@ -268,11 +269,11 @@ def consume(namespace: str, claim_id: str) -> dict[str, Any]:
     with transaction() as session:
         claim_row = _live_claim(session, namespace, claim_id)
         if claim_row["state"] == "consumed":
-            kept = claims_repo.receipt_by_claim(session, claim_id)
+            kept = claims_db.receipt_by_claim(session, claim_id)
             assert kept is not None
             return views.receipt_view(kept)
         _require_live(claim_row)
-        receipt = claims_repo.claim_consume(
+        receipt = claims_db.claim_consume(
             session, claim_row, {"id": new_id("rcp"), "evidence": _evidence(claim_row)}
         )
         if receipt is None:  # a guard failed: the transaction rolls back
@@ -307,7 +308,7 @@ def _log_claim_event(
 
 def _evidence(claim_row: Mapping[Any, Any]) -> dict[str, Any]:
     """Why the message belongs to the run: every rule the matcher checked.
-    ``claim_row`` is a row of ``claims_repo.claim_lock_live``."""
+    ``claim_row`` is a row of ``claims_db.claim_lock_live``."""
     return {
         "claim_id": claim_row["id"],
         "recipient": "matched",
@@ -327,11 +328,11 @@ def release(namespace: str, claim_id: str) -> dict[str, Any]:
     with transaction() as session:
         claim_row = _live_claim(session, namespace, claim_id)
         _require_live(claim_row)
-        claims_repo.claim_end(session, claim_id, claim_row["fence"], to_state="released")
-        signal = repo.signal_get(session, claim_row["signal_id"])
+        claims_db.claim_end(session, claim_id, claim_row["fence"], to_state="released")
+        signal = signals_db.signal_get(session, claim_row["signal_id"])
         assert signal is not None
         dead = _give_back(session, claim_row, signal)
-        signal = repo.signal_get(session, claim_row["signal_id"])
+        signal = signals_db.signal_get(session, claim_row["signal_id"])
         assert signal is not None
         view = views.signal_views(session, [signal])[0]
     publish([dead] if dead else [])
@@ -342,7 +343,7 @@ def extend(namespace: str, claim_id: str, req: ClaimExtend) -> dict[str, Any]:
     with transaction() as session:
         claim_row = _live_claim(session, namespace, claim_id)
         _require_live(claim_row)
-        row = claims_repo.claim_extend(
+        row = claims_db.claim_extend(
             session, claim_id, claim_row["fence"], float(req.lease_seconds)
         )
         if row is None:
@@ -362,11 +363,13 @@ def claim_read(namespace: str, claim_id: str) -> Answer:
     the answer recovers it without waiting out the lease; once it ended, 410
     with its state (`consumed` with the receipt, `released`, `lapsed`)."""
     with transaction() as session:
-        claim_row = claims_repo.claim_get(session, claim_id)
-        signal = repo.signal_get(session, claim_row["signal_id"], namespace) if claim_row else None
+        claim_row = claims_db.claim_get(session, claim_id)
+        signal = (
+            signals_db.signal_get(session, claim_row["signal_id"], namespace) if claim_row else None
+        )
         if claim_row is None or signal is None:
             raise NotFound(f"no claim {claim_id}")
-        now = repo.db_now(session)
+        now = server_db.db_now(session)
         live = (
             claim_row["state"] == "active"
             and claim_row["lease_until"] > now
@@ -375,7 +378,7 @@ def claim_read(namespace: str, claim_id: str) -> Answer:
         if not live:
             # An active row past its lease is lapsed, whether or not the sweep wrote it yet.
             state = "lapsed" if claim_row["state"] == "active" else claim_row["state"]
-            receipt = claims_repo.receipt_by_claim(session, claim_id)
+            receipt = claims_db.receipt_by_claim(session, claim_id)
             return Answer(
                 410,
                 {

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.db import claims as claims_repo
-from app.db import dead_letters as dlq_repo
-from app.db import messages as messages_repo
-from app.db import repository as repo
+from app.db import checks as checks_db
+from app.db import claims as claims_db
+from app.db import dead_letters as dead_letters_db
+from app.db import messages as messages_db
+from app.db import server as server_db
+from app.db import signals as signals_db
 from app.db.engine import transaction
 from app.domain.ids import recipient_hash
 from app.domain.masking import mask_subject
@@ -22,18 +24,18 @@ from app.usecases import views
 
 def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
     with transaction() as session:
-        ids = repo.signal_ids_by_run(session, namespace, run_id)
+        ids = signals_db.signal_ids_by_run(session, namespace, run_id)
         if not ids:
             raise NotFound(f"no signals for run {run_id}")
-        rows = repo.signal_rows_many(session, ids)
-        counts = repo.check_counts_by_outcome(session, ids)
-        messages = messages_repo.message_get_many(
+        rows = signals_db.signal_rows_many(session, ids)
+        counts = checks_db.check_counts_by_outcome(session, ids)
+        messages = messages_db.message_get_many(
             session, [r["message_id"] for r in rows if r["message_id"]]
         )
-        receipts = claims_repo.receipt_by_signal_many(session, ids)
-        latest_claims = claims_repo.claim_latest_many(session, ids)
-        dead = dlq_repo.dead_letter_latest_many(session, ids)
-        generated_at = repo.db_now(session)
+        receipts = claims_db.receipt_by_signal_many(session, ids)
+        latest_claims = claims_db.claim_latest_many(session, ids)
+        dead = dead_letters_db.dead_letter_latest_many(session, ids)
+        generated_at = server_db.db_now(session)
     signals = []
     by_status: dict[str, int] = {}
     for r in rows:

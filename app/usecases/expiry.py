@@ -13,9 +13,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.db import dead_letters as dlq_repo
-from app.db import messages as messages_repo
-from app.db import repository as repo
+from app.db import checks as checks_db
+from app.db import dead_letters as dead_letters_db
+from app.db import due as due_db
+from app.db import messages as messages_db
+from app.db import signals as signals_db
 from app.db.engine import transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
 from app.domain.ids import new_id, recipient_hash
@@ -38,7 +40,7 @@ def expire_signal(
     """`expected` → expired with `reason` and its dead letter, in the caller's
     transaction. Returns the new dead letter's id, or None if the signal had
     already moved (someone else expired or found it first)."""
-    row = repo.signal_expire(
+    row = signals_db.signal_expire(
         session, signal_id, expected=expected.value, reason=reason, fence=fence
     )
     if row is None:
@@ -48,7 +50,7 @@ def expire_signal(
 
 def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -> str | None:
     signal_id = row["id"]
-    counts = repo.check_counts_by_outcome(session, [signal_id]).get(signal_id, {})
+    counts = checks_db.check_counts_by_outcome(session, [signal_id]).get(signal_id, {})
     by_outcome = {o.value: counts.get(o.value, 0) for o in CheckOutcome}
     near = [
         NearMiss(
@@ -58,7 +60,7 @@ def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -
             why=n["why"],
             run_marker=n["run_marker"],
         )
-        for n in messages_repo.near_miss_list(session, signal_id)
+        for n in messages_db.near_miss_list(session, signal_id)
     ]
     sentence = recommend(
         Diagnosis(
@@ -71,7 +73,7 @@ def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -
             subject_contains=row["subject_contains"],
         )
     )
-    dead_letter_id = dlq_repo.dead_letter_insert(
+    dead_letter_id = dead_letters_db.dead_letter_insert(
         session,
         {
             "id": new_id("dlq"),
@@ -116,7 +118,7 @@ def publish(dead_letter_ids: list[str]) -> None:
     sent = [d for d in dead_letter_ids if d and dispatch.publish_dead_letter(d)]
     if sent:
         with transaction() as session:
-            dlq_repo.dead_letter_mark_published(session, sent)
+            dead_letters_db.dead_letter_mark_published(session, sent)
 
 
 def expire_overdue(limit: int = 500, *, grace_seconds: float = 60.0) -> int:
@@ -124,7 +126,7 @@ def expire_overdue(limit: int = 500, *, grace_seconds: float = 60.0) -> int:
     final look ran, or was lost `grace_seconds` ago (no worker took it)."""
     created: list[str] = []
     with transaction() as session:
-        for signal_id in repo.signal_ids_past_deadline(session, limit, grace_seconds):
+        for signal_id in due_db.signal_ids_past_deadline(session, limit, grace_seconds):
             dlq = expire_signal(session, signal_id, expected=Status.WAITING, reason="deadline")
             if dlq:
                 created.append(dlq)
@@ -136,7 +138,7 @@ def republish_unsent(lease_seconds: float = 30.0, limit: int = 200) -> int:
     """The outbox sweep: dead letters committed but never published (their
     creator died or the broker refused), each taken under a lease."""
     with transaction() as session:
-        ids = dlq_repo.dead_letter_take_unpublished(
+        ids = dead_letters_db.dead_letter_take_unpublished(
             session, lease_seconds=lease_seconds, limit=limit
         )
     publish(ids)

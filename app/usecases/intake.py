@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
-from app.db import messages as messages_repo
+from app.db import server as server_db
+from app.db import sink_messages as sink_messages_db
 from app.db.engine import transaction
 from app.domain.ids import recipient_hash
 from app.domain.mail import ParsedMail, bounds_exceeded, header_recipients_within
@@ -37,7 +38,7 @@ def store_many(settings: Settings, received: Sequence[Received]) -> list[int]:
     """Store messages raw (nothing is parsed) with their envelope recipients,
     in one transaction. Returns their sink ids, in order."""
     with transaction() as session:
-        ids = messages_repo.sink_messages_store(session, received)
+        ids = sink_messages_db.sink_messages_store(session, received)
     for sink_id, (_, rcpts, raw) in zip(ids, received, strict=True):
         log.info(
             "message received",
@@ -58,7 +59,7 @@ def warm(settings: Settings) -> None:
     here is only logged: the first message then connects, as before."""
     try:
         with transaction() as session:
-            messages_repo.ping(session)
+            server_db.ping(session)
     except Exception as exc:
         warn_unreachable(
             log, "database not reachable at start", "sink_warm_failed", "database", exc
@@ -92,7 +93,7 @@ def add_header_recipients(
     if not extra:
         return []
     with transaction() as session:
-        messages_repo.sink_message_add_recipients(session, sink_id, extra)
+        sink_messages_db.sink_message_add_recipients(session, sink_id, extra)
     push(settings, [sink_id], extra, check_here=check_here)
     return extra
 

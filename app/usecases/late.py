@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.db import dead_letters as dlq_repo
-from app.db import messages as messages_repo
+from app.db import dead_letters as dead_letters_db
+from app.db import messages as messages_db
 from app.db.engine import transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
 from app.domain.matching import pick
@@ -33,7 +33,7 @@ WATCH_LIMIT = 200
 
 def watched_providers() -> list[str]:
     with transaction() as session:
-        return dlq_repo.dead_letter_late_providers(session)
+        return dead_letters_db.dead_letter_late_providers(session)
 
 
 def find_late_mail(
@@ -42,7 +42,7 @@ def find_late_mail(
     """Search `provider_name` once for the late mail of its watched dead
     letters; return how many got a late message."""
     with transaction() as session:
-        watched = list(dlq_repo.dead_letter_late_watch(session, provider_name, WATCH_LIMIT))
+        watched = list(dead_letters_db.dead_letter_late_watch(session, provider_name, WATCH_LIMIT))
     if not watched:
         return 0
     provider, _ = checks.provider_or_error(provider_for, provider_name)
@@ -72,7 +72,7 @@ def _link(session: Session, w: Any, observed: list[checks.Observed], precision: 
         w, precision, received_after=max(w["received_after"], w["expired_at"])
     )
     horizon = w["expires_at"] + timedelta(hours=24)
-    taken = messages_repo.message_taken(session, [o.message_id for o in observed], w["namespace"])
+    taken = messages_db.message_taken(session, [o.message_id for o in observed], w["namespace"])
     in_time = [o for o in observed if o.message.received_at <= horizon]
     result = pick(criteria, checks.candidates_for(in_time, lambda mid: mid in taken))
     if result.winner is None:
@@ -104,7 +104,7 @@ def _link(session: Session, w: Any, observed: list[checks.Observed], precision: 
             late_seconds_after_deadline=after,
         )
     )
-    if not dlq_repo.dead_letter_set_late(session, w["id"], late, sentence):
+    if not dead_letters_db.dead_letter_set_late(session, w["id"], late, sentence):
         return False
     log.info(
         "late mail linked to its dead letter",

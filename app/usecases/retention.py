@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from app.db import retention as repo
+from app.db import retention as retention_db
 from app.db.engine import transaction
 from app.settings import Settings
 
@@ -55,15 +55,15 @@ def purge(
     evidence = settings.evidence_retention_hours
     # Evidence first: signals deleted here free their messages for the content pass.
     plan: list[tuple[str, _Step, float]] = [
-        ("receipts", repo.receipt_delete_old, evidence),
-        ("dead_letters", repo.dead_letter_delete_old, evidence),
-        ("signals", repo.signal_delete_old, evidence),
+        ("receipts", retention_db.receipt_delete_old, evidence),
+        ("dead_letters", retention_db.dead_letter_delete_old, evidence),
+        ("signals", retention_db.signal_delete_old, evidence),
         # A found signal nobody claims ends with its content.
-        ("found_signals", repo.signal_delete_unclaimed_found, content),
-        ("checks", repo.check_delete_old, content),
-        ("message_bodies", repo.message_purge_consumed_raw, content),
-        ("messages", repo.message_delete_old, content),
-        ("sink_messages", repo.sink_message_delete_old, content),
+        ("found_signals", retention_db.signal_delete_unclaimed_found, content),
+        ("checks", retention_db.check_delete_old, content),
+        ("message_bodies", retention_db.message_purge_consumed_raw, content),
+        ("messages", retention_db.message_delete_old, content),
+        ("sink_messages", retention_db.sink_message_delete_old, content),
     ]
     counts: dict[str, int] = {}
     for name, step, hours in plan:

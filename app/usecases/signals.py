@@ -15,8 +15,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.db import messages as messages_repo
-from app.db import repository as repo
+from app.db import due as due_db
+from app.db import mailboxes as mailboxes_db
+from app.db import signals as signals_db
 from app.db.engine import autocommit, transaction
 from app.domain import ownership
 from app.domain.ids import new_id, recipient_hash
@@ -93,7 +94,7 @@ def signal_create(
     # Anything else (a replay, a refusal, a quota nearly reached) is decided
     # below, in a transaction, on the same checks.
     with autocommit() as session:
-        row = repo.signal_create_if_clear(
+        row = signals_db.signal_create_if_clear(
             session,
             values,
             settings.idempotency_ttl_hours,
@@ -106,7 +107,7 @@ def signal_create(
     if view is not None:
         return _created(settings, namespace, req, view)
     with transaction() as session:
-        facts = repo.signal_create_facts(session, namespace, req.recipient)
+        facts = signals_db.signal_create_facts(session, namespace, req.recipient)
         # Judged by the database's clock, the authority for every timestamp.
         check_received_after(
             req.received_after,
@@ -116,13 +117,13 @@ def signal_create(
         )
         _check_owner(settings, namespace, req.recipient, facts.mailbox_owner)
         _check_quota(settings, session, namespace, key, facts.waiting)
-        row = repo.signal_create(
+        row = signals_db.signal_create(
             session, {**values, "now": facts.now}, settings.idempotency_ttl_hours
         )
         if row is not None:
             view = views.signal_views(session, [row])[0]
         else:
-            row = repo.signal_view_by_key(session, namespace, key)
+            row = signals_db.signal_view_by_key(session, namespace, key)
             if row is None:  # the key lapsed between the two statements
                 raise IdempotencyConflict("idempotency key changed hands; retry the request")
             _raise_if_conflicting(row, req)
@@ -172,9 +173,9 @@ def _check_quota(
     limit = settings.max_waiting_per_namespace
     if waiting < limit - QUOTA_SLACK:
         return
-    if repo.signal_waiting_count(session, namespace, serialise=True) < limit:
+    if signals_db.signal_waiting_count(session, namespace, serialise=True) < limit:
         return
-    if repo.idempotency_key_signal(session, namespace, key) is not None:
+    if signals_db.idempotency_key_signal(session, namespace, key) is not None:
         return
     raise TooManyWaiting(
         f"this namespace already has {limit} waiting signals"
@@ -196,7 +197,7 @@ def signal_read(namespace: str | None, signal_id: str, *, masked: bool = False) 
     """The signal's view; `namespace` None reads any namespace (operators,
     who get it `masked`)."""
     with autocommit() as session:  # the long poll's re-reads: no BEGIN, no COMMIT
-        row = repo.signal_view_get(session, signal_id, namespace)
+        row = signals_db.signal_view_get(session, signal_id, namespace)
         if row is None:
             raise NotFound(f"no signal {signal_id}")
         view = views.signal_views(session, [row])[0]
@@ -208,7 +209,9 @@ def signal_list(
 ) -> tuple[list[dict[str, Any]], str | None]:
     after = views.decode_cursor(cursor) if cursor else None
     with transaction() as session:
-        rows = repo.signal_list_by_run(session, namespace, run_id, after=after, limit=limit + 1)
+        rows = signals_db.signal_list_by_run(
+            session, namespace, run_id, after=after, limit=limit + 1
+        )
         page, more = rows[:limit], len(rows) > limit
         items = views.signal_views(session, page)
     if masked:
@@ -236,7 +239,7 @@ def push(
     after: tuple[datetime, str] | None = None
     while True:
         with autocommit() as session:  # one statement: its own transaction
-            page = repo.signal_push_due(
+            page = due_db.signal_push_due(
                 session, provider, recipients, namespace, after=after, limit=PUSH_PAGE
             )
         for i, (signal_id, _) in enumerate(page, start=len(ids)):
@@ -271,7 +274,7 @@ def mailbox_create(settings: Settings, namespace: str, req: MailboxCreate) -> di
     mailbox_id = new_id("mbx")
     local = f"sbx-{mailbox_id.removeprefix('mbx_')}"
     with transaction() as session:
-        row = messages_repo.mailbox_insert(
+        row = mailboxes_db.mailbox_insert(
             session,
             {
                 "id": mailbox_id,
@@ -287,7 +290,7 @@ def mailbox_create(settings: Settings, namespace: str, req: MailboxCreate) -> di
 
 def mailbox_delete(namespace: str, mailbox_id: str) -> None:
     with transaction() as session:
-        row = messages_repo.mailbox_delete(session, mailbox_id, namespace)
+        row = mailboxes_db.mailbox_delete(session, mailbox_id, namespace)
         if row is None:
             raise NotFound(f"no mailbox {mailbox_id}")
-        messages_repo.mailbox_purge_messages(session, row["address"])
+        mailboxes_db.mailbox_purge_messages(session, row["address"])

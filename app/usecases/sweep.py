@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from app.db import repository as repo
+from app.db import due as due_db
 from app.db.engine import transaction
 from app.infra import dispatch, queue
 from app.providers.runtime import provider_configs, pushes
@@ -54,7 +54,7 @@ def sweep(
         else []
     )
     with transaction() as session:
-        due = repo.signal_mark_due_enqueued(
+        due = due_db.signal_mark_due_enqueued(
             session,
             requeue_after_seconds=settings.requeue_after_seconds,
             resend_lost=not waiting_tasks,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 
-from app.db import repository as repo
+from app.db import tokens as tokens_db
 from app.db.engine import transaction
 from app.domain.ids import token_hash
 
@@ -15,7 +15,7 @@ def create(namespace: str) -> str:
     """A new token of `namespace`."""
     token = "sbx_" + secrets.token_urlsafe(32)
     with transaction() as session:
-        repo.token_create(session, namespace, token_hash(token))
+        tokens_db.token_create(session, namespace, token_hash(token))
     return token
 
 
@@ -23,8 +23,8 @@ def dev_token(namespace: str, kept: str) -> str:
     """`kept` while the database still knows it (a token from an earlier run),
     else a new development token of `namespace`."""
     with transaction() as session:
-        if kept and repo.token_namespace(session, token_hash(kept)) is not None:
+        if kept and tokens_db.token_namespace(session, token_hash(kept)) is not None:
             return kept
         token = "sbx_dev_" + secrets.token_urlsafe(24)
-        repo.token_create(session, namespace, token_hash(token))
+        tokens_db.token_create(session, namespace, token_hash(token))
     return token

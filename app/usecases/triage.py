@@ -15,9 +15,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
-from app.db import dead_letters as dlq_repo
-from app.db import repository as repo
-from app.db import triage as triage_repo
+from app.db import checks as checks_db
+from app.db import dead_letters as dead_letters_db
+from app.db import due as due_db
+from app.db import signals as signals_db
+from app.db import tokens as tokens_db
 from app.db.engine import transaction
 from app.domain.ids import token_hash
 from app.domain.states import DeadLetterState
@@ -101,9 +103,9 @@ def check_list(
     """The signal's checks, oldest first, across its redrives."""
     after = _check_cursor(cursor) if cursor else None
     with transaction() as session:
-        if repo.signal_get(session, signal_id, caller.scope()) is None:
+        if signals_db.signal_get(session, signal_id, caller.scope()) is None:
             raise NotFound(f"no signal {signal_id}")
-        rows = triage_repo.check_list(session, signal_id, after=after, limit=limit + 1)
+        rows = checks_db.check_list(session, signal_id, after=after, limit=limit + 1)
     page, more = rows[:limit], len(rows) > limit
     last = page[-1] if more else None
     next_cursor = views.encode_cursor(last["started_at"], str(last["id"])) if last else None
@@ -113,7 +115,7 @@ def check_list(
 def signal_read(caller: Principal, signal_id: str) -> dict[str, Any]:
     """A signal's view, for a tenant in its namespace or an operator in any."""
     with transaction() as session:
-        row = repo.signal_get(session, signal_id, caller.scope())
+        row = signals_db.signal_get(session, signal_id, caller.scope())
         if row is None:
             raise NotFound(f"no signal {signal_id}")
         return {**views.signal_views(session, [row])[0], "namespace": row["namespace"]}
@@ -127,7 +129,7 @@ def run_signals(
     if not possible:
         return []
     with transaction() as session:
-        rows = triage_repo.signal_list_by_run_any(session, scope, run_id, limit=500)
+        rows = signals_db.signal_list_by_run(session, scope, run_id, limit=500)
         found = views.signal_views(session, rows)
     return [{**v, "namespace": r["namespace"]} for v, r in zip(found, rows, strict=True)]
 
@@ -143,7 +145,7 @@ def dead_letter_list(
     if not possible:
         return [], None
     with transaction() as session:
-        rows = triage_repo.dead_letter_find(
+        rows = dead_letters_db.dead_letter_list(
             session, scope, filters.model_dump(), after=after, limit=limit + 1
         )
     page, more = rows[:limit], len(rows) > limit
@@ -152,7 +154,7 @@ def dead_letter_list(
 
 
 def _dead_letter_get(session: Session, caller: Principal, dead_letter_id: str) -> Any:
-    row = dlq_repo.dead_letter_get(session, dead_letter_id, caller.scope())
+    row = dead_letters_db.dead_letter_get(session, dead_letter_id, caller.scope())
     if row is None:
         raise NotFound(f"no dead letter {dead_letter_id}")
     return row
@@ -172,13 +174,13 @@ def _redrive_one(session: Session, dead_letter_id: str, signal_id: str, req: Red
     the dead letter was not open. Raises _SignalMoved if the signal was not
     expired (the caller rolls the pair back)."""
     if (
-        dlq_repo.dead_letter_resolve(
+        dead_letters_db.dead_letter_resolve(
             session, dead_letter_id, to_state=DeadLetterState.REDRIVEN, note=None
         )
         is None
     ):
         return None
-    row = repo.signal_redrive(
+    row = signals_db.signal_redrive(
         session, signal_id, expires_in=float(req.expires_in_seconds), max_checks=req.max_checks
     )
     if row is None:
@@ -208,7 +210,7 @@ def dead_letter_redrive(caller: Principal, dead_letter_id: str, req: Redrive) ->
 def dead_letter_discard(caller: Principal, dead_letter_id: str, req: Discard) -> dict[str, Any]:
     with transaction() as session:
         dl = _dead_letter_get(session, caller, dead_letter_id)
-        row = dlq_repo.dead_letter_resolve(
+        row = dead_letters_db.dead_letter_resolve(
             session, dead_letter_id, to_state=DeadLetterState.DISCARDED, note=req.note
         )
         if row is None:
@@ -233,7 +235,7 @@ def _bulk(
     wanted = filters.model_dump()
     while len(moved) < limit:
         with transaction() as session:
-            rows = triage_repo.dead_letter_lock_open(
+            rows = dead_letters_db.dead_letter_lock_open(
                 session,
                 scope,
                 wanted,
@@ -275,7 +277,7 @@ def dead_letters_redrive(caller: Principal, req: BulkRedrive) -> dict[str, Any]:
 
 def dead_letters_discard(caller: Principal, req: BulkDiscard) -> dict[str, Any]:
     def move(session: Session, row: Mapping[Any, Any]) -> bool:
-        done = dlq_repo.dead_letter_resolve(
+        done = dead_letters_db.dead_letter_resolve(
             session, row["id"], to_state=DeadLetterState.DISCARDED, note=req.note
         )
         return done is not None
@@ -302,9 +304,9 @@ def overview(caller: Principal, namespace: str | None = None) -> dict[str, Any]:
     if not possible:
         return {"counts": [], "oldest_due_seconds": 0.0, "open_dead_letters": {}}
     with transaction() as session:
-        counts = triage_repo.signal_count_by_namespace_provider_status(session, scope)
-        oldest = triage_repo.signal_oldest_due_age_in(session, scope)
-        open_dl = triage_repo.dead_letter_count_open_by_namespace(session, scope)
+        counts = signals_db.signal_count_by_namespace_provider_status(session, scope)
+        oldest = due_db.signal_oldest_due_age(session, scope)
+        open_dl = dead_letters_db.dead_letter_count_open_by_namespace(session, scope)
     return {
         "counts": [
             {"namespace": ns, "provider": provider, "status": status, "count": n}
@@ -335,7 +337,7 @@ def principal_still_valid(
         return True
     assert caller.namespace is not None
     with transaction() as session:
-        stored = triage_repo.token_hashes_of_namespace(session, caller.namespace)
+        stored = tokens_db.token_hashes_of_namespace(session, caller.namespace)
     return matches(stored)
 
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.db import claims as claims_repo
-from app.db import dead_letters as dlq_repo
-from app.db import messages as messages_repo
-from app.db import repository as repo
+from app.db import claims as claims_db
+from app.db import dead_letters as dead_letters_db
+from app.db import messages as messages_db
+from app.db import server as server_db
 from app.domain.backoff import retry_after_seconds
 from app.domain.masking import mask_subject
 from app.domain.states import Result, Status, result_of
@@ -161,7 +161,7 @@ def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[di
     statuses show: the clock for pending ones (retry_after_seconds), the
     message when one was found, the active claim of claimed ones, the receipt
     of consumed ones, the latest dead letter of expired ones. A waiting or
-    found signal read with `repo.signal_view_get` needs no query at all here.
+    found signal read with `signals_db.signal_view_get` needs no query at all here.
     """
     if not rows:
         return []
@@ -173,13 +173,13 @@ def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[di
     now = None
     if pending:
         given = [r["view_now"] for r in rows if "view_now" in r]
-        now = given[0] if given else repo.db_now(session)
+        now = given[0] if given else server_db.db_now(session)
     messages: dict[str, Mapping[Any, Any]] = {
         r["message_id"]: _joined_message(r) for r in rows if r["message_id"] and _has_message(r)
     }
     wanted = [r["message_id"] for r in rows if r["message_id"] and r["message_id"] not in messages]
     if wanted:
-        messages.update(messages_repo.message_get_many(session, wanted))
+        messages.update(messages_db.message_get_many(session, wanted))
 
     def having(status: Status) -> list[str]:
         return [sid for sid, s in status_of.items() if s is status]
@@ -189,9 +189,9 @@ def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[di
         having(Status.CONSUMED),
         having(Status.EXPIRED),
     )
-    claims = claims_repo.claim_active_many(session, claimed) if claimed else {}
-    receipts = claims_repo.receipt_by_signal_many(session, consumed) if consumed else {}
-    dead = dlq_repo.dead_letter_latest_many(session, expired) if expired else {}
+    claims = claims_db.claim_active_many(session, claimed) if claimed else {}
+    receipts = claims_db.receipt_by_signal_many(session, consumed) if consumed else {}
+    dead = dead_letters_db.dead_letter_latest_many(session, expired) if expired else {}
     out = []
     for r in rows:
         status = Status(r["status"])
@@ -242,7 +242,7 @@ def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[di
 
 
 def _has_message(row: Mapping[Any, Any]) -> bool:
-    """Whether `row` carries its message's summary (from `repo.signal_view_get`)."""
+    """Whether `row` carries its message's summary (from `signals_db.signal_view_get`)."""
     return "view_message_id" in row and row["view_message_id"] is not None
 
 

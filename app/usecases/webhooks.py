@@ -20,9 +20,10 @@ from typing import Any
 import httpx
 from sqlalchemy.orm import Session
 
-from app.db import dead_letters as dlq_repo
-from app.db import repository as repo
-from app.db import webhooks as webhooks_repo
+from app.db import dead_letters as dead_letters_db
+from app.db import server as server_db
+from app.db import signals as signals_db
+from app.db import webhooks as webhooks_db
 from app.db.engine import transaction
 from app.domain import webhooks as rules
 from app.infra import dispatch
@@ -40,11 +41,11 @@ def delivery_record(session: Session, dead_letter_id: str | None) -> None:
     (nothing when no webhook is configured or the dead letter was not new)."""
     if dead_letter_id is None or not get_settings().dead_letter_webhook_url:
         return
-    dead_letter = dlq_repo.dead_letter_get(session, dead_letter_id, None)
-    signal = repo.signal_get(session, dead_letter["signal_id"]) if dead_letter else None
+    dead_letter = dead_letters_db.dead_letter_get(session, dead_letter_id, None)
+    signal = signals_db.signal_get(session, dead_letter["signal_id"]) if dead_letter else None
     if dead_letter is None or signal is None:
         return
-    webhooks_repo.delivery_insert(
+    webhooks_db.delivery_insert(
         session, dead_letter_id, rules.payload_body(dead_letter, signal["test_case"])
     )
 
@@ -54,7 +55,7 @@ def deliver_due(limit: int = 200) -> int:
     if not get_settings().dead_letter_webhook_url:
         return 0
     with transaction() as session:
-        due = webhooks_repo.delivery_mark_due_enqueued(
+        due = webhooks_db.delivery_mark_due_enqueued(
             session, requeue_after_seconds=REQUEUE_AFTER_SECONDS, limit=limit
         )
     return sum(1 for dead_letter_id in due if dispatch.enqueue_webhook(dead_letter_id))
@@ -67,18 +68,18 @@ def deliver(dead_letter_id: str, settings: Settings | None = None) -> str:
     settings = settings or get_settings()
     lease = settings.webhook_timeout_seconds + 30.0
     with transaction() as session:
-        row = webhooks_repo.delivery_take(session, dead_letter_id, lease_seconds=lease)
+        row = webhooks_db.delivery_take(session, dead_letter_id, lease_seconds=lease)
     if row is None or not settings.dead_letter_webhook_url:
         return "skipped"
     status, error = _post(settings, row["body"], dead_letter_id)
     with transaction() as session:
         if status is not None and rules.is_success(status):
-            written = webhooks_repo.delivery_mark_delivered(
+            written = webhooks_db.delivery_mark_delivered(
                 session, row["id"], row["attempts"], status=status
             )
             outcome = "delivered"
         else:
-            now = repo.db_now(session)
+            now = server_db.db_now(session)
             delay = rules.retry_delay(
                 row["attempts"],
                 base=settings.webhook_backoff_base_seconds,
@@ -91,7 +92,7 @@ def deliver(dead_letter_id: str, settings: Settings | None = None) -> str:
                 row["attempts"],
                 retry_hours=settings.webhook_retry_hours,
             )
-            written = webhooks_repo.delivery_mark_failed(
+            written = webhooks_db.delivery_mark_failed(
                 session,
                 row["id"],
                 row["attempts"],
@@ -144,8 +145,8 @@ def _post(settings: Settings, body: str, dead_letter_id: str) -> tuple[int | Non
 def delivery_status(namespace: str | None) -> dict[str, Any]:
     """For the console: deliveries by state and the latest failing ones."""
     with transaction() as session:
-        counts = webhooks_repo.delivery_count_by_state(session, namespace)
-        failing = webhooks_repo.delivery_list_failing(session, namespace, 20)
+        counts = webhooks_db.delivery_count_by_state(session, namespace)
+        failing = webhooks_db.delivery_list_failing(session, namespace, 20)
     return {
         "configured": bool(get_settings().dead_letter_webhook_url),
         "by_state": counts,

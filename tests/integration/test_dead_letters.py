@@ -163,7 +163,7 @@ def test_concurrent_deliveries_of_one_dead_letter_take_its_alert_once(
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
 
-    from app.db import dead_letters as dlq_repo
+    from app.db import dead_letters as dead_letters_db
     from app.settings import to_sqlalchemy_url
 
     stack = stack_factory()
@@ -175,7 +175,7 @@ def test_concurrent_deliveries_of_one_dead_letter_take_its_alert_once(
         with Session(engine) as session, session.begin():
             session.connection()  # connected before the barrier
             barrier.wait(10)
-            taken = dlq_repo.dead_letter_take_alert(session, dead_letter_id)
+            taken = dead_letters_db.dead_letter_take_alert(session, dead_letter_id)
             time.sleep(0.2)  # the others wait on the row lock meanwhile
             return taken is not None
 

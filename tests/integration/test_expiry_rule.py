@@ -13,7 +13,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine, text
 
-from app.db import repository as repo
+from app.db import due as due_db
+from app.db import server as server_db
+from app.db import signals as signals_db
 from app.db.engine import make_engine, transaction
 
 pytestmark = pytest.mark.integration
@@ -40,7 +42,7 @@ def _past_deadline(
     look began `looked_after_deadline` s after it (None: before it)."""
     signal_id = f"sig_{uuid.uuid4().hex[:24]}"
     with transaction(engine) as s:
-        repo.signal_create(
+        signals_db.signal_create(
             s,
             {
                 "id": signal_id,
@@ -52,7 +54,7 @@ def _past_deadline(
                 "subject_contains": "Verify",
                 "body_contains": None,
                 "received_after": None,
-                "now": repo.db_now(s) - timedelta(seconds=120),
+                "now": server_db.db_now(s) - timedelta(seconds=120),
                 "expires_in": 120.0 - deadline_ago,
                 "max_checks": 30,
                 "provider": "sink",
@@ -99,13 +101,13 @@ def test_the_sweep_expires_only_signals_whose_final_look_is_settled(engine: Engi
     )
     unlooked_past_all_graces = _past_deadline(
         engine,
-        deadline_ago=GRACE * repo.UNLOOKED_GRACES + 5,
+        deadline_ago=GRACE * due_db.UNLOOKED_GRACES + 5,
         looked_after_deadline=None,
         outcome="no_match",
     )
     under_a_live_lease = _past_deadline(
         engine,
-        deadline_ago=GRACE * repo.UNLOOKED_GRACES + 5,
+        deadline_ago=GRACE * due_db.UNLOOKED_GRACES + 5,
         looked_after_deadline=None,
         outcome="no_match",
         leased=True,
@@ -120,7 +122,7 @@ def test_the_sweep_expires_only_signals_whose_final_look_is_settled(engine: Engi
     }
 
     with transaction(engine) as s:
-        due = set(repo.signal_ids_past_deadline(s, 10_000, GRACE)) & mine
+        due = set(due_db.signal_ids_past_deadline(s, 10_000, GRACE)) & mine
         s.rollback()
 
     assert due == {seen_at_once, failing_past_grace, unlooked_past_all_graces}

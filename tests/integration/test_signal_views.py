@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, text
 
-from app.db import claims as claims_repo
-from app.db import dead_letters as dlq_repo
-from app.db import messages as messages_repo
-from app.db import repository as repo
+from app.db import checks as checks_db
+from app.db import claims as claims_db
+from app.db import dead_letters as dead_letters_db
+from app.db import messages as messages_db
+from app.db import server as server_db
+from app.db import signals as signals_db
 from app.db.engine import make_engine, transaction
 from app.usecases import views
 
@@ -46,7 +48,7 @@ class Statements:
 def _signal(engine: Engine) -> str:
     signal_id = f"sig_{uuid.uuid4().hex[:24]}"
     with transaction(engine) as s:
-        repo.signal_create(
+        signals_db.signal_create(
             s,
             {
                 "id": signal_id,
@@ -58,7 +60,7 @@ def _signal(engine: Engine) -> str:
                 "subject_contains": "Verify",
                 "body_contains": None,
                 "received_after": None,
-                "now": repo.db_now(s),
+                "now": server_db.db_now(s),
                 "expires_in": 120.0,
                 "max_checks": 30,
                 "provider": "sink",
@@ -75,14 +77,14 @@ def _found(engine: Engine) -> tuple[str, str]:
     signal_id = _signal(engine)
     message_id = f"msg_{uuid.uuid4().hex[:24]}"
     with transaction(engine) as s:
-        messages_repo.message_record_many(
+        messages_db.message_record_many(
             s,
             [
                 {
                     "id": message_id,
                     "provider": "sink",
                     "provider_message_id": message_id,
-                    "received_at": repo.db_now(s),
+                    "received_at": server_db.db_now(s),
                     "subject": "Verify your address",
                     "recipients": [f"{signal_id}@example.test"],
                     "run_marker": "run-views",
@@ -91,16 +93,16 @@ def _found(engine: Engine) -> tuple[str, str]:
                 }
             ],
         )
-        check = repo.CheckRecord(
+        check = checks_db.CheckRecord(
             reason="first",
             outcome="matched",
             error_code=None,
             batch_id=None,
-            started_at=repo.db_now(s),
+            started_at=server_db.db_now(s),
             counted=True,
             messages_seen=1,
         )
-        assert repo.signal_mark_found(s, signal_id, 0, message_id, check)
+        assert checks_db.signal_mark_found(s, signal_id, 0, message_id, check)
     return signal_id, message_id
 
 
@@ -108,7 +110,7 @@ def _claimed(engine: Engine) -> tuple[str, str]:
     signal_id, message_id = _found(engine)
     claim_id = f"clm_{uuid.uuid4().hex[:24]}"
     with transaction(engine) as s:
-        taken = claims_repo.claim_take(
+        taken = claims_db.claim_take(
             s, signal_id, NS, run_id="run-views", claim_id=claim_id, lease_seconds=90
         )
         assert taken is not None and taken["message_id"] == message_id
@@ -118,9 +120,9 @@ def _claimed(engine: Engine) -> tuple[str, str]:
 def _consumed(engine: Engine) -> str:
     signal_id, claim_id = _claimed(engine)
     with transaction(engine) as s:
-        claim = claims_repo.claim_lock_live(s, claim_id)
+        claim = claims_db.claim_lock_live(s, claim_id)
         assert claim is not None
-        receipt = claims_repo.claim_consume(
+        receipt = claims_db.claim_consume(
             s,
             claim,
             {"id": f"rcp_{uuid.uuid4().hex[:24]}", "evidence": {"recipient": "matched"}},
@@ -132,9 +134,9 @@ def _consumed(engine: Engine) -> str:
 def _expired(engine: Engine) -> str:
     signal_id = _signal(engine)
     with transaction(engine) as s:
-        row = repo.signal_expire(s, signal_id, expected="waiting", reason="deadline")
+        row = signals_db.signal_expire(s, signal_id, expected="waiting", reason="deadline")
         assert row is not None
-        dlq_repo.dead_letter_insert(
+        dead_letters_db.dead_letter_insert(
             s,
             {
                 "id": f"dlq_{uuid.uuid4().hex[:24]}",
@@ -156,8 +158,8 @@ def _expired(engine: Engine) -> str:
 
 def _both_views(engine: Engine, signal_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
     with transaction(engine) as s:
-        plain = repo.signal_get(s, signal_id, NS)
-        joined = repo.signal_view_get(s, signal_id, NS)
+        plain = signals_db.signal_get(s, signal_id, NS)
+        joined = signals_db.signal_view_get(s, signal_id, NS)
         assert plain is not None and joined is not None
         return views.signal_views(s, [plain])[0], views.signal_views(s, [joined])[0]
 
@@ -203,7 +205,7 @@ def test_a_waiting_or_found_view_read_with_its_parts_joined_needs_no_more_statem
     statements = Statements(engine)
     for signal_id in (_signal(engine), _found(engine)[0]):
         with transaction(engine) as s:
-            row = repo.signal_view_get(s, signal_id, NS)
+            row = signals_db.signal_view_get(s, signal_id, NS)
             assert row is not None
             statements.counting, statements.count = True, 0
             views.signal_views(s, [row])
@@ -222,7 +224,7 @@ def test_a_plain_read_asks_only_what_the_status_needs(engine: Engine) -> None:
     }
     for signal_id, count in expected.items():
         with transaction(engine) as s:
-            row = repo.signal_get(s, signal_id, NS)
+            row = signals_db.signal_get(s, signal_id, NS)
             assert row is not None
             statements.counting, statements.count = True, 0
             views.signal_views(s, [row])
@@ -234,7 +236,7 @@ def test_a_list_of_mixed_statuses_gets_every_part(engine: Engine) -> None:
     ids = [_signal(engine), _found(engine)[0], _claimed(engine)[0], _consumed(engine)]
     ids.append(_expired(engine))
     with transaction(engine) as s:
-        rows = repo.signal_rows_many(s, ids)
+        rows = signals_db.signal_rows_many(s, ids)
         listed = {v["signal_id"]: v for v in views.signal_views(s, rows)}
     assert listed[ids[0]]["retry_after_seconds"] is not None
     assert listed[ids[1]]["message"] is not None
@@ -258,6 +260,6 @@ def test_retry_after_counts_from_the_database_clock(engine: Engine) -> None:
 def test_a_signal_is_not_read_with_its_parts_from_another_namespace(engine: Engine) -> None:
     signal_id = _found(engine)[0]
     with transaction(engine) as s:
-        assert repo.signal_view_get(s, signal_id, "another-ns") is None
-        assert repo.signal_view_get(s, signal_id, NS) is not None
-        assert repo.signal_view_get(s, "sig_missing", None) is None
+        assert signals_db.signal_view_get(s, signal_id, "another-ns") is None
+        assert signals_db.signal_view_get(s, signal_id, NS) is not None
+        assert signals_db.signal_view_get(s, "sig_missing", None) is None

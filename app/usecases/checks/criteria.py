@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.db import messages as messages_repo
+from app.db import mailboxes as mailboxes_db
 from app.domain.matching import Candidate, Criteria, floor_to
 from app.domain.ownership import owner_of
 from app.providers.base import SearchQuery
@@ -88,6 +88,6 @@ def recipient_owners(
     session: Session, settings: Settings, recipients: set[str]
 ) -> dict[str, str | None]:
     """recipient → owning namespace (None: shared)."""
-    mailboxes = messages_repo.mailbox_owner_many(session, sorted(recipients))
+    mailboxes = mailboxes_db.mailbox_owner_many(session, sorted(recipients))
     domains = settings.namespace_domain_owners
     return {r: owner_of(r, domains, mailboxes.get(r.lower())) for r in recipients}

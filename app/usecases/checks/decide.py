@@ -15,10 +15,11 @@ import psycopg
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from app.db import messages as messages_repo
-from app.db import repository as repo
+from app.db import checks as checks_db
+from app.db import messages as messages_db
+from app.db import server as server_db
+from app.db.checks import CheckRecord
 from app.db.engine import transaction
-from app.db.repository import CheckRecord
 from app.domain.backoff import BackoffPolicy
 from app.domain.ids import recipient_hash
 from app.domain.matching import pick
@@ -38,7 +39,7 @@ log = logging.getLogger("signalbox.checks")
 # aborts it to break a deadlock or a serialization conflict.
 TX_ATTEMPTS = 3
 
-# A signal as its check took it (`repo.signal_lock_for_check`).
+# A signal as its check took it (`checks_db.signal_lock_for_check`).
 _Row = Mapping[Any, Any]
 
 
@@ -126,7 +127,7 @@ class _Writer:
         decides."""
         session, taken = self.session, self.batch.taken
         observed = record_messages(session, taken[0]["provider"], self.batch.answer.messages)
-        now = repo.db_now(session)
+        now = server_db.db_now(session)
         owners: dict[str, str | None] = {}
         taken_by: dict[str, dict[str, str]] = {}
         if observed:
@@ -134,7 +135,7 @@ class _Writer:
             owners = recipient_owners(session, self.batch.settings, recipients)
             ids = [o.message_id for o in observed]
             for namespace in sorted({r["namespace"] for r in taken}):
-                taken_by[namespace] = messages_repo.message_taken(session, ids, namespace)
+                taken_by[namespace] = messages_db.message_taken(session, ids, namespace)
         # Earlier signals get first pick of a message both would match.
         for row in sorted(taken, key=lambda r: (r["created_at"], r["id"])):
             # Mail received after the deadline is late mail (the dead letter's
@@ -214,7 +215,7 @@ class _Writer:
             rand=batch.rng.random(),
             pushes=batch.pushes,
         )
-        written, pushed = repo.signal_record_check(
+        written, pushed = checks_db.signal_record_check(
             session,
             signal_id,
             fence,
@@ -258,7 +259,7 @@ class _Writer:
 
         while True:
             result = pick(criteria, candidates_for(observed, taken_by_other))
-            new = messages_repo.near_miss_record_many(
+            new = messages_db.near_miss_record_many(
                 session, row["id"], [(c.message_id, why.value) for c, why in result.near_misses]
             )
             self.effects.mismatches.extend((row["provider"], why) for why in new)
@@ -267,7 +268,7 @@ class _Writer:
             mid = result.winner.message_id
             try:
                 with session.begin_nested():
-                    if not repo.signal_mark_found(
+                    if not checks_db.signal_mark_found(
                         session, row["id"], row["check_fence"], mid, record
                     ):
                         return None

@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from app.db import repository as repo
+from app.db import checks as checks_db
 from app.db.engine import transaction
 
 log = logging.getLogger("signalbox.checks")
@@ -41,7 +41,7 @@ class LeaseKeeper:
                 if also_renew is not None:
                     also_renew()
                 with transaction() as session:
-                    repo.signal_extend_check_leases(session, self.fences, self.lease)
+                    checks_db.signal_extend_check_leases(session, self.fences, self.lease)
             except Exception as exc:  # the next beat may succeed; the lease is the backstop
                 log.warning(
                     "could not extend a check lease",

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from sqlalchemy.orm import Session
 
-from app.db import messages as messages_repo
+from app.db import messages as messages_db
 from app.domain.ids import new_id
 from app.domain.mail import ParsedMail, parse_mail
 from app.providers.base import ProviderMessage
@@ -63,7 +63,7 @@ def record_messages(
     if not messages:
         return []
     parsed = [(m, _parsed(provider, m)) for m in messages]
-    ids = messages_repo.message_record_new(
+    ids = messages_db.message_record_new(
         session,
         provider,
         [

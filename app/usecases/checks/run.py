@@ -11,7 +11,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from app.db import repository as repo
+from app.db import checks as checks_db
 from app.db.engine import transaction
 from app.domain.ids import new_id
 from app.infra import dispatch
@@ -60,7 +60,7 @@ def run_check(
     """
     report = CheckReport()
     with transaction() as session:
-        taken = repo.signal_lock_for_check(
+        taken = checks_db.signal_lock_for_check(
             session,
             signal_id,
             lease_seconds=settings.check_lease_seconds,

@@ -1,0 +1,270 @@
+"""Repository of checks (`checks`) and the check protocol's writes to `signals`.
+
+A check takes its signals with `FOR UPDATE SKIP LOCKED`, stamps a lease and
+a new fence (`signal_lock_for_check`), commits, calls the provider with no
+lock held, then writes its result guarded by the fence: the signal's update
+and the check's row in one statement (`signal_record_check`,
+`signal_mark_found`). A write whose fence no longer holds writes nothing.
+Also here: a signal's checks, listed and counted by outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from app.db import raw
+from app.db.pagination import Keyset
+from app.db.rows import Row, affected, every
+from app.domain.states import FIND
+
+_LOCK_FOR_CHECK = raw.Query(
+    """
+                WITH target AS (
+                    SELECT provider FROM signals WHERE id = :id
+                ), due AS (
+                    SELECT s.id FROM signals s, target t
+                    WHERE s.status = 'waiting'
+                      AND s.provider = t.provider
+                      AND s.next_check_at <= now() + make_interval(secs => :window)
+                      AND (s.check_lease_until IS NULL OR s.check_lease_until < now())
+                    ORDER BY (s.id = :id) DESC, s.next_check_at
+                    LIMIT :limit
+                    FOR UPDATE OF s SKIP LOCKED
+                )
+                UPDATE signals s
+                   SET check_fence = s.check_fence + 1,
+                       check_lease_until = now() + make_interval(secs => :lease),
+                       updated_at = now()
+                  FROM due WHERE s.id = due.id
+                RETURNING s.*, now() AS looked_at
+"""
+)
+
+
+def signal_lock_for_check(
+    session: Session,
+    signal_id: str,
+    *,
+    lease_seconds: float,
+    batch_limit: int,
+    coalesce_seconds: float = 0.0,
+) -> list[Row]:
+    """Take `signal_id` and the other due signals of its provider for one check.
+
+    Signals due within `coalesce_seconds` ride along: one provider call then
+    answers them all instead of one call each a moment apart. Rows already
+    locked or under another check's lease are skipped. Each taken row gets a
+    new fence and a lease; the caller commits at once and calls the provider
+    with no lock held. Each row carries `looked_at`, the server's now.
+    """
+    return raw.rows(
+        session,
+        _LOCK_FOR_CHECK,
+        {"id": signal_id, "lease": lease_seconds, "limit": batch_limit, "window": coalesce_seconds},
+    )
+
+
+def signal_extend_check_leases(
+    session: Session, fences: Sequence[tuple[str, int]], lease_seconds: float
+) -> int:
+    """Heartbeat: push the check lease of each (signal, fence) still held."""
+    if not fences:
+        return 0
+    return affected(
+        session.execute(
+            text(
+                """
+                UPDATE signals s
+                   SET check_lease_until = now() + make_interval(secs => :lease)
+                  FROM unnest(CAST(:ids AS text[]), CAST(:fences AS bigint[])) AS f(id, fence)
+                 WHERE s.id = f.id AND s.check_fence = f.fence AND s.status = 'waiting'
+                """
+            ),
+            {
+                "ids": [i for i, _ in fences],
+                "fences": [f for _, f in fences],
+                "lease": lease_seconds,
+            },
+        )
+    )
+
+
+@dataclass(frozen=True)
+class CheckRecord:
+    """The check row a check's write adds beside the signal's update."""
+
+    reason: str
+    outcome: str
+    error_code: str | None
+    batch_id: str | None
+    started_at: datetime
+    counted: bool
+    messages_seen: int | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "c_seen": self.messages_seen,
+            "c_reason": self.reason,
+            "c_outcome": self.outcome,
+            "c_error": self.error_code,
+            "c_batch": self.batch_id,
+            "c_started": self.started_at,
+            "c_counted": self.counted,
+        }
+
+
+# Appended to a fenced `UPDATE signals … RETURNING id, generation, provider`
+# named `upd`: the check row is written by the same statement, and only when
+# the fence held (one row per fence: a second write is a no-op).
+_CHECK_ROW = """
+    , chk AS (
+        INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,
+                            error_code, batch_id, started_at, counted, messages_seen)
+        SELECT upd.id, upd.generation, :fence, upd.provider, :c_reason, :c_outcome,
+               :c_error, :c_batch, :c_started, :c_counted, :c_seen
+          FROM upd
+        ON CONFLICT (signal_id, fence) DO NOTHING
+    )
+"""
+
+
+_RECORD_CHECK = raw.Query(
+    """
+            WITH upd AS (
+                UPDATE signals
+                   SET checks_count = checks_count + :inc,
+                       consecutive_errors = :errors,
+                       last_check_at = now(),
+                       -- A check that made no call (breaker open, provider
+                       -- busy) is no look: expiry still waits for one.
+                       last_look_at = CASE WHEN :c_outcome = 'circuit_open' THEN last_look_at
+                                           ELSE :c_started END,
+                       last_outcome = :c_outcome,
+                       last_error_code = :c_error,
+                       next_check_at = CASE WHEN enqueued_at > :c_started THEN now()
+                                            ELSE :next_at END,
+                       next_check_reason = CASE WHEN enqueued_at > :c_started THEN 'push'
+                                                ELSE :next_reason END,
+                       check_lease_until = NULL,
+                       updated_at = now()
+                 WHERE id = :id AND check_fence = :fence AND status = 'waiting'
+                RETURNING id, generation, provider,
+                          coalesce(enqueued_at > :c_started, false) AS pushed
+            )"""
+    + _CHECK_ROW
+    + "SELECT pushed FROM upd"
+)
+
+
+def signal_record_check(
+    session: Session,
+    signal_id: str,
+    fence: int,
+    check: CheckRecord,
+    *,
+    consecutive_errors: int,
+    next_check_at: datetime | None,
+    next_check_reason: str,
+) -> tuple[bool, bool]:
+    """Write a check that found nothing (its row and its effect on the
+    signal) in one statement, guarded by the fence.
+
+    Returns (written, pushed): `pushed` says a push arrived while the check
+    ran (it stamped `enqueued_at` after the check began); the push is kept
+    (due now, reason `push`) instead of being overwritten by the backoff,
+    and the caller must send the task again.
+    """
+    row = raw.row(
+        session,
+        _RECORD_CHECK,
+        {
+            **check.params(),
+            "id": signal_id,
+            "fence": fence,
+            "inc": 1 if check.counted else 0,
+            "errors": consecutive_errors,
+            "next_at": next_check_at,
+            "next_reason": next_check_reason,
+        },
+    )
+    return (row is not None, bool(row["pushed"]) if row is not None else False)
+
+
+_MARK_FOUND = raw.Query(
+    """
+            WITH upd AS (
+                UPDATE signals
+                   SET status = :dst, message_id = :mid, found_at = now(),
+                       checks_count = checks_count + :inc, consecutive_errors = 0,
+                       last_check_at = now(), last_look_at = :c_started,
+                       last_outcome = 'matched', last_error_code = NULL, next_check_at = NULL,
+                       check_lease_until = NULL, updated_at = now()
+                 WHERE id = :id AND check_fence = :fence AND status = :src
+                RETURNING id, generation, provider
+            )"""
+    + _CHECK_ROW
+    + "SELECT count(*) AS n FROM upd"
+)
+
+
+def signal_mark_found(
+    session: Session, signal_id: str, fence: int, message_id: str, check: CheckRecord
+) -> bool:
+    """waiting → found with `message_id`, and the matched check's row, in one
+    statement guarded by the fence. The unique index on (namespace,
+    message_id) raises IntegrityError if another signal of the namespace
+    took the message first."""
+    row = raw.row(
+        session,
+        _MARK_FOUND,
+        {
+            **check.params(),
+            **FIND.params,
+            "id": signal_id,
+            "fence": fence,
+            "mid": message_id,
+            "inc": 1 if check.counted else 0,
+        },
+    )
+    return row is not None and int(row["n"]) == 1
+
+
+def check_counts_by_outcome(
+    session: Session, signal_ids: Sequence[str]
+) -> dict[str, dict[str, int]]:
+    rows = session.execute(
+        text(
+            "SELECT signal_id, outcome, count(*) FROM checks WHERE signal_id = ANY(:ids)"
+            " GROUP BY signal_id, outcome"
+        ),
+        {"ids": list(signal_ids)},
+    ).all()
+    out: dict[str, dict[str, int]] = {}
+    for sid, outcome, n in rows:
+        out.setdefault(sid, {})[outcome] = int(n)
+    return out
+
+
+_BY_START = Keyset("started_at, id")
+
+
+def check_list(
+    session: Session, signal_id: str, *, after: tuple[datetime, int] | None, limit: int
+) -> Sequence[Row]:
+    """One page of a signal's checks, oldest first (every generation:
+    redrives keep history), after the cursor `after`."""
+    params: dict[str, Any] = {"sid": signal_id}
+    return every(
+        session,
+        "SELECT id, signal_id, generation, reason, outcome, error_code, started_at,"
+        " finished_at, messages_seen FROM checks WHERE signal_id = :sid AND "
+        + _BY_START.after(after, params)
+        + _BY_START.page(limit, params),
+        params,
+    )

@@ -1,0 +1,189 @@
+"""Repository of due work: what the sweep finds due or lost, and a push.
+
+An outbox row (a signal due a check, a webhook delivery due an attempt) needs
+a task when it is due, nobody holds its lease, and no task was sent since it
+became due, or the one sent is presumed lost: `due_or_lost` is that one
+selection, for `signals` here and `webhook_deliveries` in `webhooks`. Also
+here: the signals past their deadline, a push making signals due now, and
+how late the oldest due check is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from app.db import raw
+from app.db.pagination import BY_CREATION
+
+
+def due_or_lost(*, table: str, live: str, due_at: str, lease_until: str, lost_after: str) -> str:
+    """The `due` CTE of an outbox's sweep: up to `:limit` ids of `table`'s rows
+    that are `live` (an SQL condition), due (`due_at` passed), not under a
+    live lease (`lease_until`), and whose `enqueued_at` is NULL, older than
+    `due_at` (no task since they became due), or older than `lost_after`
+    seconds (an SQL expression): the task sent was lost. Oldest due first,
+    locked, skipping rows another sweep holds."""
+    return f"""
+            WITH due AS (
+                SELECT id FROM {table}
+                 WHERE {live} AND {due_at} <= now()
+                   AND ({lease_until} IS NULL OR {lease_until} < now())
+                   AND (enqueued_at IS NULL OR enqueued_at < {due_at}
+                        OR enqueued_at < now() - make_interval(secs => {lost_after}))
+                 ORDER BY {due_at}
+                 LIMIT :limit
+                 FOR UPDATE SKIP LOCKED
+            )"""
+
+
+# How many graces a signal whose final look never began waits (no worker took
+# its task: a saturated pool, workers down) before it expires unseen.
+UNLOOKED_GRACES = 4
+
+
+def signal_ids_past_deadline(session: Session, limit: int, grace_seconds: float) -> list[str]:
+    """Waiting signals past their deadline, not under a live check lease, that
+    can expire now: their final look saw the provider (a check began at or
+    after the deadline and found nothing); or their final looks failed for
+    `grace_seconds` after the deadline (the provider kept failing); or no
+    final look began in UNLOOKED_GRACES graces (no worker took it).
+
+    A signal whose final look has not begun yet is not given up after one
+    grace: mail held before the deadline must not be lost because every
+    worker was busy with a slow provider."""
+    return list(
+        session.execute(
+            text(
+                """
+                SELECT id FROM signals
+                 WHERE status = 'waiting' AND expires_at <= now()
+                   AND (last_look_at >= expires_at
+                            AND (last_outcome = 'no_match'
+                                 OR expires_at <= now() - make_interval(secs => :grace))
+                        OR expires_at <= now() - make_interval(secs => :unlooked))
+                   AND (check_lease_until IS NULL OR check_lease_until < now())
+                 ORDER BY expires_at
+                 LIMIT :limit
+                 FOR UPDATE SKIP LOCKED
+                """
+            ),
+            {"limit": limit, "grace": grace_seconds, "unlooked": grace_seconds * UNLOOKED_GRACES},
+        ).scalars()
+    )
+
+
+_MARK_DUE_ENQUEUED = text(
+    due_or_lost(
+        table="signals",
+        live="status = 'waiting'",
+        due_at="next_check_at",
+        lease_until="check_lease_until",
+        lost_after="CASE WHEN provider = ANY(:looked_here) THEN :requeue_here ELSE :requeue END",
+    )
+    + """
+            UPDATE signals s
+               SET next_check_reason = CASE
+                       WHEN s.enqueued_at IS NOT NULL AND s.enqueued_at >= s.next_check_at
+                       THEN 'sweep' ELSE s.next_check_reason END,
+                   enqueued_at = now()
+              FROM due WHERE s.id = due.id
+            RETURNING s.id, s.next_check_reason, s.provider
+            """
+)
+
+
+def signal_mark_due_enqueued(
+    session: Session,
+    *,
+    requeue_after_seconds: float,
+    resend_lost: bool,
+    limit: int,
+    looked_here: Sequence[str] = (),
+) -> list[tuple[str, str, str]]:
+    """Stamp and return (id, reason, provider) of the due signals that need a
+    task sent (or, for the providers in `looked_here`, a look made by the
+    caller).
+
+    A signal needs one when its next check is due (the final look at the
+    deadline included) and no task was sent for it since. With `resend_lost`
+    (the caller saw no task waiting in the queue), a task sent more than
+    `requeue_after_seconds` ago that left the signal due was lost (broker
+    restart, worker killed): it is re-sent with reason `sweep`. Without it
+    only tasks older than ten times that are presumed lost, so a backlog is
+    never fed with copies of what it already holds. A look the caller makes
+    itself feeds no backlog: for `looked_here` providers a task or look older
+    than `requeue_after_seconds` is always presumed lost.
+    """
+    rows = session.execute(
+        _MARK_DUE_ENQUEUED,
+        {
+            "requeue": requeue_after_seconds * (1 if resend_lost else 10),
+            "requeue_here": requeue_after_seconds,
+            "looked_here": list(looked_here),
+            "limit": limit,
+        },
+    ).all()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+_PUSH_DUE_HEAD = """
+                WITH pushed AS (
+                    SELECT id FROM signals
+                     WHERE status = 'waiting' AND provider = :provider"""
+_PUSH_DUE_TAIL = """
+                     ORDER BY created_at, id
+                     LIMIT :limit
+                     FOR UPDATE
+                )
+                UPDATE signals s
+                   SET next_check_at = clock_timestamp(), next_check_reason = 'push',
+                       -- clock_timestamp(): stamped after any check's lock is
+                       -- released, so a check in flight sees the push as newer.
+                       enqueued_at = clock_timestamp()
+                  FROM pushed WHERE s.id = pushed.id
+                RETURNING s.id, s.created_at
+"""
+
+
+def signal_push_due(
+    session: Session,
+    provider: str,
+    recipients: Iterable[str] | None,
+    namespace: str | None = None,
+    *,
+    after: tuple[datetime, str] | None = None,
+    limit: int = 500,
+) -> list[tuple[str, datetime]]:
+    """Make up to `limit` waiting signals of `provider` (optionally only those
+    for `recipients`, or of one namespace), after `after` in (created_at, id)
+    order, due now with reason `push`; return their (id, created_at)."""
+    params: dict[str, Any] = {"provider": provider, "ns": namespace, "limit": limit}
+    where = " AND namespace = :ns" if namespace is not None else ""
+    if after is not None:
+        where += " AND " + BY_CREATION.after(after, params)
+    if recipients is not None:
+        params["rcpts"] = sorted({r.lower() for r in recipients})
+        where += " AND recipient = ANY(:rcpts)"
+    # Rows are locked in (created_at, id) order, the order a check's second
+    # transaction locks them in: two multi-row lockers in one order cannot
+    # deadlock each other.
+    rows = raw.rows(session, raw.query(_PUSH_DUE_HEAD + where + _PUSH_DUE_TAIL), params)
+    return [(r["id"], r["created_at"]) for r in rows]
+
+
+def signal_oldest_due_age(session: Session, namespace: str | None = None) -> float:
+    """Seconds since the oldest due check of waiting signals (in `namespace`,
+    or in all) fell due; 0 when none is due."""
+    sql = (
+        "SELECT extract(epoch FROM now() - min(next_check_at)) FROM signals"
+        " WHERE status = 'waiting' AND next_check_at <= now()"
+    )
+    if namespace is not None:
+        sql += " AND namespace = :ns"
+    age = session.execute(text(sql), {"ns": namespace}).scalar_one_or_none()
+    return float(age or 0.0)

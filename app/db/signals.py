@@ -1,0 +1,368 @@
+"""Repository of signals (`signals`, with `idempotency_keys`): create, read,
+list, expire, redrive and count.
+
+A create binds its idempotency key and inserts the signal in one statement.
+State changes are guarded (`WHERE id = :id AND status = :src`); zero rows
+back means someone else moved first, which is a normal outcome (None). The
+check protocol's writes are in `checks`, the sweep's due work in `due`, the
+claim's in `claims`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from sqlalchemy import bindparam, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Session
+
+from app.db import raw
+from app.db.pagination import BY_CREATION
+from app.db.rows import Row, every, first
+from app.domain.states import REDRIVE, Status, transition
+
+
+@dataclass(frozen=True)
+class CreateFacts:
+    """What a create must know before it inserts, read in one statement."""
+
+    now: datetime
+    mailbox_owner: str | None
+    waiting: int
+
+
+# A create's facts (the one-statement create reads them too): the clock, the
+# owner of `:address`'s mailbox and `:namespace`'s trigger-kept waiting count.
+_CREATE_FACTS = """
+    SELECT clock_timestamp() AS now,
+           (SELECT namespace FROM mailboxes WHERE address = :address) AS mailbox_owner,
+           (SELECT coalesce(sum(waiting), 0) FROM namespace_waiting
+             WHERE namespace = :namespace) AS waiting
+"""
+
+
+def signal_create_facts(session: Session, namespace: str, address: str) -> CreateFacts:
+    """The database's clock, the namespace owning `address`'s mailbox (live or
+    deleted; None) and how many of the namespace's signals are waiting (the
+    trigger-kept count of `namespace_waiting`: no scan)."""
+    row = session.execute(
+        text(_CREATE_FACTS), {"address": address.strip().lower(), "namespace": namespace}
+    ).one()
+    return CreateFacts(now=row.now, mailbox_owner=row.mailbox_owner, waiting=int(row.waiting))
+
+
+# What a view needs beside the signal's row (see signal_view_get): the
+# database clock and the summary of its message (joined as `m`) ...
+_VIEW_COLUMNS = """
+    clock_timestamp() AS view_now,
+    m.id AS view_message_id, m.received_at AS view_message_received_at,
+    m.subject AS view_message_subject, m.run_marker AS view_message_run_marker
+"""
+# ... and the same columns for a signal that has no message yet.
+_NEW_VIEW_COLUMNS = """
+    clock_timestamp() AS view_now, NULL::text AS view_message_id,
+    NULL::timestamptz AS view_message_received_at, NULL::text AS view_message_subject,
+    NULL::text AS view_message_run_marker
+"""
+
+# The idempotency key, bound to the new signal unless a live binding exists.
+_BIND_KEY = """
+    INSERT INTO idempotency_keys (namespace, key, signal_id, expires_at)
+    {source}
+    ON CONFLICT (namespace, key) DO UPDATE
+        SET signal_id = EXCLUDED.signal_id, expires_at = EXCLUDED.expires_at
+        WHERE idempotency_keys.expires_at <= now()
+    RETURNING signal_id
+"""
+# The new signal, inserted when the key was bound to it; `{now}` is the clock.
+_INSERT_SIGNAL = """
+    INSERT INTO signals (
+        id, namespace, idempotency_key, run_id, test_case, recipient,
+        subject_contains, body_contains, received_after, created_at, updated_at,
+        expires_at, max_checks, provider, require_run_marker, metadata,
+        status, next_check_at, next_check_reason, enqueued_at, max_claims)
+    SELECT
+        :id, :namespace, :idempotency_key, :run_id, :test_case, :recipient,
+        :subject_contains, :body_contains, coalesce(:received_after, {now}), {now}, {now},
+        {now} + make_interval(secs => :expires_in), :max_checks, :provider,
+        :require_run_marker, :metadata,
+        'waiting', {now}, 'first', {now}, :max_claims
+    {source}
+    WHERE EXISTS (SELECT 1 FROM key WHERE signal_id = :id)
+"""
+
+_SIGNAL_CREATE = text(
+    f"""
+    WITH key AS (
+        {
+        _BIND_KEY.format(
+            source="VALUES (:namespace, :idempotency_key, :id, now() + make_interval(secs => :ttl))"
+        )
+    }
+    )
+    {_INSERT_SIGNAL.format(now=":now", source="")}
+    RETURNING *, {_NEW_VIEW_COLUMNS}
+    """
+).bindparams(bindparam("metadata", type_=JSONB))
+
+
+def signal_create(session: Session, values: Mapping[Any, Any], ttl_hours: float) -> Row | None:
+    """Bind the idempotency key to a new signal and insert it, in one
+    statement; the new row (with signal_view_get's columns), or None when a
+    live binding of the key exists (nothing is inserted then).
+
+    The key's primary key makes concurrent identical creates serialise: the
+    losers wait for the winner's commit, then see a live key and insert
+    nothing. The key's foreign key is checked at the end of the statement,
+    when the signal exists."""
+    return session.execute(_SIGNAL_CREATE, {**values, "ttl": ttl_hours * 3600.0}).mappings().first()
+
+
+# The common create, decided in the statement: the facts of
+# signal_create_facts, and the insert only when they clear every check by a
+# margin (the caller's checks, made in a transaction, decide the rest). One
+# row always: the created signal's, or NULLs.
+_SIGNAL_CREATE_CLEAR = raw.Query(
+    f"""
+    WITH facts AS ({_CREATE_FACTS}), clear AS (
+        SELECT now FROM facts
+         WHERE waiting < :clear_below
+           AND coalesce(mailbox_owner, CAST(:domain_owner AS text), :namespace) = :namespace
+           AND coalesce(
+                 CAST(:received_after AS timestamptz)
+                   BETWEEN now - make_interval(secs => :lookback_seconds - 1)
+                       AND now + make_interval(secs => :lookahead_seconds - 1),
+                 true)
+    ), key AS (
+        {
+        _BIND_KEY.format(
+            source="SELECT :namespace, :idempotency_key, :id,"
+            " now() + make_interval(secs => :ttl) FROM clear"
+        )
+    }
+    ), created AS (
+        {_INSERT_SIGNAL.format(now="clear.now", source="FROM clear")}
+        RETURNING *
+    )
+    SELECT c.*, {_NEW_VIEW_COLUMNS} FROM facts LEFT JOIN created c ON true
+    """
+)
+
+
+def signal_create_if_clear(
+    session: Session,
+    values: Mapping[Any, Any],
+    ttl_hours: float,
+    *,
+    domain_owner: str | None,
+    clear_below: int,
+    lookback_hours: float,
+    lookahead_hours: float,
+) -> Row | None:
+    """A create in one statement, when it is clear: the namespace has fewer
+    than `clear_below` waiting signals, may use the address (its mailbox's
+    owner, else `domain_owner`, is None or the namespace), `received_after`
+    is None or a second inside the lookback and lookahead, and the key has
+    no live binding. The new row with signal_view_get's columns, or None
+    when nothing was inserted: the caller then decides, in a transaction."""
+    row = raw.row(
+        session,
+        _SIGNAL_CREATE_CLEAR,
+        {
+            **values,
+            "metadata": Jsonb(values["metadata"]),
+            "address": str(values["recipient"]).strip().lower(),
+            "domain_owner": domain_owner,
+            "clear_below": clear_below,
+            "lookback_seconds": lookback_hours * 3600.0,
+            "lookahead_seconds": lookahead_hours * 3600.0,
+            "ttl": ttl_hours * 3600.0,
+        },
+    )
+    return row if row is not None and row["id"] is not None else None
+
+
+def signal_view_by_key(session: Session, namespace: str, key: str) -> Row | None:
+    """The signal a live idempotency key names, with signal_view_get's columns."""
+    sql = f"""
+        SELECT s.*, {_VIEW_COLUMNS}
+          FROM idempotency_keys k
+          JOIN signals s ON s.id = k.signal_id
+          LEFT JOIN messages m ON m.id = s.message_id
+         WHERE k.namespace = :ns AND k.key = :key AND k.expires_at > now()
+    """
+    return first(session, sql, {"ns": namespace, "key": key})
+
+
+def idempotency_key_signal(session: Session, namespace: str, key: str) -> str | None:
+    return session.execute(
+        text(
+            "SELECT signal_id FROM idempotency_keys"
+            " WHERE namespace = :ns AND key = :key AND expires_at > now()"
+        ),
+        {"ns": namespace, "key": key},
+    ).scalar_one_or_none()
+
+
+def signal_get(session: Session, signal_id: str, namespace: str | None = None) -> Row | None:
+    sql = "SELECT * FROM signals WHERE id = :id"
+    if namespace is not None:
+        sql += " AND namespace = :ns"
+    return first(session, sql, {"id": signal_id, "ns": namespace})
+
+
+_VIEW_GET = raw.Query(
+    f"""
+    SELECT s.*, {_VIEW_COLUMNS}
+      FROM signals s LEFT JOIN messages m ON m.id = s.message_id
+     WHERE s.id = :id
+    """
+)
+_VIEW_GET_IN = raw.Query(_VIEW_GET.sql + " AND s.namespace = :ns")
+
+
+def signal_view_get(session: Session, signal_id: str, namespace: str | None = None) -> Row | None:
+    """A signal and what its view needs, in one statement: the row, the
+    database clock (`view_now`) and its message's summary (`view_message_id`,
+    `_received_at`, `_subject`, `_run_marker`; NULL before a match).
+    `views.signal_views` then asks nothing more for a waiting or found signal.
+    """
+    if namespace is None:
+        return raw.row(session, _VIEW_GET, {"id": signal_id})
+    return raw.row(session, _VIEW_GET_IN, {"id": signal_id, "ns": namespace})
+
+
+def signal_waiting_count(session: Session, namespace: str, *, serialise: bool = False) -> int:
+    """How many of the namespace's signals are waiting: the sum of its rows
+    in `namespace_waiting`, which a trigger on `signals` keeps (no scan).
+
+    `serialise` first takes a transaction-scoped advisory lock on the
+    namespace, so concurrent creates near the quota count one after another
+    and each sees the others' committed rows.
+    """
+    if serialise:
+        session.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended('signalbox.waiting:' || :ns, 0))"),
+            {"ns": namespace},
+        )
+    return int(
+        session.execute(
+            text("SELECT coalesce(sum(waiting), 0) FROM namespace_waiting WHERE namespace = :ns"),
+            {"ns": namespace},
+        ).scalar_one()
+    )
+
+
+def signal_rows_many(session: Session, signal_ids: Sequence[str]) -> list[Row]:
+    return list(
+        every(
+            session,
+            "SELECT * FROM signals WHERE id = ANY(:ids) ORDER BY created_at, id",
+            {"ids": list(signal_ids)},
+        )
+    )
+
+
+def signal_list_by_run(
+    session: Session,
+    namespace: str | None,
+    run_id: str,
+    *,
+    after: tuple[datetime, str] | None = None,
+    limit: int,
+) -> Sequence[Row]:
+    """One page of the run's signals in one namespace, or in every one
+    (`namespace` None), oldest first, after the cursor `after`."""
+    params: dict[str, Any] = {"ns": namespace, "run": run_id}
+    ns_sql = "namespace = :ns AND " if namespace is not None else ""
+    sql = (
+        "SELECT * FROM signals WHERE "
+        + ns_sql
+        + "run_id = :run AND "
+        + BY_CREATION.after(after, params)
+        + BY_CREATION.page(limit, params)
+    )
+    return every(session, sql, params)
+
+
+def signal_ids_by_run(session: Session, namespace: str, run_id: str) -> list[str]:
+    return list(
+        session.execute(
+            text(
+                "SELECT id FROM signals WHERE namespace = :ns AND run_id = :run"
+                " ORDER BY created_at, id"
+            ),
+            {"ns": namespace, "run": run_id},
+        ).scalars()
+    )
+
+
+def signal_expire(
+    session: Session, signal_id: str, *, expected: str, reason: str, fence: int | None = None
+) -> Row | None:
+    """`expected` → expired with `reason`; returns the row, or None if it moved."""
+    sql = """
+        UPDATE signals
+           SET status = :dst, expiry_reason = :reason, expired_at = now(),
+               next_check_at = NULL, check_lease_until = NULL, updated_at = now()
+         WHERE id = :id AND status = :src
+    """
+    if fence is not None:
+        sql += " AND check_fence = :fence"
+    return first(
+        session,
+        sql + " RETURNING *",
+        {
+            **transition(Status(expected), Status.EXPIRED).params,
+            "id": signal_id,
+            "reason": reason,
+            "fence": fence,
+        },
+    )
+
+
+def signal_redrive(
+    session: Session, signal_id: str, *, expires_in: float, max_checks: int
+) -> Row | None:
+    """expired → waiting, with a new deadline and budget; history stays."""
+    return first(
+        session,
+        """
+                UPDATE signals
+                   SET status = :dst, expiry_reason = NULL, expired_at = NULL,
+                       generation = generation + 1,
+                       -- A check still in flight for the old generation is fenced out.
+                       check_fence = check_fence + 1, last_look_at = NULL,
+                       expires_at = now() + make_interval(secs => :exp),
+                       max_checks = checks_count + :max_checks,
+                       consecutive_errors = 0, claims_used = 0,
+                       next_check_at = now(), next_check_reason = 'redrive',
+                       enqueued_at = now(), check_lease_until = NULL,
+                       last_outcome = NULL, last_error_code = NULL,
+                       updated_at = now()
+                 WHERE id = :id AND status = :src
+                 RETURNING *
+        """,
+        {"id": signal_id, "exp": expires_in, "max_checks": max_checks, **REDRIVE.params},
+    )
+
+
+def signal_count_by_status(session: Session) -> dict[str, int]:
+    rows = session.execute(text("SELECT status, count(*) FROM signals GROUP BY status")).all()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def signal_count_by_namespace_provider_status(
+    session: Session, namespace: str | None
+) -> list[tuple[str, str, str, int]]:
+    sql = "SELECT namespace, provider, status, count(*) FROM signals"
+    if namespace is not None:
+        sql += " WHERE namespace = :ns"
+    rows = session.execute(
+        text(sql + " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"), {"ns": namespace}
+    ).all()
+    return [(r[0], r[1], r[2], int(r[3])) for r in rows]

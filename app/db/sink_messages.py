@@ -1,0 +1,156 @@
+"""Repository of the SMTP sink's store (`sink_messages`): the `sink` provider's mailbox.
+
+The SMTP handler stores each message raw with its envelope recipients; the
+`sink` provider pages through a window's messages and reads the ones just
+before it (near misses worth reporting).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from app.db import raw
+from app.db.pagination import Keyset
+from app.db.rows import Row, affected
+
+
+def sink_messages_store(
+    session: Session, items: Sequence[tuple[str | None, Sequence[str], bytes]]
+) -> list[int]:
+    """Store raw messages ``(mail_from, recipients, raw)`` in one statement, each
+    with ``recipients`` (lower-cased, sorted) as its envelope and all recipients;
+    their ids, in the order of ``items``.
+
+    Rows are inserted in the items' order (``ORDER BY n``), so the sequence
+    hands out ascending ids in that order: the returned ids, sorted, map back
+    to the items by position (RETURNING itself has no guaranteed order)."""
+    if not items:
+        return []
+    rows = ", ".join(
+        f"(CAST(:f{i} AS text), CAST(:r{i} AS text[]), CAST(:b{i} AS bytea), {i})"
+        for i in range(len(items))
+    )
+    params: dict[str, Any] = {}
+    for i, (mail_from, recipients, data) in enumerate(items):
+        params[f"f{i}"] = mail_from
+        params[f"r{i}"] = sorted({r.lower() for r in recipients})
+        params[f"b{i}"] = data
+    stored = raw.rows(
+        session,
+        raw.query(
+            "INSERT INTO sink_messages (mail_from, envelope_recipients, all_recipients, size, raw) "
+            "SELECT f, r, r, octet_length(b), b "
+            f"FROM (VALUES {rows}) AS v(f, r, b, n) ORDER BY n "
+            "RETURNING id"
+        ),
+        params,
+    )
+    return sorted(int(r["id"]) for r in stored)
+
+
+def sink_message_add_recipients(session: Session, sink_id: int, recipients: Sequence[str]) -> int:
+    """Add ``recipients`` (lower-cased) to ``all_recipients`` of one sink message,
+    sorted and without repeats (once its headers are parsed, off the SMTP path);
+    returns 1 when the row exists, else 0."""
+    return affected(
+        session.execute(
+            text(
+                """
+                UPDATE sink_messages
+                   SET all_recipients = ARRAY(
+                         SELECT DISTINCT r
+                           FROM unnest(all_recipients || CAST(:rcpts AS text[])) AS r
+                          ORDER BY r)
+                 WHERE id = :id
+                """
+            ),
+            {"id": sink_id, "rcpts": sorted({r.lower() for r in recipients})},
+        )
+    )
+
+
+_BY_RECEIPT = Keyset("sm.received_at, sm.id")
+
+
+def sink_message_page(
+    session: Session,
+    *,
+    windows: Sequence[tuple[str, datetime]],
+    after: tuple[datetime, int] | None,
+    limit: int,
+) -> Sequence[Row]:
+    """One page (oldest first, after `after`) of the sink messages to any of
+    the `windows`' recipients received at or after that recipient's moment."""
+    params: dict[str, Any] = {
+        "rcpts": [r for r, _ in windows],
+        "sinces": [t for _, t in windows],
+        "since": min(t for _, t in windows),
+    }
+    return raw.rows(
+        session,
+        raw.query(
+            """
+            SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw
+              FROM sink_messages sm
+             WHERE sm.all_recipients && CAST(:rcpts AS text[])
+               AND sm.received_at >= :since
+               AND EXISTS (
+                    SELECT 1 FROM unnest(CAST(:rcpts AS text[]),
+                                         CAST(:sinces AS timestamptz[])) AS w(r, s)
+                     WHERE w.r = ANY(sm.all_recipients) AND sm.received_at >= w.s)"""
+            + " AND "
+            + _BY_RECEIPT.after(after, params)
+            + _BY_RECEIPT.page(limit, params)
+        ),
+        params,
+    )
+
+
+_BEFORE_WINDOWS = raw.Query(
+    """
+                SELECT DISTINCT ON (m.id) m.id, m.received_at, m.envelope_recipients, m.raw
+                  FROM unnest(CAST(:rcpts AS text[]), CAST(:sinces AS timestamptz[])) AS w(r, s)
+                 CROSS JOIN LATERAL (
+                        SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw
+                          FROM (SELECT id, received_at, envelope_recipients, raw
+                                  FROM sink_messages
+                                 WHERE all_recipients && ARRAY[w.r]
+                                OFFSET 0) sm
+                         WHERE sm.received_at >= w.s - make_interval(secs => :lookback)
+                           AND sm.received_at < w.s
+                         ORDER BY sm.received_at DESC
+                         LIMIT :per) m
+"""
+)
+
+
+def sink_message_before_windows(
+    session: Session,
+    *,
+    windows: Sequence[tuple[str, datetime]],
+    lookback_seconds: float,
+    per_recipient: int,
+) -> Sequence[Row]:
+    """The latest `per_recipient` sink messages to each recipient received
+    within `lookback_seconds` before its window: near misses worth reporting.
+
+    The recipient's messages come from the GIN index alone (the `OFFSET 0`
+    keeps the time bounds out of that scan): the planner cannot know a
+    window's moment, guesses the lookback holds few messages, and otherwise
+    walks the time index backwards through every message of the lookback,
+    22 ms per window at 60,000 messages against 0.03 ms by recipient."""
+    return raw.rows(
+        session,
+        _BEFORE_WINDOWS,
+        {
+            "rcpts": [r for r, _ in windows],
+            "sinces": [t for _, t in windows],
+            "lookback": lookback_seconds,
+            "per": per_recipient,
+        },
+    )

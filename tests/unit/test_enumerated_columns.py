@@ -1,0 +1,52 @@
+"""The CHECK constraints of the models and of migration 0009 list exactly the
+values of the code's enums, so the code table and the database cannot drift."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+from app.db.models import ENUMERATED, Base
+from app.domain.matching import Why
+from app.domain.states import CheckOutcome, CheckReason, DeadLetterState, ExpiryReason, Status
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _migration_0009() -> ModuleType:
+    (path,) = (ROOT / "migrations" / "versions").glob("*_0009_*.py")
+    spec = importlib.util.spec_from_file_location("migration_0009", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_models_list_the_enums_values() -> None:
+    assert ENUMERATED[("signals", "status")] == tuple(Status)
+    assert ENUMERATED[("signals", "expiry_reason")] == tuple(ExpiryReason)
+    assert ENUMERATED[("signals", "next_check_reason")] == tuple(CheckReason)
+    assert ENUMERATED[("signals", "last_outcome")] == tuple(CheckOutcome)
+    assert ENUMERATED[("checks", "reason")] == tuple(CheckReason)
+    assert ENUMERATED[("checks", "outcome")] == tuple(CheckOutcome)
+    assert ENUMERATED[("near_misses", "why")] == tuple(Why)
+    assert ENUMERATED[("dead_letters", "reason")] == tuple(ExpiryReason)
+    assert ENUMERATED[("dead_letters", "state")] == tuple(DeadLetterState)
+
+
+def test_migration_0009_froze_the_models_values() -> None:
+    frozen = _migration_0009().ENUMERATED
+    assert {k: [str(v) for v in vs] for k, vs in ENUMERATED.items()} == {
+        k: list(vs) for k, vs in frozen.items()
+    }
+
+
+def test_every_enumerated_column_has_its_check_constraint_on_the_model() -> None:
+    declared = {
+        c.name
+        for table in Base.metadata.sorted_tables
+        for c in table.constraints
+        if c.__class__.__name__ == "CheckConstraint"
+    }
+    assert declared == {f"ck_{table}_{column}" for table, column in ENUMERATED}
