@@ -39,7 +39,15 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from app.domain.matching import Why
-from app.domain.states import CheckOutcome, CheckReason, DeadLetterState, ExpiryReason, Status
+from app.domain.states import (
+    CheckOutcome,
+    CheckReason,
+    ClaimState,
+    DeadLetterState,
+    DeliveryState,
+    ExpiryReason,
+    Status,
+)
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -58,8 +66,6 @@ class Base(DeclarativeBase):
 
 
 # States of rows that have no enum in app.domain.
-CLAIM_STATES = ("active", "released", "lapsed", "consumed")
-DELIVERY_STATES = ("pending", "delivered", "failed")  # of a webhook delivery
 
 # (table, column) -> the values the code writes there; NULL passes a CHECK.
 ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
@@ -70,10 +76,10 @@ ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
     ("checks", "reason"): tuple(CheckReason),
     ("checks", "outcome"): tuple(CheckOutcome),
     ("near_misses", "why"): tuple(Why),
-    ("claims", "state"): CLAIM_STATES,
+    ("claims", "state"): tuple(ClaimState),
     ("dead_letters", "reason"): tuple(ExpiryReason),
     ("dead_letters", "state"): tuple(DeadLetterState),
-    ("webhook_deliveries", "state"): DELIVERY_STATES,
+    ("webhook_deliveries", "state"): tuple(DeliveryState),
 }
 
 

@@ -62,6 +62,21 @@ class DeadLetterState(StrEnum):
     DISCARDED = "discarded"
 
 
+class ClaimState(StrEnum):
+    ACTIVE = "active"
+    RELEASED = "released"
+    LAPSED = "lapsed"
+    CONSUMED = "consumed"
+
+
+class DeliveryState(StrEnum):
+    """Of a dead letter's webhook delivery."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
 TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
     {
         (Status.WAITING, Status.FOUND),

@@ -9,7 +9,15 @@ from types import ModuleType
 
 from app.db.models import ENUMERATED, Base
 from app.domain.matching import Why
-from app.domain.states import CheckOutcome, CheckReason, DeadLetterState, ExpiryReason, Status
+from app.domain.states import (
+    CheckOutcome,
+    CheckReason,
+    ClaimState,
+    DeadLetterState,
+    DeliveryState,
+    ExpiryReason,
+    Status,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,6 +41,8 @@ def test_the_models_list_the_enums_values() -> None:
     assert ENUMERATED[("near_misses", "why")] == tuple(Why)
     assert ENUMERATED[("dead_letters", "reason")] == tuple(ExpiryReason)
     assert ENUMERATED[("dead_letters", "state")] == tuple(DeadLetterState)
+    assert ENUMERATED[("claims", "state")] == tuple(ClaimState)
+    assert ENUMERATED[("webhook_deliveries", "state")] == tuple(DeliveryState)
 
 
 def test_migration_0009_froze_the_models_values() -> None:
