@@ -1,0 +1,107 @@
+"""The layout holds: imports run one way (front doors → use cases →
+repository → PostgreSQL; pure decisions import nothing of the rest), no
+module grows past the size a reader takes in at once, and the state machine
+drawn in docs/architecture.md is the code's table."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from app.domain.states import TRANSITIONS, Status
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_LINES = 500
+
+# Package → the packages of this repository it must never import.
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "app": ("workers", "tests", "bench"),
+    "app.domain": (
+        "app.db",
+        "app.usecases",
+        "app.infra",
+        "app.providers",
+        "app.api",
+        "app.console",
+        "app.smtp",
+        "app.cli",
+        "app.observability",
+    ),
+    "app.db": ("app.usecases", "app.api", "app.console", "app.smtp", "app.cli", "app.providers"),
+    "app.providers": ("app.usecases", "app.api", "app.console", "app.smtp", "app.cli"),
+    "app.infra": ("app.usecases", "app.api", "app.console", "app.smtp", "app.cli"),
+    "app.usecases": ("app.api", "app.console", "app.smtp", "app.cli"),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _sources(*tops: str) -> list[Path]:
+    return sorted(p for top in tops for p in (ROOT / top).rglob("*.py") if ".venv" not in p.parts)
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_imports_run_one_way() -> None:
+    wrong = []
+    for path in _sources("app"):
+        module = _module_name(path)
+        for package, forbidden in FORBIDDEN.items():
+            if not _within(module, package):
+                continue
+            wrong += [
+                f"{module} imports {name}"
+                for name in sorted(_imports(path))
+                if any(_within(name, f) for f in forbidden)
+            ]
+    assert wrong == []
+
+
+def test_no_source_file_is_over_the_size_a_reader_takes_in() -> None:
+    paths = _sources("app", "workers", "clients")
+    assert len(paths) > 50
+    long = [
+        f"{p.relative_to(ROOT)}: {n}"
+        for p in paths
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    ]
+    assert long == []
+
+
+def _drawn_transitions() -> set[tuple[str, str]]:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("<!-- transitions -->")[1].split("<!-- /transitions -->")[0]
+    rows = re.findall(r"^\|\s*`(\w+)`\s*\|\s*`(\w+)`\s*\|", section, re.MULTILINE)
+    return set(rows)
+
+
+def test_the_documented_state_table_is_the_codes() -> None:
+    drawn = _drawn_transitions()
+    assert drawn == {(src.value, dst.value) for src, dst in TRANSITIONS}
+
+
+@pytest.mark.parametrize("status", list(Status))
+def test_every_status_is_documented(status: Status) -> None:
+    assert f"`{status.value}`" in (ROOT / "docs" / "architecture.md").read_text()
