@@ -105,3 +105,13 @@ def test_the_documented_state_table_is_the_codes() -> None:
 @pytest.mark.parametrize("status", list(Status))
 def test_every_status_is_documented(status: Status) -> None:
     assert f"`{status.value}`" in (ROOT / "docs" / "architecture.md").read_text()
+
+
+def test_the_readmes_layout_table_names_every_package_and_only_real_ones() -> None:
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("| path | what |")[1].split("\n\n")[0]
+    first_cells = [row.split("|")[1] for row in table.splitlines() if row.startswith("| `")]
+    named = {n for cell in first_cells for n in re.findall(r"`([a-z_]+/(?:[a-z_]+/)?)`", cell)}
+    packages = {f"app/{p.name}/" for p in (ROOT / "app").iterdir() if (p / "__init__.py").exists()}
+    assert packages <= named
+    assert [n for n in named if not (ROOT / n).is_dir()] == []
