@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from tests.stack_fixtures import Stack
+from tests.stack import Stack
 
 
 def mail(

@@ -14,7 +14,7 @@ from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.helpers import create_signal, db_scalar, mail
-from tests.stack_fixtures import Stack, wait_until
+from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -201,7 +201,7 @@ def test_each_worker_serves_its_own_counters_on_its_metrics_port(
     import os
     import signal
 
-    from tests.stack_fixtures import free_port
+    from tests.servers import free_port
 
     # Beat serves the database gauges only: a first look left to its sweep
     # (a sink look, made in beat) would be counted by beat, not by a worker.

@@ -15,7 +15,7 @@ from tests.integration.helpers import (
     signal_view,
     wait_result,
 )
-from tests.stack_fixtures import Stack, wait_until
+from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.integration.helpers import create_signal, db_rows, db_scalar, mail, wait_result
-from tests.stack_fixtures import TOKENS, Stack, wait_until
+from tests.stack import TOKENS, Stack, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.integration.helpers import db_scalar
 from tests.integration.test_triage_api import OPS_TOKEN, expired
-from tests.stack_fixtures import TOKENS, Stack
+from tests.stack import TOKENS, Stack
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.stack_fixtures import TOKENS, PgServer, Stack, _flush, base_env
+from tests.stack import TOKENS, Stack, base_env
+from tests.stack_fixtures import PgServer, _flush
 
 OPS_TOKEN = "tok-ops-0123456789"
 # Namespace "default" (A) owns team-a.test, "other" (B) owns team-b.test.
