@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 import smtplib
+import socket
 import subprocess
 import sys
 import time
@@ -81,6 +82,8 @@ class Stack:
     api_port: int = field(default_factory=free_port)
     smtp_port: int = field(default_factory=free_port)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # Worker name -> its Celery node name (to address it with remote control).
+    nodes: dict[str, str] = field(default_factory=dict)
     _log_files: list[IO[bytes]] = field(default_factory=list)
     token: str = TOKENS["default"]
     smtp_host: str = LOOPBACK
@@ -173,17 +176,11 @@ class Stack:
         queues: str = "signals,dead_letter",
         extra_env: Mapping[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
+        node = f"{name}-{free_port()}@{socket.gethostname()}"
+        self.nodes[name] = node
         return self.spawn(
             name,
-            [
-                "worker",
-                "--concurrency",
-                str(concurrency),
-                "--queues",
-                queues,
-                "--name",
-                f"{name}-{free_port()}@%h",
-            ],
+            ["worker", "--concurrency", str(concurrency), "--queues", queues, "--name", node],
             extra_env,
         )
 

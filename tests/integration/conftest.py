@@ -1,4 +1,4 @@
-"""Fixtures several integration test files use: real servers and an engine."""
+"""Fixtures several integration test files use: real servers, an engine, an ops API."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import pytest
 from sqlalchemy import Engine
 
 from app.db.engine import make_engine
+from tests.integration.helpers import OPS_TOKEN
 from tests.servers import DovecotServer, MaildevServer, dovecot_server, maildev_server
 from tests.servers.webhook_receiver import Receiver, webhook_receiver
+from tests.stack import Stack
 
 
 @pytest.fixture
@@ -40,3 +42,17 @@ def receiver() -> Iterator[Receiver]:
     """A webhook receiver that fails its first two requests with 500."""
     with webhook_receiver(failures=2) as state:
         yield state
+
+
+@pytest.fixture
+def ops_stack(stack: Stack, tmp_path: Path) -> Iterator[Stack]:
+    """A second API process on the shared stack's database that knows alice's
+    ops token (`OPS_TOKEN`)."""
+    logs = tmp_path / "ops-logs"
+    logs.mkdir()
+    ops = Stack(env={**stack.env, "SIGNALBOX_OPS_TOKENS": f"alice:{OPS_TOKEN}"}, logs=logs)
+    ops.start_api()
+    try:
+        yield ops
+    finally:
+        ops.stop()

@@ -11,6 +11,9 @@ import psycopg
 
 from tests.stack import Stack
 
+# Alice's ops token, known to the `ops_stack` fixture's API.
+OPS_TOKEN = "tok-ops-alice-0123456789"
+
 
 def mail(
     to: str,
