@@ -1,7 +1,8 @@
-"""Metrics on real processes: every contract name on the API's `/metrics`,
-counters summed over the API and every Celery prefork child (multiprocess
-mode), and, with SIGNALBOX_METRICS_PORT, each worker process serving its own
-counters while one chosen kind of process serves the database gauges."""
+"""Metrics on real processes: every metric docs/api.md lists ("Metrics") on
+the API's `/metrics`, counters summed over the API and every Celery prefork
+child (multiprocess mode), and, with SIGNALBOX_METRICS_PORT, each worker
+process serving its own counters while one chosen kind of process serves the
+database gauges."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
-CONTRACT_METRICS = {
+DOCUMENTED_METRICS = {
     # family name -> (type, label names)
     "signalbox_signals_created": ("counter", {"namespace"}),
     "signalbox_signal_time_to_found_seconds": ("histogram", {"provider"}),
@@ -68,7 +69,7 @@ def test_every_contract_metric_is_exposed_with_its_labels(stack: Stack) -> None:
 
     families = scrape(stack)
 
-    for name, (kind, labels) in CONTRACT_METRICS.items():
+    for name, (kind, labels) in DOCUMENTED_METRICS.items():
         assert name in families, f"{name} is not exposed"
         sample_names = {s for s, _, _ in families[name]}
         if kind == "histogram":
