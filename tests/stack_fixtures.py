@@ -13,6 +13,7 @@ free loopback port; flushed before each test that uses it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import tempfile
@@ -217,26 +218,39 @@ TABLES = (
 )
 
 
+@contextlib.contextmanager
+def session_stack(
+    pg_server: PgServer,
+    redis_url: str,
+    data: Path,
+    broker_db: int,
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[Stack]:
+    """A whole stack (API, sink, a 2-process worker, beat) on a database of its
+    own and database `broker_db` of the test Redis, its files under `data`;
+    stopped, and its database dropped, on exit."""
+    url = pg_server.create_database()
+    logs = data / "logs"
+    logs.mkdir()
+    env = base_env(url, redis_url.rsplit("/", 1)[0] + f"/{broker_db}", data)
+    env.update(extra_env or {})
+    _flush(env["SIGNALBOX_BROKER_URL"])
+    stack = Stack(env=env, logs=logs)
+    try:
+        yield stack.start()
+    finally:
+        # Also after a failed start: never leave half a stack running.
+        stack.stop()
+        pg_server.drop_database(url)
+
+
 @pytest.fixture(scope="session")
 def shared_stack(
     pg_server: PgServer, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     """One stack for the session (API, sink, a 2-process worker, beat) on its own database."""
-    url = pg_server.create_database()
-    data = tmp_path_factory.mktemp("shared")
-    logs = data / "logs"
-    logs.mkdir()
-    env = base_env(url, redis_url.rsplit("/", 1)[0] + "/1", data)
-    _flush(env["SIGNALBOX_BROKER_URL"])
-    stack = Stack(env=env, logs=logs)
-    try:
-        stack.start()
-    except BaseException:
-        stack.stop()  # never leave half a stack running after a failed start
-        raise
-    yield stack
-    stack.stop()
-    pg_server.drop_database(url)
+    with session_stack(pg_server, redis_url, tmp_path_factory.mktemp("shared"), 1) as stack:
+        yield stack
 
 
 @pytest.fixture
