@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from app.providers import bulkhead as bulkhead_module
 from app.providers.bulkhead import Bulkhead, default_limit
-from workers import bulkhead as bulkhead_module
 
 pytestmark = pytest.mark.integration
 
