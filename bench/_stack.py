@@ -2,9 +2,10 @@
 
 - `running_stack()` starts `signalbox-server up` (API, SMTP sink, worker,
   beat and, unless told not to, Flower) on the embedded default under a
-  temporary SIGNALBOX_DATA_DIR, waits for the dev token and `GET /healthz`,
-  and stops it (SIGINT to `up`, then the process group) on exit, errors,
-  Ctrl-C and SIGTERM.
+  temporary SIGNALBOX_DATA_DIR, as one process of the tests' `Stack`
+  (tests/stack.py), waits for the dev token and `GET /healthz`, and stops it
+  (SIGINT to `up`, then the process group) on exit, errors, Ctrl-C and
+  SIGTERM.
 - `Processes` finds the stack's processes by kind and reads their CPU time
   from /proc: utime + stime (+ cutime + cstime, so children that exited and
   were reaped still count) of every process of each kind's tree.
@@ -22,38 +23,28 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
-HOST = "127.0.0.1"
+if str(ROOT) not in sys.path:  # run as `python bench/NAME.py`: the tests package is beside
+    sys.path.insert(0, str(ROOT))
+
+from app.infra.embedded import _quiet_platformdirs  # noqa: E402
+from tests.servers import LOOPBACK as HOST  # noqa: E402
+from tests.servers import free_port  # noqa: E402
+from tests.stack import Stack  # noqa: E402
+
 START_TIMEOUT_SECONDS = 600  # a machine shared with other jobs can be very slow
 STOP_TIMEOUT_SECONDS = 60
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # The order figures are printed in; "all" is their sum.
 KINDS = ("api", "worker", "smtp", "beat", "flower", "postgres", "redis", "up")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def _quiet_platformdirs() -> None:
-    if not os.environ.get("XDG_RUNTIME_DIR"):
-        runtime = Path(tempfile.gettempdir()) / f"signalbox-runtime-{os.getuid()}"
-        runtime.mkdir(mode=0o700, exist_ok=True)
-        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
 
 
 def postmaster_info(pgdata: Path) -> object | None:
@@ -228,23 +219,13 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
 
 
 @dataclass
-class Stack:
-    proc: subprocess.Popen[bytes]
-    data_dir: Path
-    log_path: Path
-    api_url: str
-    smtp_port: int
-    redis_port: int
-    flower_port: int
-    token: str = ""
-    processes: Processes = field(default_factory=Processes)
+class UpStack(Stack):
+    """A `Stack` whose one process is `signalbox-server up` (named "up"), on the
+    embedded PostgreSQL and Redis under `data_dir`, with `processes` by kind."""
 
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+    redis_port: int = 0
+    flower_port: int = 0
+    processes: Processes = field(default_factory=Processes)
 
     def database_url(self, database: str = "signalbox") -> str:
         info = postmaster_info(self.data_dir / "postgres")
@@ -260,33 +241,6 @@ class Stack:
         return embedded_redis_url(self.data_dir, self.redis_port) or (
             f"redis://{HOST}:{self.redis_port}/0"
         )
-
-
-def _server_command(flower: bool) -> list[str]:
-    script = Path(sys.executable).with_name("signalbox-server")
-    cmd = [str(script), "up"] if script.exists() else [sys.executable, "-m", "app.cli", "up"]
-    return cmd if flower else [*cmd, "--no-flower"]
-
-
-def _wait(stack: Stack, what: str, predicate: Callable[[], object], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if stack.proc.poll() is not None:
-            raise RuntimeError(
-                f"signalbox-server up exited with {stack.proc.returncode} while waiting for"
-                f" {what}:\n{stack.log_tail()}"
-            )
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"{what} not ready after {timeout:.0f} s:\n{stack.log_tail()}")
-
-
-def _healthy(api_url: str) -> bool:
-    try:
-        return httpx.get(api_url + "/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def preload_pg_stat_statements(data_dir: Path) -> None:
@@ -317,7 +271,7 @@ def running_stack(
     keep: bool = False,
     env_extra: dict[str, str] | None = None,
     pg_stat_statements: bool = False,
-) -> Iterator[Stack]:
+) -> Iterator[UpStack]:
     """`signalbox-server up` on a temporary data dir; stopped on exit."""
     signal.signal(signal.SIGTERM, _interrupt)
     # Short path: PostgreSQL's unix socket must fit in 108 bytes.
@@ -330,9 +284,7 @@ def running_stack(
         {
             "SIGNALBOX_DATA_DIR": str(data_dir),
             "SIGNALBOX_API_HOST": HOST,
-            "SIGNALBOX_API_PORT": str(api_port),
             "SIGNALBOX_SMTP_HOST": HOST,
-            "SIGNALBOX_SMTP_PORT": str(smtp_port),
             "SIGNALBOX_EMBEDDED_REDIS_PORT": str(redis_port),
             "SIGNALBOX_FLOWER_HOST": HOST,
             "SIGNALBOX_FLOWER_PORT": str(flower_port),
@@ -340,40 +292,41 @@ def running_stack(
             **(env_extra or {}),
         }
     )
-    cmd = _server_command(flower)
+    args = ["up"] if flower else ["up", "--no-flower"]
     if worker_concurrency:
-        cmd += ["--concurrency", str(worker_concurrency)]
-    log_path = data_dir / "stack.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    stack = Stack(
-        proc, data_dir, log_path, f"http://{HOST}:{api_port}", smtp_port, redis_port, flower_port
+        args += ["--concurrency", str(worker_concurrency)]
+    stack = UpStack(
+        env=env,
+        logs=data_dir,
+        api_port=api_port,
+        smtp_port=smtp_port,
+        redis_port=redis_port,
+        flower_port=flower_port,
     )
+    up = stack.spawn("up", args)
     failed = True
     try:
         token_file = data_dir / "dev-token"
-        _wait(
-            stack,
+        stack.wait_for(
             "the dev token",
             lambda: token_file.exists() and token_file.read_text().strip(),
             START_TIMEOUT_SECONDS,
+            process="up",
         )
         stack.token = token_file.read_text().strip()
-        _wait(stack, "GET /healthz", lambda: _healthy(stack.api_url), START_TIMEOUT_SECONDS)
+        stack.wait_for("GET /healthz", stack.api_ready, START_TIMEOUT_SECONDS, process="up")
         wanted = ("api", "worker", "smtp", "beat", "postgres", "redis") + (
             ("flower",) if flower else ()
         )
 
         def found_all() -> bool:
-            stack.processes = Processes.find(proc.pid, data_dir, redis_port)
+            stack.processes = Processes.find(up.pid, data_dir, redis_port)
             # The worker's pool children are forked a moment after the parent.
             return all(stack.processes.roots.get(k) for k in wanted) and bool(
                 stack.processes.worker_children()
             )
 
-        _wait(stack, "the stack's processes", found_all, 60)
+        stack.wait_for("the stack's processes", found_all, 60, process="up")
         yield stack
         failed = False
     except KeyboardInterrupt:
@@ -382,33 +335,17 @@ def running_stack(
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
-        _stop(proc)
+        # `up` stops its children and the embedded services on SIGINT; what
+        # is left after that is stopped with its process group.
+        if not stack.interrupt("up", signal.SIGINT, STOP_TIMEOUT_SECONDS):
+            print("signalbox-server up did not stop on SIGINT; terminating", file=sys.stderr)
+        stack.stop()
         if keep or failed:
             print(f"stack data and log kept in {data_dir}", file=sys.stderr)
         else:
             shutil.rmtree(data_dir, ignore_errors=True)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _interrupt)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            print("signalbox-server up did not stop on SIGINT; terminating", file=sys.stderr)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        try:
-            os.killpg(proc.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            break
-        time.sleep(1)
 
 
 # ---------------------------------------------------------------- pgbench
@@ -424,7 +361,7 @@ class PgbenchResult:
 
 
 def pgbench_tps(
-    stack: Stack,
+    stack: UpStack,
     *,
     clients: int = 8,
     threads: int = 2,
@@ -456,7 +393,7 @@ def pgbench_tps(
     )
 
 
-def postgres_settings(stack: Stack) -> str:
+def postgres_settings(stack: UpStack) -> str:
     import psycopg
 
     names = ("fsync", "synchronous_commit", "shared_buffers", "max_connections")

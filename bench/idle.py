@@ -41,7 +41,7 @@ from _stack import HOST, KINDS
 LONG_POLL_SECONDS = 30
 
 
-def create_many(stack: _stack.Stack, run_id: str, count: int, creators: int) -> tuple[float, int]:
+def create_many(stack: _stack.UpStack, run_id: str, count: int, creators: int) -> tuple[float, int]:
     """Create `count` waiting signals from `creators` threads; (seconds, errors)."""
     next_index = iter(range(count))
     lock = threading.Lock()
@@ -84,7 +84,7 @@ def create_many(stack: _stack.Stack, run_id: str, count: int, creators: int) -> 
     return time.perf_counter() - began, errors[0]
 
 
-def push_latency(stack: _stack.Stack, run_id: str, count: int) -> tuple[list[float], list[str]]:
+def push_latency(stack: _stack.UpStack, run_id: str, count: int) -> tuple[list[float], list[str]]:
     """One at a time: create, deliver, long-poll; seconds from `250` to `found`."""
     found: list[float] = []
     problems: list[str] = []
@@ -129,7 +129,7 @@ def push_latency(stack: _stack.Stack, run_id: str, count: int) -> tuple[list[flo
     return found, problems
 
 
-def waiting_count(stack: _stack.Stack) -> int:
+def waiting_count(stack: _stack.UpStack) -> int:
     import psycopg
 
     with psycopg.connect(stack.database_url(), autocommit=True) as conn:
@@ -140,7 +140,7 @@ def waiting_count(stack: _stack.Stack) -> int:
 FIRST_CHECKS_TIMEOUT_SECONDS = 900
 
 
-def wait_first_checks(stack: _stack.Stack, timeout: float) -> float:
+def wait_first_checks(stack: _stack.UpStack, timeout: float) -> float:
     """Seconds until no waiting signal lacks its first check and no check
     task the creates sent still waits in the `signals` queue (bounded)."""
     import psycopg

@@ -132,7 +132,7 @@ def send_for(port: int, connections: int, seconds: float, target: str) -> Phase:
     )
 
 
-def sink_rows(stack: _stack.Stack) -> int:
+def sink_rows(stack: _stack.UpStack) -> int:
     import psycopg
 
     with psycopg.connect(stack.database_url(), autocommit=True) as conn:

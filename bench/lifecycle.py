@@ -77,7 +77,7 @@ class Lifecycle:
 
 @dataclass
 class Client:
-    stack: _stack.Stack
+    stack: _stack.UpStack
     run_id: str
     index: int
     stop_at: float
@@ -149,7 +149,7 @@ def _py_spy(pid: int, seconds: int, out: Path) -> subprocess.Popen[bytes] | None
     )
 
 
-def _statements(stack: _stack.Stack, lifecycles: int, top: int) -> str:
+def _statements(stack: _stack.UpStack, lifecycles: int, top: int) -> str:
     import psycopg
 
     with psycopg.connect(stack.database_url(), autocommit=True) as conn:
@@ -175,7 +175,7 @@ def _statements(stack: _stack.Stack, lifecycles: int, top: int) -> str:
     return "\n".join(out)
 
 
-def _stat_reset(stack: _stack.Stack) -> None:
+def _stat_reset(stack: _stack.UpStack) -> None:
     import psycopg
 
     with psycopg.connect(stack.database_url(), autocommit=True) as conn:

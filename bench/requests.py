@@ -44,7 +44,7 @@ SHOWN = ("api", "worker", "smtp", "postgres", "redis")
 
 
 def _step(
-    stack: _stack.Stack, name: str, items: list[str], request: Callable[[str], httpx.Response]
+    stack: _stack.UpStack, name: str, items: list[str], request: Callable[[str], httpx.Response]
 ) -> tuple[str, ...]:
     latencies: list[float] = []
     before = stack.processes.cpu_seconds()
@@ -66,7 +66,7 @@ def _step(
     )
 
 
-def _deliver(stack: _stack.Stack, recipients: list[tuple[str, str]], run_id: str) -> None:
+def _deliver(stack: _stack.UpStack, recipients: list[tuple[str, str]], run_id: str) -> None:
     with smtplib.SMTP(HOST, stack.smtp_port, timeout=60) as smtp:
         for recipient, marker in recipients:
             smtp.send_message(verification_mail(recipient, marker, run_id))

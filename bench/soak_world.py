@@ -1,7 +1,7 @@
 """The soak's world: its own PostgreSQL, Redis, MailDev and Dovecot, the Signalbox
 processes on them, and the faults that can be done to each.
 
-Built from the test tiers' pieces (tests/servers.py, tests/stack_fixtures.py):
+Built from the test tiers' pieces (tests/servers/, tests/stack.py):
 the same real servers and the same `python -m app.cli ...` processes, here
 owned by a script instead of a pytest fixture.
 
@@ -47,7 +47,8 @@ from tests.servers import (
     maildev_server,
     wait_for_port,
 )
-from tests.stack_fixtures import Stack, base_env, conninfo_to_url
+from tests.stack import Stack, base_env
+from tests.stack_fixtures import conninfo_to_url
 
 # Provider names in the soak's providers file, by the CLI's short names.
 PROVIDER_NAMES = {"sink": "sink", "maildev": "catcher", "imap": "corp-imap"}
@@ -382,7 +383,7 @@ class World:
             stack.start_beat()
             # Longer than the test fixtures' waits: six Python processes start
             # at once, on a machine that may be busy.
-            _wait(stack._api_ready, START_TIMEOUT, "the API", stack)
+            _wait(stack.api_ready, START_TIMEOUT, "the API", stack)
             wait_for_port("127.0.0.1", stack.smtp_port, timeout=START_TIMEOUT)
             step("api and smtp answer")
             for name in (*WORKERS, DLQ_WORKER):

@@ -2,7 +2,9 @@
 
 from hypothesis import settings
 
-pytest_plugins = ["tests.stack_fixtures"]
+# celery.contrib.pytest: `celery_app` and `celery_worker` (a worker thread in this
+# process) for tests of the task layer (tests/integration/test_tasks.py).
+pytest_plugins = ["tests.stack_fixtures", "celery.contrib.pytest"]
 
 # No per-example deadline: on a loaded machine (CI's two cores, shared with
 # the stack's processes) one example can stall past Hypothesis' default

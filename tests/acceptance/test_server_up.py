@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.stack_fixtures import ROOT, free_port, wait_until
+from tests.servers import free_port
+from tests.stack import ROOT, wait_until
 
 pytestmark = pytest.mark.acceptance
 

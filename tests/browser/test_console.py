@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.integration.helpers import db_scalar, mail
-from tests.stack_fixtures import TOKENS, Stack, wait_until
+from tests.stack import TOKENS, Stack, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import create_signal, db_rows, signal_view
-from tests.stack_fixtures import Stack, wait_until
+from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 

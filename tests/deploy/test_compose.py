@@ -131,7 +131,7 @@ def test_every_alert_and_panel_names_metrics_we_expose() -> None:
         for name in re.findall(r"\bsignalbox_[a-z_]+", expr):
             used.add(_family(name))
             assert _family(name) in known, f"{name} in {expr!r} is not exposed"
-    # The alerts and panels watch every contract metric.
+    # The alerts and panels watch every metric the processes expose.
     assert used >= known - {"signalbox_scrape_source_up"}, known - used
 
 

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from app.infra.embedded import embedded_redis_url, ensure_services
-from tests.stack_fixtures import free_port
+from tests.servers import free_port
 
 pytestmark = pytest.mark.integration
 

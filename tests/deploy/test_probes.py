@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stack_fixtures import ROOT, Stack, wait_until
+from tests.stack import ROOT, Stack, wait_until
 
 pytestmark = pytest.mark.integration
 

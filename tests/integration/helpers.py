@@ -9,7 +9,10 @@ from typing import Any
 
 import psycopg
 
-from tests.stack_fixtures import Stack
+from tests.stack import Stack
+
+# Alice's ops token, known to the `ops_stack` fixture's API.
+OPS_TOKEN = "tok-ops-alice-0123456789"
 
 
 def mail(

@@ -29,7 +29,7 @@ from tests.servers import (
     TestRedis,
     redis_server,
 )
-from tests.stack_fixtures import wait_until
+from tests.stack import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from tests.integration.helpers import wait_result
-from tests.stack_fixtures import Stack, wait_until
+from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.stack_fixtures import Stack
+from tests.stack import Stack
 
 pytestmark = pytest.mark.integration
 

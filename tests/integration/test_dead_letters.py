@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from tests.integration.helpers import mail, wait_result
-from tests.stack_fixtures import Stack, wait_until
+from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 

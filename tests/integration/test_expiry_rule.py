@@ -7,7 +7,6 @@ not lost to a saturated pool."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -16,18 +15,11 @@ from sqlalchemy import Engine, text
 from app.db import due as due_db
 from app.db import server as server_db
 from app.db import signals as signals_db
-from app.db.engine import make_engine, transaction
+from app.db.engine import transaction
 
 pytestmark = pytest.mark.integration
 
 GRACE = 10.0
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    eng = make_engine(database_url, pool_size=2)
-    yield eng
-    eng.dispose()
 
 
 def _past_deadline(

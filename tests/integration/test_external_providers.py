@@ -12,7 +12,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
 import pytest
@@ -24,30 +23,16 @@ from tests.servers import (
     CountingProxy,
     DovecotServer,
     MaildevServer,
-    dovecot_server,
-    maildev_server,
 )
-from tests.stack_fixtures import Stack, wait_until
+from tests.stack import Stack, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.providers]
-
-
-@pytest.fixture
-def maildev(tmp_path: Path) -> Iterator[MaildevServer]:
-    with maildev_server(tmp_path / "maildev") as server:
-        yield server
 
 
 @pytest.fixture
 def proxy(maildev: MaildevServer) -> Iterator[CountingProxy]:
     with CountingProxy(maildev.host, maildev.web_port) as p:
         yield p
-
-
-@pytest.fixture
-def dovecot(tmp_path: Path) -> Iterator[DovecotServer]:
-    with dovecot_server(tmp_path / "dovecot") as server:
-        yield server
 
 
 def provider_stack(stack_factory: Callable[..., Stack], providers_toml: str, **env: str) -> Stack:

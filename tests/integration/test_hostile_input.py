@@ -18,7 +18,7 @@ from app.domain.mail import ParsedMail
 from app.smtp.parsing import ParsePool
 from tests.hostile_mail import slow_part_lines
 from tests.integration.helpers import create_signal, db_rows, mail, wait_result
-from tests.stack_fixtures import Stack, wait_until
+from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.stack_fixtures import TOKENS, Stack, wait_until
+from tests.stack import TOKENS, Stack, wait_until
 
 pytestmark = pytest.mark.integration
 

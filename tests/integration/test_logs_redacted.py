@@ -11,7 +11,7 @@ from email.message import EmailMessage
 
 import pytest
 
-from tests.stack_fixtures import Stack, wait_until
+from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 

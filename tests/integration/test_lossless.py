@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from email.message import EmailMessage
 from email.utils import format_datetime
-from pathlib import Path
 
 import pytest
 
@@ -24,8 +23,8 @@ from tests.integration.helpers import (
     signal_view,
     wait_result,
 )
-from tests.servers import DovecotServer, MaildevServer, dovecot_server, maildev_server
-from tests.stack_fixtures import TOKENS, Stack, wait_until
+from tests.servers import DovecotServer, MaildevServer
+from tests.stack import TOKENS, Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -238,12 +237,6 @@ def test_a_provider_removed_from_the_providers_file_is_a_provider_error_not_a_cr
 # --------------------------------------------------------------------------- whole seconds
 
 
-@pytest.fixture
-def maildev(tmp_path: Path) -> Iterator[MaildevServer]:
-    with maildev_server(tmp_path / "maildev") as server:
-        yield server
-
-
 @pytest.mark.providers
 def test_maildev_mail_stamped_in_the_window_opening_second_is_found(
     stack_factory: Callable[..., Stack], maildev: MaildevServer
@@ -273,12 +266,6 @@ def test_maildev_mail_stamped_in_the_window_opening_second_is_found(
 
     assert view["status"] == "found", view
     assert view["message"]["received_at"] <= signal["received_after"]
-
-
-@pytest.fixture
-def dovecot(tmp_path: Path) -> Iterator[DovecotServer]:
-    with dovecot_server(tmp_path / "dovecot") as server:
-        yield server
 
 
 @pytest.mark.providers

@@ -18,7 +18,8 @@ from sqlalchemy import create_engine
 from app.db.migrate import alembic_config, upgrade
 from app.db.models import Base
 from app.settings import to_sqlalchemy_url
-from tests.stack_fixtures import ROOT, PgServer, _libpq
+from tests.stack import ROOT
+from tests.stack_fixtures import PgServer, _libpq
 
 pytestmark = pytest.mark.integration
 

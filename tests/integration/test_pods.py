@@ -28,7 +28,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.integration.helpers import create_signal, db_scalar, mail, signal_view
-from tests.stack_fixtures import ROOT, Stack, wait_until
+from tests.servers import port_open
+from tests.stack import ROOT, Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -113,18 +114,10 @@ def pod_stack(request: pytest.FixtureRequest, stack_factory: Callable[..., Stack
     stack.spawn("beat", ["beat"])
     stack.spawn_worker(concurrency=1)
     # Four processes start at once: give a busy machine time.
-    wait_until(stack._api_ready, 180, interval=0.5, what="the API to answer")
-    wait_until(lambda: _port_open(stack.smtp_port), 180, interval=0.5, what="the SMTP sink")
+    wait_until(stack.api_ready, 180, interval=0.5, what="the API to answer")
+    wait_until(lambda: port_open(stack.smtp_port), 180, interval=0.5, what="the SMTP sink")
     wait_until(lambda: b" ready." in (stack.logs / "worker.log").read_bytes(), 180, 0.5)
     return stack
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def readyz(stack: Stack) -> int:

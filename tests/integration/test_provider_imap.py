@@ -7,22 +7,15 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 
 from app.errors import ProviderRejected, ProviderUnavailable
 from app.providers.base import SearchQuery
 from app.providers.imap import ImapProvider
-from tests.servers import DovecotServer, dovecot_server, free_port
+from tests.servers import DovecotServer, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.providers]
-
-
-@pytest.fixture
-def dovecot(tmp_path: Path) -> Iterator[DovecotServer]:
-    with dovecot_server(tmp_path) as server:
-        yield server
 
 
 @pytest.fixture

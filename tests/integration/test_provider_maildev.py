@@ -32,12 +32,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.providers]
 
 
 @pytest.fixture
-def maildev(tmp_path: Path) -> Iterator[MaildevServer]:
-    with maildev_server(tmp_path) as server:
-        yield server
-
-
-@pytest.fixture
 def provider(maildev: MaildevServer) -> Iterator[MaildevProvider]:
     catcher = MaildevProvider(name="catcher", url=maildev.url, timeout=5.0)
     yield catcher

@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.stack_fixtures import Stack, free_port, wait_until
+from tests.servers import free_port
+from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from tests.integration.helpers import db_rows, mail
-from tests.stack_fixtures import Stack, wait_until
+from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,6 @@ read, and only the statements a status needs."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -17,19 +16,12 @@ from app.db import dead_letters as dead_letters_db
 from app.db import messages as messages_db
 from app.db import server as server_db
 from app.db import signals as signals_db
-from app.db.engine import make_engine, transaction
+from app.db.engine import transaction
 from app.usecases import views
 
 pytestmark = pytest.mark.integration
 
 NS = "views-ns"
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    eng = make_engine(database_url, pool_size=2)
-    yield eng
-    eng.dispose()
 
 
 class Statements:

@@ -15,7 +15,7 @@ from tests.integration.helpers import (
     signal_view,
     wait_result,
 )
-from tests.stack_fixtures import Stack, wait_until
+from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,14 @@ def test_email_sent_after_the_signal_is_found(stack: Stack) -> None:
 def test_message_received_before_window_never_matches(stack: Stack) -> None:
     recipient = f"early-{uuid.uuid4().hex[:6]}@example.test"
     stack.send(mail(recipient), [recipient])
-    time.sleep(0.3)
+    # Stored (its receipt time taken) before the signal's window opens.
+    wait_until(
+        lambda: db_rows(
+            stack, "SELECT 1 FROM sink_messages WHERE %s = ANY(envelope_recipients)", recipient
+        ),
+        10,
+        what="the message stored",
+    )
     signal = create_signal(stack, recipient=recipient, expires_in_seconds=4)
 
     view = wait_result(stack, signal["signal_id"], wait=15)

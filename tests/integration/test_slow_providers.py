@@ -8,7 +8,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -21,16 +20,10 @@ from tests.integration.helpers import (
     signal_view,
     wait_result,
 )
-from tests.servers import DelayingProxy, MaildevServer, maildev_server
-from tests.stack_fixtures import Stack, wait_until
+from tests.servers import DelayingProxy, MaildevServer
+from tests.stack import Stack, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.providers]
-
-
-@pytest.fixture
-def maildev(tmp_path: Path) -> Iterator[MaildevServer]:
-    with maildev_server(tmp_path / "maildev") as server:
-        yield server
 
 
 def send_to_maildev(server: MaildevServer, to: str, run_id: str) -> None:

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.integration.helpers import create_signal, db_rows, db_scalar, mail, wait_result
-from tests.stack_fixtures import TOKENS, Stack, wait_until
+from tests.integration.helpers import (
+    OPS_TOKEN,
+    create_signal,
+    db_rows,
+    db_scalar,
+    mail,
+    wait_result,
+)
+from tests.stack import TOKENS, Stack, wait_until
 
 pytestmark = pytest.mark.integration
-
-OPS_TOKEN = "tok-ops-alice-0123456789"
 
 
 def expired(stack: Stack, count: int, token: str | None = None, **fields: object) -> list[dict]:
@@ -47,17 +51,10 @@ def expired(stack: Stack, count: int, token: str | None = None, **fields: object
 
 
 @pytest.fixture
-def ops_api(stack: Stack, tmp_path: Path) -> Iterator[httpx.Client]:
-    """A second API process on the shared stack's database that knows an ops token."""
-    logs = tmp_path / "ops-logs"
-    logs.mkdir()
-    ops = Stack(env={**stack.env, "SIGNALBOX_OPS_TOKENS": f"alice:{OPS_TOKEN}"}, logs=logs)
-    ops.start_api()
-    try:
-        with ops.client(OPS_TOKEN) as client:
-            yield client
-    finally:
-        ops.stop()
+def ops_api(ops_stack: Stack) -> Iterator[httpx.Client]:
+    """A client of the ops API with alice's ops token."""
+    with ops_stack.client(OPS_TOKEN) as client:
+        yield client
 
 
 # ---------------------------------------------------------------- checks

@@ -7,14 +7,13 @@ import contextlib
 import re
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.integration.helpers import db_scalar
-from tests.integration.test_triage_api import OPS_TOKEN, expired
-from tests.stack_fixtures import TOKENS, Stack
+from tests.integration.helpers import OPS_TOKEN, db_scalar
+from tests.integration.test_triage_api import expired
+from tests.stack import TOKENS, Stack
 
 pytestmark = pytest.mark.integration
 
@@ -37,15 +36,8 @@ def csrf_of(html: str) -> str:
 
 
 @pytest.fixture
-def ops_base(stack: Stack, tmp_path: Path) -> Iterator[str]:
-    logs = tmp_path / "ops-logs"
-    logs.mkdir()
-    ops = Stack(env={**stack.env, "SIGNALBOX_OPS_TOKENS": f"alice:{OPS_TOKEN}"}, logs=logs)
-    ops.start_api()
-    try:
-        yield ops.api_url
-    finally:
-        ops.stop()
+def ops_base(ops_stack: Stack) -> str:
+    return ops_stack.api_url
 
 
 def test_without_a_session_every_page_redirects_to_login(stack: Stack) -> None:

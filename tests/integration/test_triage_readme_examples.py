@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stack_fixtures import ROOT, Stack
+from tests.stack import ROOT, Stack
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.integration.helpers import create_signal, db_rows, mail, wait_result
-from tests.stack_fixtures import TOKENS, Stack, wait_until
+from tests.stack import TOKENS, Stack, wait_until
 
 pytestmark = pytest.mark.integration
 

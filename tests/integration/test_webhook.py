@@ -6,17 +6,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import threading
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 
 import httpx
 import pytest
 
 from tests.integration.helpers import db_rows, db_scalar
-from tests.stack_fixtures import Stack, free_port, wait_until
+from tests.servers import free_port
+from tests.servers.webhook_receiver import Receiver
+from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -31,55 +30,6 @@ FIELDS = {
     "provider",
     "recommendation",
 }
-
-
-@dataclass
-class Receiver:
-    """A real loopback HTTP server that answers 500 to its first `failures` requests."""
-
-    failures: int
-    requests: list[tuple[dict[str, str], bytes, int]] = field(default_factory=list)
-    port: int = 0
-    # When set, each request waits for it before answering (a slow receiver).
-    hold: threading.Event | None = None
-    started: bool = False
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hooks/signalbox"
-
-    def delivered(self) -> list[dict]:
-        return [json.loads(body) for _, body, status in self.requests if status == 200]
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    state = Receiver(failures=2)
-    lock = threading.Lock()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            state.started = True
-            if state.hold is not None:
-                state.hold.wait(30)
-            with lock:
-                status = 500 if len(state.requests) < state.failures else 200
-                state.requests.append((dict(self.headers), body, status))
-            self.send_response(status)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
 
 
 def webhook_stack(stack_factory: Callable[..., Stack], url: str, **extra: str) -> Stack:

@@ -16,8 +16,8 @@ from app.settings import get_settings
 from app.usecases import signals, webhooks
 from app.usecases.expiry import expire_signal
 from app.usecases.inputs import SignalCreate
-from tests.integration.test_webhook import Receiver, receiver  # noqa: F401  (fixture)
-from tests.stack_fixtures import wait_until
+from tests.servers.webhook_receiver import Receiver
+from tests.stack import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def configured(
     service_env: dict[str, str],
-    receiver: Receiver,  # noqa: F811  (the imported fixture)
+    receiver: Receiver,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Receiver]:
     monkeypatch.setenv("SIGNALBOX_DEAD_LETTER_WEBHOOK_URL", receiver.url)

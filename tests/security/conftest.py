@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.stack_fixtures import TOKENS, PgServer, Stack, _flush, base_env
+from tests.stack import TOKENS, Stack
+from tests.stack_fixtures import PgServer, session_stack
 
 OPS_TOKEN = "tok-ops-0123456789"
 # Namespace "default" (A) owns team-a.test, "other" (B) owns team-b.test.
@@ -23,19 +24,10 @@ TOKEN_B = TOKENS["other"]
 def tenancy_stack(
     pg_server: PgServer, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    url = pg_server.create_database()
+    env = {
+        "SIGNALBOX_OPS_TOKENS": f"sre:{OPS_TOKEN}",
+        "SIGNALBOX_NAMESPACE_DOMAINS": ",".join(f"{ns}:{d}" for d, ns in DOMAINS.items()),
+    }
     data = tmp_path_factory.mktemp("tenancy")
-    logs = data / "logs"
-    logs.mkdir()
-    env = base_env(url, redis_url.rsplit("/", 1)[0] + "/2", data)
-    env.update(
-        {
-            "SIGNALBOX_OPS_TOKENS": f"sre:{OPS_TOKEN}",
-            "SIGNALBOX_NAMESPACE_DOMAINS": ",".join(f"{ns}:{d}" for d, ns in DOMAINS.items()),
-        }
-    )
-    _flush(env["SIGNALBOX_BROKER_URL"])
-    stack = Stack(env=env, logs=logs).start()
-    yield stack
-    stack.stop()
-    pg_server.drop_database(url)
+    with session_stack(pg_server, redis_url, data, 2, env) as stack:
+        yield stack

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.security.rawhttp import request
-from tests.stack_fixtures import Stack
+from tests.stack import Stack
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.integration.helpers import mail
 from tests.security.conftest import OPS_TOKEN, TOKEN_A, TOKEN_B
-from tests.stack_fixtures import Stack, wait_until
+from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from tests.stack_fixtures import TOKENS, Stack
+from tests.stack import TOKENS, Stack
 
 pytestmark = pytest.mark.integration
 

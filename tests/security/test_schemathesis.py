@@ -18,7 +18,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from tests.stack_fixtures import Stack
+from tests.stack import Stack
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,5 @@
-"""Backoff: exponential, capped, jittered, never past the deadline (CONTRACT §5)."""
+"""Backoff: exponential, capped, jittered, never past the deadline (docs/api.md,
+"Nothing before the deadline is lost")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Matching rules of CONTRACT §3: which message satisfies a signal, and the near misses."""
+"""Matching rules (docs/api.md, "Matching"): which message satisfies a signal,
+and the near misses."""
 
 from __future__ import annotations
 
