@@ -34,6 +34,11 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "app.providers": ("app.usecases", "app.api", "app.console", "app.smtp", "app.cli"),
     "app.infra": ("app.usecases", "app.api", "app.console", "app.smtp", "app.cli"),
     "app.usecases": ("app.api", "app.console", "app.smtp", "app.cli"),
+    # Front doors go through a use case, never to the repository.
+    "app.api": ("app.db",),
+    "app.console": ("app.db",),
+    "app.smtp": ("app.db",),
+    "workers": ("app.db", "app.api", "app.console", "app.smtp", "app.cli"),
 }
 
 
@@ -66,7 +71,7 @@ def _within(name: str, package: str) -> bool:
 
 def test_imports_run_one_way() -> None:
     wrong = []
-    for path in _sources("app"):
+    for path in _sources("app", "workers"):
         module = _module_name(path)
         for package, forbidden in FORBIDDEN.items():
             if not _within(module, package):
