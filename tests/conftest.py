@@ -1,5 +1,8 @@
 """Test configuration: the real-service fixtures live in tests/stack_fixtures.py."""
 
+import logging
+import sys
+
 from hypothesis import settings
 
 # celery.contrib.pytest: `celery_app` and `celery_worker` (a worker thread in this
@@ -15,3 +18,17 @@ pytest_plugins = ["tests.stack_fixtures", "celery.contrib.pytest"]
 # the same profile for a run of the client's tests alone.
 settings.register_profile("signalbox", deadline=None)
 settings.load_profile("signalbox")
+
+
+def pytest_unconfigure(config: object) -> None:
+    """Drop root log handlers a test left on a stream that pytest has closed.
+
+    A test that configures this process's logging as a Celery process does
+    (the in-process worker's setup_logging hook) leaves a handler on pytest's
+    capture stream; libraries that log from atexit (embedded PostgreSQL
+    stopping its servers) would then print "Logging error" tracebacks."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        stream = getattr(handler, "stream", None)
+        if stream is not None and stream not in (sys.__stderr__, sys.__stdout__):
+            root.removeHandler(handler)
