@@ -162,3 +162,24 @@ def test_docker_compose_config_accepts_the_file_and_needs_the_secrets() -> None:
     env = {**base, "SIGNALBOX_API_TOKENS": "ci:x", "SIGNALBOX_FLOWER_BASIC_AUTH": "a:b"}
     accepted = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
     assert accepted.returncode == 0, accepted.stderr
+
+
+def test_compose_passes_every_secret_the_pods_read_and_writes_none() -> None:
+    from tests.deploy.test_kubernetes import recipe, secret_settings
+
+    env = compose()["x-signalbox-env"]
+    documented = {k for k in recipe() if k.startswith("SIGNALBOX_")}
+    secrets = {k for k in env if k in documented or k in secret_settings()}
+    # Same list as the Kubernetes recipe (KEDA aside), every secret setting on it.
+    assert secrets == documented >= secret_settings(), secrets ^ documented
+    for key in secrets:
+        value = env[key]
+        if key.endswith("_URL") and "WEBHOOK" not in key:
+            # The compose file's own PostgreSQL and Redis, never published.
+            assert re.fullmatch(
+                r"(postgresql://signalbox:signalbox@postgres|redis://redis)\S+", value
+            )
+        elif value is not None:
+            assert value.startswith(f"${{{key}:?"), f"{key}: neither required nor from the shell"
+    for service in SIGNALBOX_SERVICES:
+        assert set(compose()["services"][service]["environment"]) >= secrets, service

@@ -32,6 +32,14 @@ CUSTOM_KINDS = {
 }
 LONG_RUNNING = {"api", "worker", "smtp", "beat", "flower"}
 SECRET_NAME = re.compile(r"PASSWORD|TOKEN|SECRET", re.IGNORECASE)
+PRODUCTION = KUBERNETES / "overlays" / "production"
+# The recipes: `KEY=` a required key, `# KEY=` an optional one.
+SECRET_RECIPE = PRODUCTION / "secret.env.example"
+PROVIDER_RECIPE = PRODUCTION / "provider-passwords.env.example"
+RECIPE_LINE = re.compile(r"^(# )?([A-Z][A-Z0-9_]*)=", re.MULTILINE)
+PROVIDER_SECRET = "signalbox-provider-passwords"
+# A setting whose value is (or carries) a credential: URLs carry passwords.
+SECRET_SETTING = re.compile(r"(^|_)(url|tokens?|secret|password|auth|key|credentials)$")
 
 
 def kubectl() -> str:
@@ -178,10 +186,11 @@ def test_production_writes_no_secret_value(overlay: str) -> None:
                 if SECRET_NAME.search(env["name"]) or env["name"].endswith("_URL"):
                     assert "value" not in env, f"{where}: {env['name']} has a literal value"
                     assert "valueFrom" in env or "value" not in env
+            # The Secret "signalbox" is read key by key (secretKeyRef), never whole.
             refs = [
                 s["secretRef"]["name"] for s in container.get("envFrom", []) if "secretRef" in s
             ]
-            assert refs == ["signalbox"], where
+            assert set(refs) <= {PROVIDER_SECRET}, where
     for config in objects(overlay, "ConfigMap"):
         for key, value in config.get("data", {}).items():
             assert not SECRET_NAME.search(key), f"{key} in ConfigMap {config['metadata']['name']}"
@@ -266,3 +275,101 @@ def test_dev_opens_the_api_and_the_sink_to_the_ci_namespace() -> None:
     }
     for deployment in objects("dev", "Deployment"):
         assert deployment["spec"]["replicas"] == 1
+
+
+def recipe(path: Path = SECRET_RECIPE) -> dict[str, bool]:
+    """A recipe's keys: key -> optional (the line is commented out)."""
+    return {m[2]: bool(m[1]) for m in RECIPE_LINE.finditer(path.read_text())}
+
+
+def secret_settings() -> set[str]:
+    """The environment names of every secret-like setting of app/settings.py."""
+    from app.settings import Settings
+
+    return {f"SIGNALBOX_{n.upper()}" for n in Settings.model_fields if SECRET_SETTING.search(n)}
+
+
+def secret_refs(overlay: str) -> dict[str, dict[str, bool]]:
+    """Workload -> {key of the Secret "signalbox" it reads: optional}; KEDA included."""
+    out: dict[str, dict[str, bool]] = {}
+    for where, spec in pod_specs(overlay):
+        for container in spec["containers"] + spec.get("initContainers", []):
+            for env in container.get("env", []):
+                ref = env.get("valueFrom", {}).get("secretKeyRef")
+                if ref is not None:
+                    assert ref["name"].startswith("signalbox"), f"{where}: {ref}"
+                    # The variable is the key: the recipe's line is what the process reads.
+                    assert env["name"] == ref["key"], f"{where}: {env['name']} from {ref['key']}"
+                    out.setdefault(where, {})[ref["key"]] = bool(ref.get("optional"))
+    for auth in objects(overlay, "TriggerAuthentication"):
+        for ref in auth["spec"]["secretTargetRef"]:
+            where = f"TriggerAuthentication/{auth['metadata']['name']}"
+            out.setdefault(where, {})[ref["key"]] = False
+    return out
+
+
+def test_production_reads_exactly_the_keys_the_secret_recipe_lists() -> None:
+    documented = recipe()
+    read: dict[str, set[bool]] = {}
+    for keys in secret_refs("production").values():
+        for key, optional in keys.items():
+            read.setdefault(key, set()).add(optional)
+    assert set(read) == set(documented), set(read) ^ set(documented)
+    for key, optional in documented.items():
+        # A required key is required wherever it is read, an optional one nowhere.
+        assert read[key] == {optional}, f"{key}: recipe optional={optional}, pods {read[key]}"
+
+
+def test_every_secret_setting_has_a_line_in_the_recipe_and_reaches_a_pod() -> None:
+    settings = secret_settings()
+    assert {
+        "SIGNALBOX_DATABASE_URL",
+        "SIGNALBOX_CONSOLE_SECRET",
+        "SIGNALBOX_OPS_TOKENS",
+    } <= settings
+    read = {
+        k
+        for where, keys in secret_refs("production").items()
+        if "Deployment/" in where
+        for k in keys
+    }
+    assert settings <= read, f"secret settings without a recipe line: {settings - read}"
+    assert settings <= set(recipe())
+
+
+def test_several_api_replicas_share_one_required_console_secret() -> None:
+    api = by_name("production", "Deployment", "api")
+    hpa = by_name("production", "HorizontalPodAutoscaler", "api")
+    assert api["spec"]["replicas"] >= 2 and hpa["spec"]["minReplicas"] >= 2
+    # Optional, each pod would sign sessions with its own key in its data dir.
+    assert secret_refs("production")["Deployment/api"]["SIGNALBOX_CONSOLE_SECRET"] is False
+    assert recipe()["SIGNALBOX_CONSOLE_SECRET"] is False
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_process_loading_the_providers_gets_their_passwords(overlay: str) -> None:
+    # Flower never loads the providers file: it gets no provider password.
+    for name in LONG_RUNNING:
+        pod = by_name(overlay, "Deployment", name)["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        sources = [s["secretRef"] for s in container["envFrom"] if "secretRef" in s]
+        expected = [] if name == "flower" else [{"name": PROVIDER_SECRET, "optional": True}]
+        assert sources == expected, name
+    named: set[str] = set()
+    for path in (KUBERNETES / "base" / "providers.toml", ROOT / "config" / "providers.toml"):
+        named |= set(re.findall(r'password_env = "([A-Z0-9_]+)"', path.read_text()))
+    assert named and named <= set(recipe(PROVIDER_RECIPE)), named - set(recipe(PROVIDER_RECIPE))
+
+
+def test_dev_generates_every_required_key_its_pods_read() -> None:
+    [secret] = objects("dev", "Secret")
+    for where, keys in secret_refs("dev").items():
+        missing = {k for k, optional in keys.items() if not optional} - set(secret["data"])
+        assert not missing, f"{where} would not start: {missing}"
+
+
+def test_deploy_docs_say_why_each_secret_key_is_there() -> None:
+    lines = (ROOT / "docs" / "deploy.md").read_text().splitlines()
+    for key in [*recipe(), PROVIDER_SECRET]:
+        [line] = [line for line in lines if line.startswith(f"| `{key}` |")]
+        assert len(line.split("|")) >= 5, line
