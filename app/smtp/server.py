@@ -117,6 +117,7 @@ class _CappedSMTP(SMTP):
     @syntax("DATA")
     async def smtp_DATA(self, arg: str) -> None:
         self._in_data = True
+        self._heard_at = self.loop.time()  # the DATA command itself
         try:
             await super().smtp_DATA(arg)
         finally:
