@@ -139,7 +139,7 @@ def test_a_client_idle_between_commands_gets_421(sink: Callable[..., Stack]) -> 
         assert client.command("MAIL FROM:<a@example.test>").startswith("250 ")
         quiet_since = time.monotonic()
         assert client.reply() == IDLE_REPLY
-        assert time.monotonic() - quiet_since >= 1.5
+        assert 1.5 <= time.monotonic() - quiet_since < 30.0
         assert client.closed_by_sink()
     finally:
         client.close()
