@@ -45,6 +45,12 @@ class Settings(BaseSettings):
     # Hostile senders: RCPTs past this get 452, connections past that get 421.
     smtp_max_recipients: int = Field(100, ge=1)
     smtp_max_connections: int = Field(64, ge=1)
+    # A client that sends no command for this long gets 421 and is closed;
+    # before its first command, for min(10, this). Bytes of a message still
+    # arriving in DATA are not idleness.
+    smtp_idle_seconds: float = Field(60.0, gt=0)
+    # Sessions open at once from one client address; the next gets 421.
+    smtp_max_connections_per_ip: int = Field(16, ge=1)
     api_tokens: str = ""
     # Operators: `name:token,…`; they triage every namespace, never read content.
     ops_tokens: str = ""

@@ -89,6 +89,9 @@ class Tuning:
             "SIGNALBOX_BREAKER_OPEN_SECONDS": str(self.breaker_open),
             "SIGNALBOX_BREAKER_FAILURE_THRESHOLD": str(self.breaker_threshold),
             "SIGNALBOX_LOG_LEVEL": "INFO",
+            # Every delivery thread of the soak connects from 127.0.0.1: the
+            # per-address cap (16) is for strangers, not for this harness.
+            "SIGNALBOX_SMTP_MAX_CONNECTIONS_PER_IP": "128",
         }
 
 

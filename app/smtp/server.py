@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import Any
+from typing import Any, cast
 
 from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import SMTP
+from aiosmtpd.smtp import SMTP, syntax
 
 from app.domain.mail import PLAIN_ADDR_SPEC
 from app.settings import Settings
@@ -18,11 +18,43 @@ log = logging.getLogger("signalbox.smtp")
 
 
 class _ConnectionGate:
-    """Counts open SMTP sessions; all of them run on the sink's one event loop."""
+    """Counts open SMTP sessions, in all and per client address; all of them
+    run on the sink's one event loop."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, per_address: int | None = None) -> None:
         self.limit = limit
+        self.per_address = limit if per_address is None else per_address
         self.open = 0
+        # Only addresses with a session open: the map never outgrows `limit`.
+        self.by_address: dict[str, int] = {}
+
+    def enter(self, address: str) -> str | None:
+        """Take a place for a session from `address`: None, or why there is none."""
+        if self.open >= self.limit:
+            return "too many open SMTP sessions"
+        if self.by_address.get(address, 0) >= self.per_address:
+            return "too many open SMTP sessions from one address"
+        self.open += 1
+        self.by_address[address] = self.by_address.get(address, 0) + 1
+        return None
+
+    def leave(self, address: str) -> None:
+        self.open -= 1
+        left = self.by_address[address] - 1
+        if left:
+            self.by_address[address] = left
+        else:
+            del self.by_address[address]
+
+
+# Before its first command a client is given at most this long (or the idle
+# limit, if shorter): a connection that never speaks is the cheap way to
+# hold one of the sink's places.
+FIRST_COMMAND_SECONDS = 10.0
+# After its 421 an idle client that reads nothing (its reply cannot be
+# flushed) is cut off this long after, so its place is freed.
+CLOSE_GRACE_SECONDS = 5.0
+IDLE_REPLY = b"421 4.4.2 Idle too long; closing connection\r\n"
 
 
 # `<local@domain>` of a plain address, then the parameters (MAIL FROM:<a@b> SIZE=10).
@@ -31,11 +63,21 @@ _PLAIN_PATH_RE = re.compile(rf"<({PLAIN_ADDR_SPEC})>")
 
 class _CappedSMTP(SMTP):
     """An SMTP session that answers 421 and closes when the sink already has
-    `SIGNALBOX_SMTP_MAX_CONNECTIONS` sessions open."""
+    `SIGNALBOX_SMTP_MAX_CONNECTIONS` sessions open, or
+    `SIGNALBOX_SMTP_MAX_CONNECTIONS_PER_IP` from the client's address; and
+    when the client sends no command for `timeout` seconds
+    (`SIGNALBOX_SMTP_IDLE_SECONDS`; before the first command,
+    `min(FIRST_COMMAND_SECONDS, timeout)`). Time the sink spends on a command
+    is not the client's idleness, nor is a message whose bytes keep arriving."""
 
     def __init__(self, handler: Any, *, gate: _ConnectionGate, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self._gate = gate
+        self._first_command_seconds = min(FIRST_COMMAND_SECONDS, self._timeout_duration)
+        self._address = ""
+        self._in_data = False
+        self._heard_at = 0.0  # loop time of the last bytes read in DATA
+        self._hooks_running = 0
 
     def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
         """aiosmtpd's reading of a MAIL FROM / RCPT TO path, without its RFC 5322
@@ -53,28 +95,93 @@ class _CappedSMTP(SMTP):
                 return address, rest
         return super()._getaddr(arg)  # type: ignore[no-any-return]
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # arms aiosmtpd's timer at `timeout`
+        self._reset_timeout(self._first_command_seconds)
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_data:
+            # Read by the timer when it fires: no timer re-armed per chunk.
+            self._heard_at = self.loop.time()
+        super().data_received(data)
+
+    async def _call_handler_hook(self, command: str, *args: Any) -> Any:
+        self._hooks_running += 1
+        try:
+            return await super()._call_handler_hook(command, *args)
+        finally:
+            self._hooks_running -= 1
+            # The client waited on the sink: its idle time starts again now.
+            self._rearm()
+
+    @syntax("DATA")
+    async def smtp_DATA(self, arg: str) -> None:
+        self._in_data = True
+        self._heard_at = self.loop.time()  # the DATA command itself
+        try:
+            await super().smtp_DATA(arg)
+        finally:
+            self._in_data = False
+        self._rearm()
+
+    def _rearm(self, duration: float | None = None) -> None:
+        if self.transport is not None:  # else connection_lost has cancelled the timer
+            self._reset_timeout(duration)
+
+    def _timeout_cb(self) -> None:
+        if self.transport is None:
+            return
+        transport = cast(asyncio.Transport, self.transport)
+        if transport.is_closing():
+            # Closed (a 421, QUIT) yet still connected: the client reads
+            # nothing, and the reply waiting for it would keep its place.
+            transport.abort()
+            return
+        if self._hooks_running:
+            # The sink is storing or checking the client's command, which
+            # never dies of the client's timer (a message half stored).
+            self._rearm()
+            return
+        if self._in_data:
+            quiet = self.loop.time() - self._heard_at
+            if quiet < self._timeout_duration:
+                self._rearm(self._timeout_duration - quiet)
+                return
+        log.info("idle SMTP session closed", extra={"event": "smtp_idle_closed"})
+        transport.write(IDLE_REPLY)
+        transport.close()  # once the reply is sent
+        # If it cannot be sent (the client reads nothing), the timer fires
+        # once more and aborts; connection_lost cancels it otherwise.
+        self._rearm(CLOSE_GRACE_SECONDS)
+
     async def _handle_client(self) -> None:
-        if self._gate.open >= self._gate.limit:
+        assert self.session is not None
+        peer = self.session.peer
+        self._address = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer or "")
+        refused = self._gate.enter(self._address)
+        if refused is not None:
             log.warning(
-                "connection refused: too many open SMTP sessions",
+                "connection refused: %s",
+                refused,
                 extra={"event": "smtp_connection_refused", "count": self._gate.open},
             )
             await self.push("421 4.7.0 Too many connections, try again later")
             if self.transport is not None:
                 self.transport.close()
             return
-        self._gate.open += 1
         try:
             await super()._handle_client()
         finally:
-            self._gate.open -= 1
+            self._gate.leave(self._address)
 
 
 class SinkController(Controller):
     def __init__(self, handler: SinkHandler, settings: Settings, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self.sink = handler
-        self.gate = _ConnectionGate(settings.smtp_max_connections)
+        self.gate = _ConnectionGate(
+            settings.smtp_max_connections, settings.smtp_max_connections_per_ip
+        )
 
     def factory(self) -> SMTP:
         return _CappedSMTP(self.handler, gate=self.gate, **self.SMTP_kwargs)
@@ -115,6 +222,8 @@ def make_controller(settings: Settings) -> SinkController:
         hostname=settings.smtp_host,
         port=settings.smtp_port,
         data_size_limit=settings.smtp_max_bytes,
+        # Idle between commands; before the first, shorter (_CappedSMTP).
+        timeout=settings.smtp_idle_seconds,
         # Mail bytes exactly as sent: parsing is ours and never crashes.
         decode_data=False,
         ident="Signalbox sink",

@@ -1,4 +1,5 @@
-"""The sink reads MAIL FROM / RCPT TO paths exactly as aiosmtpd does.
+"""The sink reads MAIL FROM / RCPT TO paths exactly as aiosmtpd does, and
+counts its sessions in all and per client address.
 
 `_CappedSMTP._getaddr` skips aiosmtpd's RFC 5322 parser for a plain
 `<address>`; for any argument, its answer must be aiosmtpd's own.
@@ -80,3 +81,32 @@ def test_a_plain_path_reads_as_written_within_the_local_part_limit(
     long_local = "x" * 70 + "@example.com"
     expected = (None, None) if session.local_part_limit else (long_local, "")
     assert session._getaddr(f"<{long_local}>") == expected
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def test_the_gate_holds_each_address_to_its_share_and_all_to_the_limit() -> None:
+    gate = _ConnectionGate(3, per_address=2)
+    assert [gate.enter("10.0.0.1"), gate.enter("10.0.0.1")] == [None, None]
+    assert gate.enter("10.0.0.1") == "too many open SMTP sessions from one address"
+    assert gate.enter("10.0.0.2") is None
+    assert gate.enter("10.0.0.3") == "too many open SMTP sessions"
+    gate.leave("10.0.0.1")
+    assert gate.enter("10.0.0.3") is None
+    for address in ("10.0.0.1", "10.0.0.2", "10.0.0.3"):
+        gate.leave(address)
+    # Refusals took no place; every place taken was given back.
+    assert (gate.open, gate.by_address) == (0, {})
+
+
+@pytest.mark.parametrize(("idle", "first"), [(60.0, 10.0), (10.0, 10.0), (2.0, 2.0)])
+def test_before_its_first_command_a_client_has_min_10_and_the_idle_limit(
+    idle: float, first: float
+) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        smtp = _CappedSMTP(object(), gate=_ConnectionGate(1), loop=loop, timeout=idle)
+        assert smtp._first_command_seconds == first
+    finally:
+        loop.close()
