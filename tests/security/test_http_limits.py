@@ -8,6 +8,7 @@ import contextlib
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -162,3 +163,13 @@ def test_without_redis_the_throttle_counts_in_the_process() -> None:
     assert auth._memory_record(address, 1030.0) == pytest.approx(30.0)
     # The refused one is not counted: the first failure leaves at 1060.
     assert auth._memory_record(address, 1060.5) is None
+
+
+def test_an_api_of_two_worker_processes_also_answers_431(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # uvicorn's worker processes import the protocol by its path (`up` runs one per core).
+    stack = stack_factory({"SIGNALBOX_API_WORKERS": "2"})
+    stack.start_api()
+    answer = send_head(stack.api_port, head("/v1/signals", filler(70 * KIB)))
+    assert answer.status == 431
