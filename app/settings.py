@@ -5,6 +5,7 @@ Validated at start-up; a wrong value fails fast naming its variable.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -135,6 +136,10 @@ class Settings(BaseSettings):
     # (one replica only: several API replicas must share this setting).
     console_secret: str = ""
     console_session_hours: float = Field(12.0, gt=0, le=24 * 30)
+    # The console's cookies are `Secure` (and its answers carry HSTS). Unset:
+    # unless the API binds a loopback address (behind a TLS ingress the API
+    # sees plain HTTP, so the scheme cannot decide).
+    console_secure_cookies: bool | None = None
 
     @field_validator("api_tokens", "ops_tokens")
     @classmethod
@@ -187,6 +192,14 @@ class Settings(BaseSettings):
         return _domain_owners(self.namespace_domains)
 
     @property
+    def console_cookies_secure(self) -> bool:
+        """SIGNALBOX_CONSOLE_SECURE_COOKIES, else whether the API binds a
+        non-loopback address."""
+        if self.console_secure_cookies is not None:
+            return self.console_secure_cookies
+        return not _is_loopback(self.api_host)
+
+    @property
     def accepted_domains(self) -> frozenset[str]:
         return frozenset(d.strip().lower() for d in self.smtp_domains.split(",") if d.strip())
 
@@ -198,6 +211,15 @@ class Settings(BaseSettings):
                 "SIGNALBOX_DATABASE_URL is not set and nothing embedded started"
             )
         return to_sqlalchemy_url(self.database_url)
+
+
+def _is_loopback(host: str) -> bool:
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: reachable from elsewhere, as far as we know
 
 
 def _items(value: str) -> list[str]:

@@ -9,7 +9,13 @@ from starlette.concurrency import run_in_threadpool
 
 from app.errors import OpsForbidden, Unauthorized
 from app.settings import Settings
-from app.usecases.auth import Principal, known_principal, principal_for_token
+from app.usecases.auth import (
+    Principal,
+    TooManyFailures,
+    failure_record,
+    known_principal,
+    principal_for_token,
+)
 
 
 async def get_app_settings(request: Request) -> Settings:
@@ -22,7 +28,8 @@ async def get_app_settings(request: Request) -> Settings:
 async def principal(
     request: Request, settings: Annotated[Settings, Depends(get_app_settings)]
 ) -> Principal:
-    """The caller, from `Authorization: Bearer <token>`; else 401."""
+    """The caller, from `Authorization: Bearer <token>`; else 401 (429
+    `too_many_failures` once the address has sent too many unknown tokens)."""
     known = getattr(request.state, "principal", None)
     if isinstance(known, Principal):  # resolved earlier in this request
         return known
@@ -34,6 +41,10 @@ async def principal(
         principal_for_token, settings, token
     )
     if found is None:
+        address = request.client.host if request.client else "unknown"
+        wait = await run_in_threadpool(failure_record, settings, address)
+        if wait is not None:
+            raise TooManyFailures(retry_after_seconds=wait)
         raise Unauthorized("The bearer token is not valid.")
     request.state.principal = found
     return found

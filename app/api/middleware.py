@@ -3,15 +3,20 @@
 Runs before routing, so nothing reads a body that it would refuse:
 - a `/v1` request without a valid bearer token gets 401 before one byte of its
   body is read (the principal it resolves is kept in `scope["state"]` for the
-  route's dependency);
+  route's dependency); once its address has sent too many unknown tokens,
+  429 `too_many_failures` with `Retry-After` instead;
 - a body over `SIGNALBOX_API_MAX_BODY_BYTES` gets 413 `payload_too_large`:
   at once when `Content-Length` says so, else as soon as the streamed
-  (chunked) bytes pass the limit; nothing beyond the limit is buffered.
+  (chunked) bytes pass the limit; nothing beyond the limit is buffered;
+- console answers carry `Strict-Transport-Security` when its cookies are
+  `Secure` (`Settings.console_cookies_secure`).
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio.to_thread
@@ -19,9 +24,16 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.settings import Settings
-from app.usecases.auth import known_principal, principal_for_token
+from app.usecases.auth import (
+    TooManyFailures,
+    failure_record,
+    known_principal,
+    principal_for_token,
+)
 
 PROTECTED_PREFIX = "/v1"
+CONSOLE_PREFIX = "/console"
+HSTS = b"max-age=31536000"
 
 
 class PayloadTooLarge(HTTPException):
@@ -64,6 +76,41 @@ def _has_body(scope: Scope) -> bool:
     return _header(scope, b"transfer-encoding") is not None or length not in (None, "0")
 
 
+def client_address(scope: Scope) -> str:
+    """The client's address as uvicorn gives it (X-Forwarded-For is trusted
+    from FORWARDED_ALLOW_IPS only, uvicorn's setting)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+Refusal = Callable[[Send, Scope], Awaitable[None]]
+
+
+async def _unauthorized(send: Send, scope: Scope) -> None:
+    await _respond(
+        send,
+        scope,
+        401,
+        "unauthorized",
+        "A valid bearer token is required (Authorization: Bearer <token>).",
+        {"WWW-Authenticate": "Bearer"},
+    )
+
+
+def _too_many_failures(wait: float) -> Refusal:
+    async def answer(send: Send, scope: Scope) -> None:
+        await _respond(
+            send,
+            scope,
+            429,
+            TooManyFailures.code,
+            TooManyFailures.default_message,
+            {"Retry-After": str(max(1, math.ceil(wait)))},
+        )
+
+    return answer
+
+
 def _is_protected(path: str) -> bool:
     return path == PROTECTED_PREFIX or path.startswith(PROTECTED_PREFIX + "/")
 
@@ -73,21 +120,18 @@ class GateMiddleware:
         self.app = app
         self.settings = settings
         self.max_body = settings.api_max_body_bytes
+        # The console's cookies are Secure: browsers should only come back over HTTPS.
+        self.console_hsts = settings.console_cookies_secure
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if _is_protected(scope.get("path", "")) and not await self._authenticate(scope):
-            await _respond(
-                send,
-                scope,
-                401,
-                "unauthorized",
-                "A valid bearer token is required (Authorization: Bearer <token>).",
-                {"WWW-Authenticate": "Bearer"},
-            )
-            return
+        if _is_protected(scope.get("path", "")):
+            refused = await self._authenticate(scope)
+            if refused is not None:
+                await refused(send, scope)
+                return
         declared = _header(scope, b"content-length")
         if declared is not None:
             try:
@@ -99,10 +143,16 @@ class GateMiddleware:
                 return
         started = False
 
+        hsts = self.console_hsts and scope.get("path", "").startswith(CONSOLE_PREFIX)
+
         async def send_tracking(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                if hsts:
+                    headers = list(message.get("headers", ()))
+                    headers.append((b"strict-transport-security", HSTS))
+                    message = {**message, "headers": headers}
             await send(message)
 
         try:
@@ -114,19 +164,25 @@ class GateMiddleware:
                 raise
             await self._too_large(scope, send)
 
-    async def _authenticate(self, scope: Scope) -> bool:
+    async def _authenticate(self, scope: Scope) -> Refusal | None:
+        """None when the bearer token is valid (its principal kept in the
+        scope's state); else the answer: 401, or 429 once this address has
+        sent too many unknown tokens."""
         header = _header(scope, b"authorization") or ""
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            return False
+            return _unauthorized
         found = known_principal(self.settings, token) or await anyio.to_thread.run_sync(
             principal_for_token, self.settings, token
         )
         if found is None:
-            return False
+            wait = await anyio.to_thread.run_sync(
+                failure_record, self.settings, client_address(scope)
+            )
+            return _unauthorized if wait is None else _too_many_failures(wait)
         state: dict[str, Any] = scope.setdefault("state", {})
         state["principal"] = found
-        return True
+        return None
 
     def _counting(self, receive: Receive) -> Receive:
         seen = 0

@@ -12,6 +12,11 @@ from app.cli.ports import check_ports, tcp_listener
 from app.cli.services import resolve_services
 from app.settings import get_settings
 
+# uvicorn's httptools protocol with a 431 for a header block over 64 KiB
+# (httptools has no limit of its own); named by import path, so that uvicorn's
+# worker processes (SIGNALBOX_API_WORKERS > 1) import it rather than unpickle it.
+HTTP_PROTOCOL = "app.cli.http_protocol:HeaderLimitedProtocol"
+
 
 def api_factory() -> Any:
     """The ASGI app of one uvicorn worker process (SIGNALBOX_API_WORKERS > 1)."""
@@ -39,6 +44,7 @@ def cmd_api(args: argparse.Namespace) -> int:
         "log_config": None,
         "access_log": False,
         "timeout_graceful_shutdown": 5,
+        "http": HTTP_PROTOCOL,
     }
     if workers > 1:
         from uvicorn.supervisors import Multiprocess

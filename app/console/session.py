@@ -1,5 +1,7 @@
 """Console sessions: a signed, HTTP-only cookie that names the principal
-(never the token), and CSRF tokens bound to it.
+(never the token), and CSRF tokens bound to it. Signing out records the
+session id as revoked in PostgreSQL (`app.usecases.auth`), so a copy of the
+cookie stops working on every replica.
 
 The signing key is SIGNALBOX_CONSOLE_SECRET, or else a random key created
 once in SIGNALBOX_DATA_DIR (mode 0600). Several API replicas must share the
@@ -59,6 +61,13 @@ def _sign(key: bytes, value: bytes) -> str:
     return hmac.new(key, value, hashlib.sha256).hexdigest()
 
 
+def _same(expected: str, given: str) -> bool:
+    """Constant-time equality of a MAC and what a client sent, which may be
+    anything: `hmac.compare_digest` raises on a non-ASCII `str`, so a value
+    that is not ASCII (never a MAC) is simply not equal."""
+    return given.isascii() and hmac.compare_digest(expected.encode(), given.encode())
+
+
 def fingerprint(key: bytes, token_hash: str) -> str:
     """What the cookie keeps of the token: a keyed hash of its stored hash."""
     return _sign(key, b"token:" + token_hash.encode())[:32]
@@ -90,7 +99,7 @@ def decode(key: bytes, cookie: str | None, now: float | None = None) -> Session 
     if not cookie or "." not in cookie or len(cookie) > 4096:
         return None
     raw, _, mac = cookie.rpartition(".")
-    if not hmac.compare_digest(_sign(key, raw.encode()), mac):
+    if not _same(_sign(key, raw.encode()), mac):
         return None
     try:
         body = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
@@ -121,6 +130,8 @@ def csrf_token(key: bytes, sid: str) -> str:
 
 
 def csrf_valid(key: bytes, sid: str | None, submitted: object) -> bool:
+    """Whether `submitted` is the CSRF token of `sid`; any other value
+    (missing, malformed, not ASCII) is False, never an error."""
     if not sid or not isinstance(submitted, str) or not submitted:
         return False
-    return hmac.compare_digest(csrf_token(key, sid), submitted)
+    return sid.isascii() and _same(csrf_token(key, sid), submitted)

@@ -387,3 +387,13 @@ class WebhookDelivery(Base):
         *one_of("webhook_deliveries", "state"),
         partial("ix_webhook_deliveries_due", "next_attempt_at", where="state = 'pending'"),
     )
+
+
+class ConsoleSessionRevoked(Base):
+    """A console session signed out before its cookie expired: every API
+    replica refuses the cookie while its row is here (until `expires_at`, when
+    the cookie expires by itself and the row may go)."""
+
+    __tablename__ = "console_sessions_revoked"
+    sid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(TS)

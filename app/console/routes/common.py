@@ -24,7 +24,7 @@ from app.console import session as sessions
 from app.domain import masking
 from app.errors import SignalboxError
 from app.settings import Settings
-from app.usecases import triage
+from app.usecases import auth, triage
 
 CONSOLE_DIR = Path(__file__).parent.parent
 STATIC_DIR = CONSOLE_DIR / "static"
@@ -111,7 +111,8 @@ def redirect(url: str) -> RedirectResponse:
 
 
 def set_cookie(request: Request, response: Response, name: str, value: str, max_age: int) -> None:
-    """A console cookie: HTTP-only, same-site lax, secure over HTTPS."""
+    """A console cookie: HTTP-only, same-site lax, `Secure` unless the API
+    binds loopback (SIGNALBOX_CONSOLE_SECURE_COOKIES decides when set)."""
     response.set_cookie(
         name,
         value,
@@ -119,7 +120,7 @@ def set_cookie(request: Request, response: Response, name: str, value: str, max_
         path="/console",
         httponly=True,
         samesite="lax",
-        secure=request.url.scheme == "https",
+        secure=settings_of(request).console_cookies_secure,
     )
 
 
@@ -154,8 +155,8 @@ class PageAnswer(Exception):
 
 
 async def signed_in(request: Request) -> sessions.Session:
-    """The signed-in session, if its cookie holds and its token is still
-    configured; else the redirect to the login page."""
+    """The signed-in session, if its cookie holds, it was not signed out and
+    its token is still configured; else the redirect to the login page."""
     key = key_of(request)
     found = sessions.decode(key, request.cookies.get(sessions.SESSION_COOKIE))
     if found is None:
@@ -167,7 +168,7 @@ async def signed_in(request: Request) -> sessions.Session:
         found.fingerprint,
         lambda h: sessions.fingerprint(key, h),
     )
-    if not valid:
+    if not valid or await run_in_threadpool(auth.console_session_revoked, found.sid):
         raise PageAnswer(redirect("/console/login"))
     return found
 

@@ -2,10 +2,14 @@
 
 The login form carries a CSRF token bound to a one-hour login cookie; a
 valid token gets a session cookie that names the principal, never the token.
+A wrong token counts as a failure of the client's address (after 20 in a
+minute: 429, `app.usecases.auth.failure_record`). Signing out revokes the
+session on the server.
 """
 
 from __future__ import annotations
 
+import math
 import secrets
 
 from fastapi import APIRouter, Request
@@ -24,7 +28,12 @@ from app.console.routes.common import (
     settings_of,
 )
 from app.domain.ids import token_hash
-from app.usecases.auth import Principal, principal_for_token
+from app.usecases.auth import (
+    Principal,
+    console_session_revoke,
+    failure_record,
+    principal_for_token,
+)
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 
@@ -52,6 +61,19 @@ async def login(request: Request) -> Response:
         principal = await run_in_threadpool(principal_for_token, settings_of(request), token)
     if principal is None:
         assert login_sid is not None
+        address = request.client.host if request.client else "unknown"
+        wait = await run_in_threadpool(failure_record, settings_of(request), address)
+        if wait is not None:
+            seconds = max(1, math.ceil(wait))
+            refused = render(
+                request,
+                "login.html",
+                429,
+                csrf=sessions.csrf_token(key, login_sid),
+                error=f"Too many failed sign-ins from this address; try again in {seconds} s.",
+            )
+            refused.headers["Retry-After"] = str(seconds)
+            return refused
         return render(
             request,
             "login.html",
@@ -75,7 +97,10 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(posted: SignedPost) -> Response:
-    # Signed in with a valid CSRF token (else SignedPost answered): sign out.
+    # Signed in with a valid CSRF token (else SignedPost answered): sign out
+    # on the server too, so a copy of the cookie is refused from now on.
+    session, _ = posted
+    await run_in_threadpool(console_session_revoke, session.sid, session.expires)
     response = redirect("/console/login")
     response.delete_cookie(sessions.SESSION_COOKIE, path="/console")
     return response
