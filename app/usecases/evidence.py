@@ -15,10 +15,10 @@ from app.db import messages as messages_db
 from app.db import server as server_db
 from app.db import signals as signals_db
 from app.db.engine import transaction
-from app.domain.ids import recipient_hash
 from app.domain.masking import mask_subject
 from app.domain.states import CheckOutcome, Status, result_of
 from app.errors import NotFound
+from app.infra.keys import recipient_hash
 from app.usecases import views
 
 
