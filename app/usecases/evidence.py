@@ -1,7 +1,8 @@
 """The run's evidence artifact for CI: what happened, provably, and nothing secret.
 
 It holds no body, no link, no code and no token (subjects are masked);
-recipients appear only as their 12-hex hash.
+recipients appear only as their recipient hash, keyed with the deployment's
+key (`app.infra.keys`), so a guessed address cannot be hashed to find them.
 """
 
 from __future__ import annotations
