@@ -93,6 +93,15 @@ def test_the_kept_key_is_private_from_creation_and_shared_by_processes_starting_
     assert hashes == {keys.recipient_hash(ADDRESS, deployment(data_dir))}
 
 
+def test_a_process_that_loses_the_creation_race_keeps_the_winners_key(tmp_path: Path) -> None:
+    # The loser saw no file, then the winner linked its key into place first.
+    path = tmp_path / keys.KEY_FILE
+    path.write_text("w" * 64)
+    keys._create(path)
+    assert path.read_text() == "w" * 64
+    assert [p.name for p in tmp_path.iterdir()] == [keys.KEY_FILE]
+
+
 def test_a_short_recipient_hash_key_is_refused_naming_the_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
