@@ -21,12 +21,14 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from app.domain.diagnosis import Diagnosis, NearMiss, recommend
 from app.errors import ConfigurationError
 from app.infra import keys
 from app.settings import Settings, load_settings
@@ -115,6 +117,20 @@ def test_a_truncated_kept_key_is_refused_not_used(tmp_path: Path) -> None:
     (tmp_path / keys.KEY_FILE).write_text("abc")
     with pytest.raises(ConfigurationError):
         keys.recipient_hash_key(deployment(tmp_path))
+
+
+def test_a_capitals_code_cut_at_the_edge_of_a_quoted_subject_is_not_shown() -> None:
+    # The recommendation quotes the first characters of a near miss's subject:
+    # a code cut there must not survive as a shorter, unmasked word.
+    # A long link masks to a short "<link>", so the cut word reaches the quote.
+    subject = "Hi https://x.test/" + "a" * 296 + " KXQWJPAB"
+    assert subject.index("KXQWJPAB") == 315  # the first 320 characters end in "KXQWJ"
+    miss = NearMiss("msg_1", datetime.now(UTC), subject, "subject_mismatch")
+    sentence = recommend(
+        Diagnosis("deadline", "sink", datetime.now(UTC), {"no_match": 3}, None, [miss], "Verify")
+    )
+    assert "subject 'Hi <link>'" in sentence
+    assert "KXQ" not in sentence
 
 
 # -- on the stack ---------------------------------------------------------------
