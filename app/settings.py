@@ -140,6 +140,9 @@ class Settings(BaseSettings):
     # unless the API binds a loopback address (behind a TLS ingress the API
     # sees plain HTTP, so the scheme cannot decide).
     console_secure_cookies: bool | None = None
+    # Keys the recipient hash of evidence and logs; if empty, a random one is
+    # kept in data_dir (one host only: every process of a deployment must share it).
+    recipient_hash_key: str = ""
 
     @field_validator("api_tokens", "ops_tokens")
     @classmethod
@@ -148,6 +151,13 @@ class Settings(BaseSettings):
             owner, sep, token = pair.partition(":")
             if not sep or not owner or not token:
                 raise ValueError("expected name:token pairs separated by commas")
+        return value
+
+    @field_validator("recipient_hash_key")
+    @classmethod
+    def _hash_key_is_long(cls, value: str) -> str:
+        if value and len(value) < 16:
+            raise ValueError("at least 16 characters (a short key is guessed)")
         return value
 
     @field_validator("namespace_domains")

@@ -207,13 +207,18 @@ def _near_miss_sentence(near: NearMiss, d: Diagnosis) -> str:
 # Anything that could be a link, an address or a one-time code is masked before a
 # subject is quoted: the recommendation travels to places a code must never reach.
 _SUBJECT_MAX = 80
+_CUT_WORD = re.compile(r"\S+\Z")
 
 
 def _quote_subject(subject: str) -> str:
     # Only the first _SUBJECT_MAX characters are shown; cutting first also keeps the
-    # masking linear and short on a hostile megabyte-long subject. A code cut in two
-    # at the edge is still masked: any 4+ characters with a digit are.
-    text = mask_subject(subject[: _SUBJECT_MAX * 4])
+    # masking linear and short on a hostile megabyte-long subject. A word cut in two
+    # at the edge is dropped: the first letters of a capitals code are no code, nor
+    # is a link cut before its query.
+    head = subject[: _SUBJECT_MAX * 4]
+    if len(subject) > len(head):
+        head = _CUT_WORD.sub("", head)
+    text = mask_subject(head)
     # The subject is shown inside single quotes; keep the quoting unambiguous.
     text = " ".join(text.replace("'", "\u2019").split())
     if len(text) > _SUBJECT_MAX:

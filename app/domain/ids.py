@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 
 PREFIXES = frozenset({"sig", "msg", "clm", "mbx", "dlq", "rcp", "chk"})
@@ -15,9 +16,12 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
 
 
-def recipient_hash(address: str) -> str:
-    """First 12 hex of SHA-256 of the lower-cased address: safe to log and publish."""
-    return hashlib.sha256(address.strip().lower().encode()).hexdigest()[:12]
+def recipient_hash(address: str, key: bytes) -> str:
+    """First 12 hex of HMAC-SHA256, keyed with the deployment's ``key``, of the
+    stripped, lower-cased address: safe to log and publish. Keyed, because a
+    plain hash of a guessable address is looked up by hashing guesses."""
+    digest = hmac.new(key, address.strip().lower().encode(), hashlib.sha256)
+    return digest.hexdigest()[:12]
 
 
 def token_hash(token: str) -> str:

@@ -8,13 +8,13 @@ text is reduced to its type, because exception messages can quote input.
 
 The message itself is scrubbed too, as a second line of defence for
 third-party loggers (aiosmtpd, Celery, uvicorn) whose text we do not write:
-an email address becomes `<addr:HASH>` (the recipient hash of docs/api.md "Evidence"),
-an http(s) URL becomes `<url>`, a bearer token becomes `<token>`.
+an email address becomes `<addr:HASH>` (the keyed recipient hash of docs/api.md
+"Evidence"; `<addr>` when this process has no key), an http(s) URL becomes
+`<url>`, a bearer token becomes `<token>`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -22,6 +22,9 @@ import re
 import sys
 from datetime import UTC, datetime
 from typing import Any
+
+from app.domain.ids import recipient_hash
+from app.infra import keys
 
 ALLOWED_EXTRA = frozenset(
     {
@@ -77,16 +80,24 @@ _URL = re.compile(r"https?://[^\s'\"<>]+", re.IGNORECASE)
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+")
 
 
-def _address_hash(match: re.Match[str]) -> str:
-    # Same as app.domain.ids.recipient_hash, inlined so logging imports nothing of the app.
-    digest = hashlib.sha256(match.group(0).lower().encode()).hexdigest()[:12]
-    return f"<addr:{digest}>"
+def _process_key() -> bytes | None:
+    """This process's recipient-hash key, or None when it cannot be had (bad
+    settings, an unwritable data directory): a log line is never lost for it."""
+    try:
+        return keys.recipient_hash_key()
+    except Exception:
+        return None
 
 
-def scrub(text: str) -> str:
-    """Replace addresses, http(s) URLs and bearer tokens in free text."""
-    if "@" in text:
-        text = _ADDRESS.sub(_address_hash, text)
+def scrub(text: str, key: bytes | None = None) -> str:
+    """Replace addresses (by their recipient hash with ``key``, else this
+    process's key), http(s) URLs and bearer tokens in free text."""
+    if "@" in text and _ADDRESS.search(text):
+        hash_key = key if key is not None else _process_key()
+        text = _ADDRESS.sub(
+            lambda m: f"<addr:{recipient_hash(m.group(), hash_key)}>" if hash_key else "<addr>",
+            text,
+        )
     if "://" in text:
         text = _URL.sub("<url>", text)
     if "earer" in text:
@@ -108,11 +119,15 @@ def _task_context() -> dict[str, str]:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object a line: ts, level, logger, component, pid, msg and allowed extras."""
+    """One JSON object a line: ts, level, logger, component, pid, msg and allowed extras.
 
-    def __init__(self, component: str) -> None:
+    Addresses in the message are hashed with ``hash_key``, by default this
+    process's recipient-hash key."""
+
+    def __init__(self, component: str, hash_key: bytes | None = None) -> None:
         super().__init__()
         self.component = component
+        self.hash_key = hash_key
 
     def format(self, record: logging.LogRecord) -> str:
         try:
@@ -125,7 +140,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "component": self.component,
             "pid": record.process,
-            "msg": scrub(message),
+            "msg": scrub(message, self.hash_key),
         }
         entry.update(_task_context())
         for key in ALLOWED_EXTRA:

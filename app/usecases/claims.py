@@ -23,10 +23,11 @@ from app.db import signals as signals_db
 from app.db.engine import transaction
 from app.domain.backoff import retry_after_seconds
 from app.domain.extract import extract
-from app.domain.ids import new_id, recipient_hash
+from app.domain.ids import new_id
 from app.domain.mail import parse_mail
 from app.domain.states import ExpiryReason, Status
 from app.errors import Conflict, LeaseExpired, NotFound
+from app.infra.keys import recipient_hash
 from app.observability import metrics
 from app.usecases import views
 from app.usecases.expiry import expire_signal, publish

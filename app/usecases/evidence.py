@@ -1,7 +1,8 @@
 """The run's evidence artifact for CI: what happened, provably, and nothing secret.
 
 It holds no body, no link, no code and no token (subjects are masked);
-recipients appear only as their 12-hex hash.
+recipients appear only as their recipient hash, keyed with the deployment's
+key (`app.infra.keys`), so a guessed address cannot be hashed to find them.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from app.db import messages as messages_db
 from app.db import server as server_db
 from app.db import signals as signals_db
 from app.db.engine import transaction
-from app.domain.ids import recipient_hash
 from app.domain.masking import mask_subject
 from app.domain.states import CheckOutcome, Status, result_of
 from app.errors import NotFound
+from app.infra.keys import recipient_hash
 from app.usecases import views
 
 

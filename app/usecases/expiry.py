@@ -20,10 +20,11 @@ from app.db import messages as messages_db
 from app.db import signals as signals_db
 from app.db.engine import transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
-from app.domain.ids import new_id, recipient_hash
+from app.domain.ids import new_id
 from app.domain.masking import mask_subject
 from app.domain.states import CheckOutcome, Status
 from app.infra import dispatch
+from app.infra.keys import recipient_hash
 from app.usecases import views, webhooks
 
 log = logging.getLogger("signalbox.expiry")

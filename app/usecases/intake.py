@@ -18,9 +18,9 @@ from collections.abc import Iterable, Sequence
 from app.db import server as server_db
 from app.db import sink_messages as sink_messages_db
 from app.db.engine import transaction
-from app.domain.ids import recipient_hash
 from app.domain.mail import ParsedMail, bounds_exceeded, header_recipients_within
 from app.infra import dispatch
+from app.infra.keys import recipient_hash
 from app.observability.logs import warn_unreachable
 from app.providers.runtime import provider_configs
 from app.settings import Settings
@@ -46,7 +46,9 @@ def store_many(settings: Settings, received: Sequence[Received]) -> list[int]:
                 "event": "sink_received",
                 "sink_message_id": sink_id,
                 "size": len(raw),
-                "recipient_hashes": [recipient_hash(r) for r in sorted({r.lower() for r in rcpts})],
+                "recipient_hashes": [
+                    recipient_hash(r, settings) for r in sorted({r.lower() for r in rcpts})
+                ],
             },
         )
     return ids
@@ -87,7 +89,7 @@ def add_header_recipients(
             "defects": len(mail.defects),
             # The bounds the message hit (parsed on a bounded view), if any.
             "reason": ",".join(bounds_exceeded(mail)) or None,
-            "recipient_hashes": [recipient_hash(r) for r in extra],
+            "recipient_hashes": [recipient_hash(r, settings) for r in extra],
         },
     )
     if not extra:

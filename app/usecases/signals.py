@@ -20,7 +20,7 @@ from app.db import mailboxes as mailboxes_db
 from app.db import signals as signals_db
 from app.db.engine import autocommit, transaction
 from app.domain import ownership
-from app.domain.ids import new_id, recipient_hash
+from app.domain.ids import new_id
 from app.domain.states import Status
 from app.errors import (
     IdempotencyConflict,
@@ -30,6 +30,7 @@ from app.errors import (
     UnknownProvider,
 )
 from app.infra import dispatch
+from app.infra.keys import recipient_hash
 from app.observability import metrics
 from app.providers.runtime import provider_configs
 from app.settings import Settings
@@ -143,7 +144,7 @@ def _created(
             "event": "signal_created",
             "run_id": req.run_id,
             "signal_id": signal_id,
-            "recipient_hash": recipient_hash(req.recipient),
+            "recipient_hash": recipient_hash(req.recipient, settings),
             "provider": req.provider,
         },
     )

@@ -256,9 +256,12 @@ def test_evidence_holds_the_receipt_and_no_content_or_recipient(stack: Stack) ->
     assert entry["timings"]["found_at"] and entry["timings"]["claimed_at"]
     assert entry["timings"]["consumed_at"]
     assert entry["checks"]["by_outcome"]["matched"] == 1
-    import hashlib
+    from app.infra import keys
+    from app.settings import load_settings
 
-    assert entry["recipient_hash"] == hashlib.sha256(signal["recipient"].encode()).hexdigest()[:12]
+    # Keyed with the stack's own key (kept in its data directory).
+    deployment = load_settings(data_dir=stack.data_dir, recipient_hash_key="")
+    assert entry["recipient_hash"] == keys.recipient_hash(signal["recipient"], deployment)
     for secret in (CODE, LINK, "tok-8f2a91", signal["recipient"], stack.token, "Your code"):
         assert secret not in text
 

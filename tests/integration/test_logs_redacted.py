@@ -3,7 +3,6 @@ never hold a body, a link, a code, a token or an address in clear."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from collections.abc import Callable
@@ -11,13 +10,11 @@ from email.message import EmailMessage
 
 import pytest
 
+from app.infra import keys
+from app.settings import load_settings
 from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def recipient_hash(address: str) -> str:
-    return hashlib.sha256(address.lower().encode()).hexdigest()[:12]
 
 
 def json_lines(text: str) -> list[dict]:
@@ -95,6 +92,11 @@ def test_full_flow_logs_are_json_lines_without_content_or_addresses(
         assert secret not in text, f"{secret!r} leaked into the logs"
     assert recipient.lower() not in text.lower()
     assert f"bob-{recipient}".lower() not in text.lower()
+
+    def recipient_hash(address: str) -> str:
+        # Keyed with the stack's own key (kept in its data directory).
+        deployment = load_settings(data_dir=stack.data_dir, recipient_hash_key="")
+        return keys.recipient_hash(address, deployment)
 
     entries = json_lines(text)
     components = {e.get("component") for e in entries}

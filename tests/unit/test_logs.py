@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 
+import pytest
+
+from app.infra import keys
 from app.observability.logs import JsonFormatter, scrub
+from app.settings import get_settings
+
+KEY = b"a-deployment-key-0123456789abcdef"
 
 
 def _record(msg: str, *args: object, **extra: object) -> logging.LogRecord:
@@ -16,8 +23,8 @@ def _record(msg: str, *args: object, **extra: object) -> logging.LogRecord:
     return record
 
 
-def _format(record: logging.LogRecord) -> dict[str, object]:
-    line = JsonFormatter("api").format(record)
+def _format(record: logging.LogRecord, key: bytes | None = KEY) -> dict[str, object]:
+    line = JsonFormatter("api", hash_key=key).format(record)
     assert "\n" not in line
     return json.loads(line)
 
@@ -42,10 +49,36 @@ def test_allowed_extras_are_kept_and_others_dropped() -> None:
     assert "493817" not in json.dumps(entry)
 
 
-def test_addresses_in_library_messages_become_their_hash() -> None:
+def test_addresses_in_library_messages_become_their_keyed_hash() -> None:
     entry = _format(_record("sender: %s", "Alice+Tag@Example.test"))
-    digest = hashlib.sha256(b"alice+tag@example.test").hexdigest()[:12]
+    digest = hmac.new(KEY, b"alice+tag@example.test", hashlib.sha256).hexdigest()[:12]
     assert entry["msg"] == f"sender: <addr:{digest}>"
+    # Not the plain hash anyone can compute from a guessed address.
+    assert hashlib.sha256(b"alice+tag@example.test").hexdigest()[:12] not in entry["msg"]
+
+
+def test_the_formatter_hashes_with_the_process_key_by_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SIGNALBOX_RECIPIENT_HASH_KEY", KEY.decode())
+    get_settings.cache_clear()
+    try:
+        entry = _format(_record("rcpt %s", "bob@example.test"), key=None)
+    finally:
+        get_settings.cache_clear()
+    digest = hmac.new(KEY, b"bob@example.test", hashlib.sha256).hexdigest()[:12]
+    assert entry["msg"] == f"rcpt <addr:{digest}>"
+
+
+def test_an_address_is_hidden_even_when_the_process_has_no_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_key(settings: object = None) -> bytes:
+        raise OSError("read-only data directory")
+
+    monkeypatch.setattr(keys, "recipient_hash_key", no_key)
+    entry = _format(_record("rcpt %s", "bob@example.test"), key=None)
+    assert entry["msg"] == "rcpt <addr>"
 
 
 def test_links_and_bearer_tokens_are_scrubbed() -> None:

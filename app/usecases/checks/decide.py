@@ -21,11 +21,11 @@ from app.db import server as server_db
 from app.db.checks import CheckRecord
 from app.db.engine import transaction
 from app.domain.backoff import BackoffPolicy
-from app.domain.ids import recipient_hash
 from app.domain.matching import pick
 from app.domain.ownership import may_use
 from app.domain.scheduling import Counters, after_check, spends_budget
 from app.domain.states import CheckOutcome, CheckReason, Status
+from app.infra.keys import recipient_hash
 from app.observability import metrics
 from app.settings import Settings
 from app.usecases.checks.call import ProviderAnswer
@@ -164,7 +164,7 @@ class _Writer:
         log_extra = {
             "run_id": row["run_id"],
             "signal_id": signal_id,
-            "recipient_hash": recipient_hash(row["recipient"]),
+            "recipient_hash": recipient_hash(row["recipient"], settings),
             "provider": provider,
             "reason": reason.value,
         }
