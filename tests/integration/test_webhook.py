@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import time
 import uuid
 from collections.abc import Callable
 
@@ -54,6 +55,17 @@ def webhook_stack(stack_factory: Callable[..., Stack], url: str, **extra: str) -
     return stack
 
 
+def verified_time(headers: dict[str, str], body: bytes) -> int:
+    """What docs/api.md tells a receiver to do: recompute the HMAC over
+    "<t>.<raw body>" and compare in constant time. Returns `t`."""
+    fields = dict(part.split("=", 1) for part in headers["X-Signalbox-Signature"].split(","))
+    assert set(fields) == {"t", "v1"}
+    signed = fields["t"].encode() + b"." + body
+    expected = hmac.new(SECRET.encode(), signed, hashlib.sha256).hexdigest()
+    assert hmac.compare_digest(expected, fields["v1"])
+    return int(fields["t"])
+
+
 def dead_letter(stack: Stack, subject: str = "Your code 493817") -> dict:
     with stack.client() as api:
         signal = api.post(
@@ -83,6 +95,7 @@ def dead_letter(stack: Stack, subject: str = "Your code 493817") -> dict:
 def test_a_dead_letter_is_delivered_once_signed_after_two_failures(
     stack_factory: Callable[..., Stack], receiver: Receiver
 ) -> None:
+    started = int(time.time())
     stack = webhook_stack(stack_factory, receiver.url)
     first = dead_letter(stack)
     wait_until(lambda: receiver.delivered(), 40, what="a successful delivery")
@@ -98,10 +111,13 @@ def test_a_dead_letter_is_delivered_once_signed_after_two_failures(
     assert payload["test_case"] == "test_signup_sends_code"
     assert payload["reason"] == "deadline" and payload["namespace"] == "default"
     assert "493817" not in json.dumps(payload)  # neither subject nor code
+    stamps = []
     for headers, body, _ in receiver.requests:
-        expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
-        assert headers["X-Signalbox-Signature"] == expected
+        stamps.append(verified_time(headers, body))
         assert headers["Content-Type"] == "application/json"
+    # Each attempt is signed at its own time, within this test's run.
+    assert started <= stamps[0] <= stamps[1] <= stamps[2] <= int(time.time())
+    assert "webhook_unsigned" not in stack.log_text()  # it has a secret
     # The three attempts of the first carried the same bytes.
     assert len({r[1] for r in receiver.requests[:3]}) == 1
 
@@ -170,3 +186,22 @@ def test_a_receiver_that_is_down_gets_retries_then_the_delivery_gives_up(
 def test_no_delivery_is_queued_when_no_webhook_is_configured(stack: Stack) -> None:
     dead_letter(stack)
     assert db_scalar(stack, "SELECT count(*) FROM webhook_deliveries") == 0
+
+
+@pytest.mark.timeout(300)
+def test_worker_and_beat_warn_at_start_when_the_webhook_has_no_secret(
+    stack_factory: Callable[..., Stack], receiver: Receiver
+) -> None:
+    stack = webhook_stack(stack_factory, receiver.url, SIGNALBOX_DEAD_LETTER_WEBHOOK_SECRET="")
+    for part in ("worker", "beat"):
+        wait_until(
+            lambda part=part: "webhook_unsigned" in stack.log_text(part),
+            60,
+            what=f"the {part}'s unsigned-webhook warning",
+        )
+        assert stack.log_text(part).count("webhook_unsigned") == 1
+        assert receiver.url not in stack.log_text(part)  # the URL may carry a secret
+    # Delivered all the same, with no signature header.
+    dead_letter(stack)
+    wait_until(lambda: receiver.delivered(), 40, what="an unsigned delivery")
+    assert all("X-Signalbox-Signature" not in headers for headers, _, _ in receiver.requests)
