@@ -6,9 +6,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
+import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,7 +21,7 @@ import pytest
 from tests.integration.helpers import db_rows, db_scalar
 from tests.servers import free_port
 from tests.servers.webhook_receiver import Receiver
-from tests.stack import Stack, wait_until
+from tests.stack import ROOT, Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -205,3 +210,35 @@ def test_worker_and_beat_warn_at_start_when_the_webhook_has_no_secret(
     dead_letter(stack)
     wait_until(lambda: receiver.delivered(), 40, what="an unsigned delivery")
     assert all("X-Signalbox-Signature" not in headers for headers, _, _ in receiver.requests)
+
+
+@pytest.mark.parametrize("secret", ["", "whsec-k"])
+def test_up_warns_on_stderr_at_start_when_the_webhook_has_no_secret(
+    tmp_path: Path, secret: str
+) -> None:
+    # `up` warns before anything else it does; a taken API port then stops it
+    # right there, so no embedded server has to start for this.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNALBOX_")}
+    url = "http://127.0.0.1:9/hooks?key=url-secret"
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        env.update(
+            SIGNALBOX_DATA_DIR=str(tmp_path / "data"),
+            SIGNALBOX_API_PORT=str(holder.getsockname()[1]),
+            SIGNALBOX_DEAD_LETTER_WEBHOOK_URL=url,
+            SIGNALBOX_DEAD_LETTER_WEBHOOK_SECRET=secret,
+        )
+        result = subprocess.run(
+            [sys.executable, "-m", "app.cli", "up"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and "SIGNALBOX_API_PORT" in lines[-1], result.stderr
+    warnings = [line for line in lines if "SECRET is empty" in line]
+    assert len(warnings) == (0 if secret else 1), result.stderr
+    assert "url-secret" not in result.stderr
