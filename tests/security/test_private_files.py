@@ -227,3 +227,26 @@ def test_embedded_redis_data_and_password_are_private_from_creation() -> None:
         assert _mode(redis_dir / "redis.db.settings") == 0o600
     finally:
         services.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_embedded_postgres_leaves_the_data_dir_unreadable_to_others() -> None:
+    from app.infra.embedded import ensure_services
+
+    root = Path(tempfile.mkdtemp(prefix="sbxpg-"))
+    data = root / "data"
+    previous = os.umask(0)
+    try:
+        services = ensure_services(
+            database_url=None, broker_url="redis://unused", data_dir=data, redis_port=0
+        )
+    finally:
+        os.umask(previous)
+    try:
+        # As root, embedded_postgres's own server user must traverse it: x only.
+        expected = 0o711 if os.geteuid() == 0 else 0o700
+        assert _mode(data) == expected
+        assert _mode(data / "postgres") & 0o077 == 0
+    finally:
+        services.stop()
