@@ -6,7 +6,9 @@ import hashlib
 import hmac
 import json
 import random
+import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -142,3 +144,22 @@ def test_no_warning_when_the_webhook_is_signed_or_off(
         assert not webhooks.warn_if_unsigned(signed)
         assert not webhooks.warn_if_unsigned(Settings(dead_letter_webhook_url=""))
     assert not caplog.records
+
+
+def test_the_receivers_snippet_in_the_docs_verifies_and_refuses_a_replay() -> None:
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    start = docs.index("```python\n  import hashlib, hmac, time")
+    block = docs[start : docs.index("```\n", start + 10)].splitlines()[1:]
+    namespace: dict[str, Any] = {}
+    exec("\n".join(line.removeprefix("  ") for line in block), namespace)
+    verify = namespace["verify"]
+    body = rules.payload_body(DEAD_LETTER, "t")
+    now = int(time.time())
+    header = rules.signature(body, SECRET, now)
+    assert verify(header, body.encode(), SECRET)
+    assert not verify(header, body.encode(), "other")
+    v1 = header.partition(",v1=")[2]
+    assert not verify(f"t={now + 1},v1={v1}", body.encode(), SECRET)  # replayed under a new t
+    assert not verify(rules.signature(body, SECRET, now - 301), body.encode(), SECRET)
