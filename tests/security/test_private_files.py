@@ -123,19 +123,24 @@ def dev_settings(data: Path) -> Settings:
 def test_up_makes_the_dev_token_0600_from_creation_in_a_private_data_dir(
     service_env: dict[str, str], tmp_path: Path
 ) -> None:
+    from app.db.engine import get_engine
+
     root = tmp_path / "deploy"
     data = root / "data"  # neither exists yet
-    with watched(root, "dev-token") as seen:
-        token = up._ensure_dev_token(dev_settings(data))
-    assert seen == []
-    assert token and (data / "dev-token").read_text().strip() == token
-    assert _mode(data / "dev-token") == 0o600
-    assert _mode(data) == 0o700 and _mode(root) == 0o700
+    try:
+        with watched(root, "dev-token") as seen:
+            token = up._ensure_dev_token(dev_settings(data))
+        assert seen == []
+        assert token and (data / "dev-token").read_text().strip() == token
+        assert _mode(data / "dev-token") == 0o600
+        assert _mode(data) == 0o700 and _mode(root) == 0o700
 
-    # A token file an older version left wider is narrowed when kept.
-    (data / "dev-token").chmod(0o644)
-    assert up._ensure_dev_token(dev_settings(data)) == token
-    assert _mode(data / "dev-token") == 0o600
+        # A token file an older version left wider is narrowed when kept.
+        (data / "dev-token").chmod(0o644)
+        assert up._ensure_dev_token(dev_settings(data)) == token
+        assert _mode(data / "dev-token") == 0o600
+    finally:
+        get_engine().dispose()  # the shared reset only drops the engine: close its connections
 
 
 def test_metrics_directories_lock_and_archive_are_private_from_creation(tmp_path: Path) -> None:
