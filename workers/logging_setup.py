@@ -121,8 +121,17 @@ def _serve_metrics(component: str) -> None:
         os._exit(2)
 
 
+def _warn_unsigned_webhook() -> None:
+    # Workers POST the dead-letter webhook and beat sends those tasks: both
+    # say so at start when the deliveries would go out unsigned.
+    from app.usecases import webhooks
+
+    webhooks.warn_if_unsigned(_settings())
+
+
 def _worker_started(**kwargs: Any) -> None:
     _compact_metrics(**kwargs)
+    _warn_unsigned_webhook()
     _serve_metrics("worker")
 
 
@@ -150,6 +159,7 @@ def _beat_init(**kwargs: Any) -> None:
     # Only beat's own sends are its heartbeat (the API and workers publish too).
     signals.after_task_publish.connect(_beat_sent, weak=False)
     _beat_sent()
+    _warn_unsigned_webhook()
     _serve_metrics("beat")
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from app.cli.ports import check_ports, wait_port
 from app.cli.services import resolve_services
@@ -25,17 +26,45 @@ def _ensure_dev_token(settings: Settings) -> str | None:
     under the data dir so it survives restarts."""
     if settings.api_tokens:
         return None
+    from app.infra.embedded import private_dir
     from app.usecases import tokens
 
     path = settings.data_dir / DEV_TOKEN_FILE
     kept = path.read_text().strip() if path.exists() else ""
     token = tokens.dev_token(DEV_NAMESPACE, kept)
     if token == kept:
+        path.chmod(0o600)  # an earlier version may have left it wider
         return token
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(token + "\n")
-    path.chmod(0o600)
+    private_dir(path.parent, tighten=False)
+    _write_private(path, token + "\n")
     return token
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace `path` with `text`, readable by its owner only from the start:
+    a fresh file made 0600 at creation (O_EXCL: never someone else's file or
+    link), then renamed over `path`."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            os.fchmod(handle.fileno(), 0o600)  # a umask may narrow it; it is exactly 0600
+            handle.write(text)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+
+
+def unsigned_webhook_warning(settings: Settings) -> str | None:
+    """`up`'s stderr line when dead-letter webhooks would go out unsigned."""
+    from app.domain.webhooks import unsigned_warning
+
+    message = unsigned_warning(
+        settings.dead_letter_webhook_url, settings.dead_letter_webhook_secret
+    )
+    return f"signalbox-server: warning: {message}" if message else None
 
 
 def _child_env(name: str, settings: Settings) -> dict[str, str]:
@@ -108,6 +137,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     from app.db.migrate import upgrade
 
     wanted = [c for c in CHILDREN if not (c == "flower" and args.no_flower)]
+    warning = unsigned_webhook_warning(get_settings())
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     check_ports(get_settings(), [c for c in ("api", "smtp", "flower") if c in wanted] + ["metrics"])
     settings, handles = resolve_services(get_settings())
     upgrade(settings.database_url or "")

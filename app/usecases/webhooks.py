@@ -14,6 +14,7 @@ be sent once more when its lease lapses (at least once: receivers dedupe on
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -127,7 +128,11 @@ def _post(settings: Settings, body: str, dead_letter_id: str) -> tuple[int | Non
         "X-Signalbox-Delivery": dead_letter_id,
     }
     if settings.dead_letter_webhook_secret:
-        headers[rules.SIGNATURE_HEADER] = rules.signature(body, settings.dead_letter_webhook_secret)
+        # `t` is this attempt's time: each retry is signed afresh, so a
+        # receiver's 5-minute window holds however long the retries went on.
+        headers[rules.SIGNATURE_HEADER] = rules.signature(
+            body, settings.dead_letter_webhook_secret, int(time.time())
+        )
     try:
         response = httpx.post(
             settings.dead_letter_webhook_url,
@@ -140,6 +145,27 @@ def _post(settings: Settings, body: str, dead_letter_id: str) -> tuple[int | Non
         # The kind of failure only: the URL may carry a secret.
         return None, type(exc).__name__
     return response.status_code, None
+
+
+_warned = False
+
+
+def warn_if_unsigned(settings: Settings | None = None) -> bool:
+    """At the start of a process that delivers (worker, beat): log one
+    `webhook_unsigned` warning if a webhook URL is set without a secret.
+    True if it warned (now or earlier in this process)."""
+    global _warned
+    settings = settings or get_settings()
+    message = rules.unsigned_warning(
+        settings.dead_letter_webhook_url, settings.dead_letter_webhook_secret
+    )
+    if message is None:
+        return False
+    if not _warned:
+        _warned = True
+        # The message names the settings, never the URL: it may carry a secret.
+        log.warning(message, extra={"event": "webhook_unsigned"})
+    return True
 
 
 def delivery_status(namespace: str | None) -> dict[str, Any]:

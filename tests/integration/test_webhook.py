@@ -6,8 +6,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,7 +21,7 @@ import pytest
 from tests.integration.helpers import db_rows, db_scalar
 from tests.servers import free_port
 from tests.servers.webhook_receiver import Receiver
-from tests.stack import Stack, wait_until
+from tests.stack import ROOT, Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -54,6 +60,17 @@ def webhook_stack(stack_factory: Callable[..., Stack], url: str, **extra: str) -
     return stack
 
 
+def verified_time(headers: dict[str, str], body: bytes) -> int:
+    """What docs/api.md tells a receiver to do: recompute the HMAC over
+    "<t>.<raw body>" and compare in constant time. Returns `t`."""
+    fields = dict(part.split("=", 1) for part in headers["X-Signalbox-Signature"].split(","))
+    assert set(fields) == {"t", "v1"}
+    signed = fields["t"].encode() + b"." + body
+    expected = hmac.new(SECRET.encode(), signed, hashlib.sha256).hexdigest()
+    assert hmac.compare_digest(expected, fields["v1"])
+    return int(fields["t"])
+
+
 def dead_letter(stack: Stack, subject: str = "Your code 493817") -> dict:
     with stack.client() as api:
         signal = api.post(
@@ -83,6 +100,7 @@ def dead_letter(stack: Stack, subject: str = "Your code 493817") -> dict:
 def test_a_dead_letter_is_delivered_once_signed_after_two_failures(
     stack_factory: Callable[..., Stack], receiver: Receiver
 ) -> None:
+    started = int(time.time())
     stack = webhook_stack(stack_factory, receiver.url)
     first = dead_letter(stack)
     wait_until(lambda: receiver.delivered(), 40, what="a successful delivery")
@@ -98,10 +116,13 @@ def test_a_dead_letter_is_delivered_once_signed_after_two_failures(
     assert payload["test_case"] == "test_signup_sends_code"
     assert payload["reason"] == "deadline" and payload["namespace"] == "default"
     assert "493817" not in json.dumps(payload)  # neither subject nor code
+    stamps = []
     for headers, body, _ in receiver.requests:
-        expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
-        assert headers["X-Signalbox-Signature"] == expected
+        stamps.append(verified_time(headers, body))
         assert headers["Content-Type"] == "application/json"
+    # Each attempt is signed at its own time, within this test's run.
+    assert started <= stamps[0] <= stamps[1] <= stamps[2] <= int(time.time())
+    assert "webhook_unsigned" not in stack.log_text()  # it has a secret
     # The three attempts of the first carried the same bytes.
     assert len({r[1] for r in receiver.requests[:3]}) == 1
 
@@ -170,3 +191,54 @@ def test_a_receiver_that_is_down_gets_retries_then_the_delivery_gives_up(
 def test_no_delivery_is_queued_when_no_webhook_is_configured(stack: Stack) -> None:
     dead_letter(stack)
     assert db_scalar(stack, "SELECT count(*) FROM webhook_deliveries") == 0
+
+
+@pytest.mark.timeout(300)
+def test_worker_and_beat_warn_at_start_when_the_webhook_has_no_secret(
+    stack_factory: Callable[..., Stack], receiver: Receiver
+) -> None:
+    stack = webhook_stack(stack_factory, receiver.url, SIGNALBOX_DEAD_LETTER_WEBHOOK_SECRET="")
+    for part in ("worker", "beat"):
+        wait_until(
+            lambda part=part: "webhook_unsigned" in stack.log_text(part),
+            60,
+            what=f"the {part}'s unsigned-webhook warning",
+        )
+        assert stack.log_text(part).count("webhook_unsigned") == 1
+        assert receiver.url not in stack.log_text(part)  # the URL may carry a secret
+    # Delivered all the same, with no signature header.
+    dead_letter(stack)
+    wait_until(lambda: receiver.delivered(), 40, what="an unsigned delivery")
+    assert all("X-Signalbox-Signature" not in headers for headers, _, _ in receiver.requests)
+
+
+@pytest.mark.parametrize("secret", ["", "whsec-k"])
+def test_up_warns_on_stderr_at_start_when_the_webhook_has_no_secret(
+    tmp_path: Path, secret: str
+) -> None:
+    # `up` warns before anything else it does; a taken API port then stops it
+    # right there, so no embedded server has to start for this.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNALBOX_")}
+    url = "http://127.0.0.1:9/hooks?key=url-secret"
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        env.update(
+            SIGNALBOX_DATA_DIR=str(tmp_path / "data"),
+            SIGNALBOX_API_PORT=str(holder.getsockname()[1]),
+            SIGNALBOX_DEAD_LETTER_WEBHOOK_URL=url,
+            SIGNALBOX_DEAD_LETTER_WEBHOOK_SECRET=secret,
+        )
+        result = subprocess.run(
+            [sys.executable, "-m", "app.cli", "up"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and "SIGNALBOX_API_PORT" in lines[-1], result.stderr
+    warnings = [line for line in lines if "SECRET is empty" in line]
+    assert len(warnings) == (0 if secret else 1), result.stderr
+    assert "url-secret" not in result.stderr

@@ -3,7 +3,10 @@ real loopback HTTP server: the guarded outcome, the lease, the backoff."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -61,6 +64,7 @@ def new_dead_letter() -> str:
 def test_attempts_are_recorded_until_one_succeeds_and_then_never_again(
     configured: Receiver,
 ) -> None:
+    started = int(time.time())
     dl = new_dead_letter()
     outcomes: list[str] = []
 
@@ -75,6 +79,11 @@ def test_attempts_are_recorded_until_one_succeeds_and_then_never_again(
     assert len(configured.requests) == 3
     assert webhooks.deliver(dl) == "skipped" and webhooks.deliver_due() == 0
     assert len(configured.requests) == 3
+    for headers, body, _ in configured.requests:
+        t, _, v1 = headers["X-Signalbox-Signature"].removeprefix("t=").partition(",v1=")
+        expected = hmac.new(b"s3cret", t.encode() + b"." + body, hashlib.sha256).hexdigest()
+        assert hmac.compare_digest(v1, expected)
+        assert started <= int(t) <= int(time.time())
     with psycopg.connect(str(get_settings().database_url)) as conn:
         rows = conn.execute(
             "SELECT state, attempts, last_status FROM webhook_deliveries"
