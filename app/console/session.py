@@ -14,13 +14,11 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import secrets
-import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
+from app.infra.keys import kept_key
 from app.settings import Settings
 from app.usecases.auth import Principal
 
@@ -28,33 +26,12 @@ SESSION_COOKIE = "signalbox_console"
 LOGIN_COOKIE = "signalbox_console_login"
 SECRET_FILE = "console-secret"
 
-_lock = threading.Lock()
-_keys: dict[str, bytes] = {}
-
 
 def secret_key(settings: Settings) -> bytes:
     """The signing key: the setting, else one kept in the data directory."""
     if settings.console_secret:
         return settings.console_secret.encode()
-    path = Path(settings.data_dir).absolute() / SECRET_FILE
-    with _lock:
-        key = _keys.get(str(path))
-        if key is None:
-            key = _load_or_create(path)
-            _keys[str(path)] = key
-        return key
-
-
-def _load_or_create(path: Path) -> bytes:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_bytes().strip()
-    with os.fdopen(fd, "wb") as handle:  # first process wins; others read its key
-        key = secrets.token_hex(32).encode()
-        handle.write(key)
-    return key
+    return kept_key(settings, SECRET_FILE, "SIGNALBOX_CONSOLE_SECRET")
 
 
 def _sign(key: bytes, value: bytes) -> str:

@@ -1,8 +1,9 @@
-"""The deployment's recipient-hash key, resolved once per process.
+"""Keys kept in the data directory, and the deployment's recipient-hash key.
 
-It is SIGNALBOX_RECIPIENT_HASH_KEY, or else a random key created once in
-SIGNALBOX_DATA_DIR (mode 0600 from its creation) and read by every later
-process. Every process of one deployment must hash with the same key (the
+A key that is not set (SIGNALBOX_RECIPIENT_HASH_KEY, SIGNALBOX_CONSOLE_SECRET)
+is a random one created once in SIGNALBOX_DATA_DIR (mode 0600 from its
+creation, linked into place complete) and read by every later process.
+Every process of one deployment must hash with the same key (the
 sink logs a hash the API's evidence must match), so processes on several
 hosts or pods must set the setting: each data directory would otherwise
 make its own key.
@@ -33,11 +34,18 @@ def recipient_hash_key(settings: Settings | None = None) -> bytes:
     settings = settings or get_settings()
     if settings.recipient_hash_key:
         return settings.recipient_hash_key.encode()
-    path = Path(settings.data_dir).absolute() / KEY_FILE
+    return kept_key(settings, KEY_FILE, "SIGNALBOX_RECIPIENT_HASH_KEY")
+
+
+def kept_key(settings: Settings, file_name: str, setting: str) -> bytes:
+    """The key kept in `file_name` of the data directory, created on first
+    use; ConfigurationError (naming `setting`, which replaces it) when it
+    cannot be read or made, or is truncated."""
+    path = Path(settings.data_dir).absolute() / file_name
     with _lock:
         key = _keys.get(str(path))
         if key is None:
-            key = _load_or_create(path)
+            key = _load_or_create(path, setting)
             _keys[str(path)] = key
         return key
 
@@ -47,7 +55,7 @@ def recipient_hash(address: str, settings: Settings | None = None) -> str:
     return ids.recipient_hash(address, recipient_hash_key(settings))
 
 
-def _load_or_create(path: Path) -> bytes:
+def _load_or_create(path: Path, setting: str) -> bytes:
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not path.exists():
@@ -55,12 +63,11 @@ def _load_or_create(path: Path) -> bytes:
         key = path.read_bytes().strip()
     except OSError as exc:
         raise ConfigurationError(
-            f"the recipient-hash key {path} cannot be read or created "
-            f"({type(exc).__name__}): set SIGNALBOX_RECIPIENT_HASH_KEY"
+            f"the kept key {path} cannot be read or created ({type(exc).__name__}): set {setting}"
         ) from None
     if len(key) < MIN_KEY_CHARS:
         raise ConfigurationError(
-            f"the recipient-hash key {path} is shorter than {MIN_KEY_CHARS} characters"
+            f"the kept key {path} is shorter than {MIN_KEY_CHARS} characters: set {setting}"
         )
     return key
 

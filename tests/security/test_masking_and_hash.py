@@ -119,6 +119,24 @@ def test_a_truncated_kept_key_is_refused_not_used(tmp_path: Path) -> None:
         keys.recipient_hash_key(deployment(tmp_path))
 
 
+def test_the_console_secret_is_kept_like_the_hash_key_private_and_whole(
+    tmp_path: Path,
+) -> None:
+    from app.console import session
+
+    settings = load_settings(data_dir=tmp_path / "a", console_secret="")
+    key = session.secret_key(settings)
+    kept = tmp_path / "a" / session.SECRET_FILE
+    assert kept.read_bytes() == key and len(key) >= keys.MIN_KEY_CHARS
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert session.secret_key(settings) == key
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / session.SECRET_FILE).write_text("abc")  # a half-written key
+    with pytest.raises(ConfigurationError) as err:
+        session.secret_key(load_settings(data_dir=tmp_path / "b", console_secret=""))
+    assert "SIGNALBOX_CONSOLE_SECRET" in err.value.message
+
+
 def test_a_capitals_code_cut_at_the_edge_of_a_quoted_subject_is_not_shown() -> None:
     # The recommendation quotes the first characters of a near miss's subject:
     # a code cut there must not survive as a shorter, unmasked word.
