@@ -30,3 +30,10 @@ def visible_ids(
 def may_see(session: Session, settings: Settings, namespace: str, message_id: str) -> bool:
     """Whether `namespace` may see the message `message_id` (False when unknown)."""
     return message_id in visible_ids(session, settings, namespace, [message_id])
+
+
+def may_use_address(session: Session, settings: Settings, namespace: str, address: str) -> bool:
+    """Whether `namespace` owns or holds `address` (or may hold it: nobody else does),
+    i.e. may watch it or set rules on it."""
+    owner = recipient_owners(session, settings, {address.lower()}).get(address.lower())
+    return owner in (None, namespace)
