@@ -25,7 +25,6 @@ import {
 import {
   Transport,
   checkedId,
-  checkedOpaqueId,
   checkedRunId,
   idPath,
   longPollSeconds,
@@ -407,7 +406,7 @@ export class Signalbox {
 
   /** One attachment's decoded bytes. */
   async attachment(claimId: string, attachmentId: string): Promise<Uint8Array> {
-    const path = `${idPath("/v1/claims/{}/attachments", ["claim", claimId])}/${segment(checkedOpaqueId("attachment_id", attachmentId))}`;
+    const path = idPath("/v1/claims/{}/attachments/{}", ["claim", claimId], ["attachment", attachmentId]);
     return this.body<Uint8Array>({ method: "GET", path, retry: true, binary: true });
   }
 

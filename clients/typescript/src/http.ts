@@ -98,12 +98,13 @@ export function segment(value: string): string {
   return encodeURIComponent(value);
 }
 
-/** `template` with each `{}` replaced by the next checked, encoded id. */
-export function idPath(template: string, ...ids: [IdKind, unknown][]): string {
+/** `template` with each `{}` replaced by the next checked, encoded id
+ * (`attachment`: an opaque id the server gave, see `checkedOpaqueId`). */
+export function idPath(template: string, ...ids: [IdKind | "attachment", unknown][]): string {
   let i = 0;
   return template.replace(/\{\}/g, () => {
     const [kind, value] = ids[i++]!;
-    return segment(checkedId(kind, value));
+    return segment(kind === "attachment" ? checkedOpaqueId("attachment_id", value) : checkedId(kind, value));
   });
 }
 

@@ -133,6 +133,9 @@ export interface SignalView {
 }
 
 export interface ReceiptEvidence {
+  claim_id: string;
+  /** The recipient as a keyed hash (see docs/api.md, Evidence). */
+  recipient_hash: string;
   recipient: string;
   subject: string;
   body: string;
@@ -171,7 +174,8 @@ export interface DeadLetter {
   dead_letter_id: string;
   signal_id: string;
   run_id: string;
-  namespace: string;
+  /** Shown to operators. */
+  namespace?: string;
   reason: string;
   state: string;
   created_at: string;
@@ -181,6 +185,8 @@ export interface DeadLetter {
   last_error_code: string | null;
   near_misses: NearMiss[];
   recommendation: string | null;
+  /** The first message that matched after the deadline, if one came. */
+  late_message?: Record<string, unknown> | null;
   note: string | null;
 }
 
@@ -248,6 +254,8 @@ export interface EvidenceSignal {
   expiry_reason: string | null;
   provider: string;
   recipient_hash: string;
+  filters: { subject_contains: boolean; body_contains: boolean; require_run_marker: boolean };
+  metadata: Record<string, unknown>;
   timings: Record<string, string | number | null>;
   checks: { total: number; by_outcome: Record<string, number>; max_checks: number };
   message: Record<string, unknown> | null;
