@@ -130,6 +130,8 @@ export interface SignalView {
   expect?: Expect;
   settle_seconds?: number | null;
   warnings?: Warning[];
+  /** Once expired: the dead letter's recommendation. */
+  recommendation?: string | null;
 }
 
 export interface ReceiptEvidence {
@@ -185,6 +187,8 @@ export interface DeadLetter {
   last_error_code: string | null;
   near_misses: NearMiss[];
   recommendation: string | null;
+  /** For `duplicate_messages`: the messages and how far apart they came. */
+  duplicates?: Record<string, unknown> | null;
   /** The first message that matched after the deadline, if one came. */
   late_message?: Record<string, unknown> | null;
   note: string | null;
@@ -205,6 +209,12 @@ export interface ClaimBody {
   codes: string[];
   content_purged: boolean;
   owner?: string | null;
+}
+
+/** An address of a message header, its display name decoded. */
+export interface MessageAddress {
+  name: string;
+  address: string;
 }
 
 export interface MessageLink {
@@ -228,10 +238,10 @@ export interface MessageAttachment {
  */
 export interface MessageView {
   message_id: string;
-  from: string | null;
-  to: string[];
-  cc: string[];
-  reply_to: string[];
+  from: MessageAddress | null;
+  to: MessageAddress[];
+  cc: MessageAddress[];
+  reply_to: MessageAddress[];
   subject: string | null;
   date: string | null;
   received_at: string;
@@ -261,6 +271,8 @@ export interface EvidenceSignal {
   message: Record<string, unknown> | null;
   receipt: Receipt | null;
   dead_letter: Record<string, unknown> | null;
+  /** `expect`, and for `none` whether it held. */
+  expectation?: Record<string, unknown> | null;
 }
 
 /** `GET /v1/runs/{run_id}/evidence`: the run's CI artifact, no body, link, code or token. */
