@@ -5,7 +5,7 @@ PYTHON ?= python3
 UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 PYTEST_ARGS ?=
 
-.PHONY: help install test-deps run test test-unit test-deploy lint typecheck bench soak clean
+.PHONY: help install test-deps run test test-unit test-ts test-deploy lint typecheck bench soak clean
 
 help: ## Show the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ test: install test-deps ## Run the whole test suite on real PostgreSQL, Redis, w
 
 test-unit: install ## Run the unit tests only (no I/O)
 	$(UV) run pytest tests/unit clients/python/tests -m "not integration and not acceptance" $(PYTEST_ARGS)
+
+test-ts: install test-deps ## The TypeScript client's Node tests and the Playwright example (Chromium), on a fresh stack
+	$(UV) run pytest tests/clients $(PYTEST_ARGS)
 
 test-deploy: install ## Render and validate deploy/kubernetes and docker-compose.yml (kubectl needed)
 	$(UV) run pytest tests/deploy/test_kubernetes.py tests/deploy/test_compose.py $(PYTEST_ARGS)

@@ -7,7 +7,11 @@
 #     .signalbox/kubectl. Debian's kubernetes-client (1.20) is too old for
 #     kustomize v5 features (components, labels, replicas).
 #   - Chromium, from Debian's chromium package, for the console's browser tests
-#     (Playwright drives it by path; its own browser download is not used).
+#     and the TypeScript client's Playwright tests (Playwright drives it by
+#     path; its own browser download is not used);
+#   - the TypeScript client's and its Playwright example's npm packages
+#     (`npm ci` from their lock files) and the client's build: see
+#     scripts/install-node-deps.sh.
 # Idempotent: each step is skipped when its tool is already there.
 # Meant for a fresh Debian machine as root (CI), or a developer's machine.
 set -euo pipefail
@@ -94,5 +98,7 @@ else
     say "installing chromium with apt-get"
     as_root apt-get install -y chromium
 fi
+
+bash "${repo_root}/scripts/install-node-deps.sh"
 
 say "done"

@@ -1,0 +1,41 @@
+/**
+ * signalbox-client: wait for an expected email as a contract.
+ * See README.md; the Playwright fixtures are in `signalbox-client/playwright`.
+ */
+export {
+  Signalbox,
+  SignalHandle,
+  Claim,
+  DEFAULT_URL,
+  DEADLINE_GRACE_SECONDS,
+  type SignalboxOptions,
+  type WatchOptions,
+  type WaitOptions,
+  type ClaimOptions,
+  type SignalboxEvent,
+  type Listener,
+} from "./client.js";
+export {
+  SignalboxError,
+  Unauthorized,
+  Forbidden,
+  NotFound,
+  InvalidRequest,
+  InvalidId,
+  Conflict,
+  AlreadyClaimed,
+  AlreadyConsumed,
+  LeaseExpired,
+  RunMismatch,
+  IdempotencyConflict,
+  NotClaimable,
+  SignalNotReady,
+  RateLimited,
+  SignalExpired,
+  UnexpectedMessage,
+  WaitTimeout,
+  ServiceUnavailable,
+  diagnosisText,
+} from "./errors.js";
+export { checkedId, checkedRunId, segment, ID_PREFIXES } from "./http.js";
+export type * from "./types.js";

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Install and build the TypeScript client (clients/typescript) and the
+# Playwright example (examples/playwright-signup) from their lock files:
+#   - `npm ci` in each, from the npm registry; skipped while node_modules was
+#     installed from the same lock file (and, for the example, the same build
+#     of the client, which it copies in: see its .npmrc);
+#   - `npm run build` (tsc) of the client.
+# Playwright's own browser download is never used (PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD):
+# the tests launch Debian's Chromium by path. Needs Node.js 20 or later.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+client="${repo_root}/clients/typescript"
+example="${repo_root}/examples/playwright-signup"
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+
+say() { printf 'install-node-deps: %s\n' "$*"; }
+
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    say "node and npm are missing: run scripts/install-test-deps.sh" >&2
+    exit 1
+fi
+major="$(node -p 'process.versions.node.split(".")[0]')"
+if [ "${major}" -lt 20 ]; then
+    say "Node.js $(node --version) is too old: signalbox-client needs Node.js 20 or later" >&2
+    exit 1
+fi
+
+# `npm ci` in $1 unless its node_modules came from the same inputs ($2: their digest).
+npm_ci_cached() {
+    local dir="$1" digest="$2" stamp="$1/node_modules/.signalbox-installed"
+    if [ -f "${stamp}" ] && [ "$(cat "${stamp}")" = "${digest}" ]; then
+        say "$(basename "${dir}"): node_modules up to date"
+        return
+    fi
+    say "$(basename "${dir}"): npm ci"
+    (cd "${dir}" && npm ci --no-audit --no-fund --loglevel=error)
+    printf '%s' "${digest}" >"${stamp}"
+}
+
+npm_ci_cached "${client}" "$(sha256sum "${client}/package-lock.json" | cut -d' ' -f1)"
+say "clients/typescript: npm run build"
+(cd "${client}" && rm -rf dist && npm run --silent build)
+
+# The example copies the client in: reinstall when the client's build changed.
+client_digest="$(cd "${client}" && cat package.json README.md dist/* | sha256sum | cut -d' ' -f1)"
+npm_ci_cached "${example}" "$(sha256sum "${example}/package-lock.json" | cut -d' ' -f1)-${client_digest}"
+say "done"

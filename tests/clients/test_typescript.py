@@ -1,0 +1,114 @@
+"""The TypeScript client (clients/typescript) and its Playwright example
+(examples/playwright-signup), run by their own runners against the real stack.
+
+`scripts/install-node-deps.sh` installs them (`npm ci`, cached) and builds the
+client; then Node's test runner runs the client's tests (which also run the
+Playwright fixtures' own tests), and Playwright's runner the example in
+Debian's Chromium. Each runner's whole output is shown when it fails.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import tarfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.servers import free_port
+from tests.stack import ROOT, Stack
+
+pytestmark = pytest.mark.integration
+
+CLIENT = ROOT / "clients" / "typescript"
+EXAMPLE = ROOT / "examples" / "playwright-signup"
+CHROMIUM = "/usr/bin/chromium"
+
+
+def run(
+    args: list[str], cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 300
+) -> str:
+    """Run `args`; its output, or a test failure showing all of it."""
+    proc = subprocess.run(
+        args,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(
+            f"{' '.join(args)} exited with {proc.returncode}:\n{proc.stdout}", pytrace=False
+        )
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def node_deps() -> None:
+    run(["bash", str(ROOT / "scripts" / "install-node-deps.sh")], ROOT, timeout=600)
+
+
+def stack_env(stack: Stack) -> dict[str, str]:
+    return {
+        "SIGNALBOX_URL": stack.api_url,
+        "SIGNALBOX_TOKEN": stack.token,
+        "SIGNALBOX_SMTP_HOST": stack.smtp_host,
+        "SIGNALBOX_SMTP_PORT": str(stack.smtp_port),
+        "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1",
+        "FORCE_COLOR": "0",
+        "NO_COLOR": "1",
+    }
+
+
+@pytest.mark.timeout(600)
+def test_the_node_client_tests_pass_against_the_stack(node_deps: None, stack: Stack) -> None:
+    files = sorted(str(p.relative_to(CLIENT)) for p in (CLIENT / "test").glob("*.test.mjs"))
+    assert len(files) >= 5, files
+    out = run(
+        ["node", "--test", "--test-concurrency=4", "--test-reporter=spec", *files],
+        CLIENT,
+        stack_env(stack),
+    )
+    passed = re.search(r"^\S*\s*pass (\d+)$", out, re.M)
+    failed = re.search(r"^\S*\s*fail (\d+)$", out, re.M)
+    assert passed and int(passed.group(1)) >= 25, out
+    assert failed and failed.group(1) == "0", out
+
+
+@pytest.mark.timeout(600)
+def test_the_playwright_signup_example_passes_in_chromium(node_deps: None, stack: Stack) -> None:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/install-test-deps.sh")
+    env = {**stack_env(stack), "SIGNUP_PORT": str(free_port()), "CI": "1"}
+    out = run(["npx", "--no-install", "playwright", "test", "--reporter=list"], EXAMPLE, env)
+    assert re.search(r"\b1 passed\b", out), out
+
+
+def test_npm_pack_ships_the_build_and_a_readme_with_the_playwright_fixture(
+    node_deps: None, tmp_path: Path
+) -> None:
+    out = run(["npm", "pack", "--pack-destination", str(tmp_path)], CLIENT)
+    (tarball,) = tmp_path.glob("signalbox-client-*.tgz")
+    with tarfile.open(tarball) as tar:
+        names = set(tar.getnames())
+        readme_file = tar.extractfile("package/README.md")
+        assert readme_file is not None, out
+        readme = io.TextIOWrapper(readme_file, encoding="utf-8").read()
+    for name in (
+        "package/package.json",
+        "package/dist/index.js",
+        "package/dist/index.d.ts",
+        "package/dist/playwright.js",
+        "package/dist/playwright.d.ts",
+    ):
+        assert name in names, sorted(names)
+    assert not [n for n in names if n.startswith(("package/src/", "package/test", "package/node"))]
+    assert 'from "signalbox-client/playwright"' in readme
+    assert "async ({ page, signalbox, mailbox })" in readme
