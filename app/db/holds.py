@@ -44,6 +44,19 @@ def hold_open_get(session: Session, address: str, *, for_update: bool = False) -
     )
 
 
+def hold_keep(session: Session, address: str, namespace: str) -> bool:
+    """Lock `namespace`'s open hold of `address` FOR SHARE until the
+    transaction ends (no other namespace takes the address meanwhile); False
+    when the open hold is not (or no longer) `namespace`'s."""
+    row = first(
+        session,
+        "SELECT 1 AS kept FROM address_holds WHERE address = :a AND namespace = :ns"
+        " AND released_at IS NULL FOR SHARE",
+        {"a": address, "ns": namespace},
+    )
+    return row is not None
+
+
 def hold_signals_facts(session: Session, address: str, namespace: str) -> Row:
     """Whether `namespace` has a live signal on `address`, and when its last
     one ended (`live`, `last_end`): what the hold's lapse is judged on."""

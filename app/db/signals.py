@@ -38,9 +38,10 @@ class CreateFacts:
 
 # A create's facts (the one-statement create reads them too): the clock, the
 # owner of `:address`'s mailbox, `:namespace`'s trigger-kept waiting count and
-# the namespace holding the address (its open hold, locked FOR SHARE so that
-# another namespace cannot take it over while this create commits).
-_CREATE_FACTS = """
+# the namespace holding the address (its open hold; `{lock}` FOR SHARE in the
+# one-statement create, so that another namespace cannot take it over while
+# that create commits).
+_CREATE_FACTS_OF = """
     SELECT clock_timestamp() AS now,
            (SELECT namespace FROM mailboxes WHERE address = :address) AS mailbox_owner,
            (SELECT coalesce(sum(waiting), 0) FROM namespace_waiting
@@ -49,8 +50,9 @@ _CREATE_FACTS = """
       FROM (SELECT 1) AS one
       LEFT JOIN LATERAL (SELECT namespace FROM address_holds
                           WHERE address = :address AND released_at IS NULL
-                          FOR SHARE) AS h ON true
+                          {lock}) AS h ON true
 """
+_CREATE_FACTS = _CREATE_FACTS_OF.format(lock="")
 
 
 def signal_create_facts(session: Session, namespace: str, address: str) -> CreateFacts:
@@ -138,7 +140,7 @@ def signal_create(session: Session, values: Mapping[Any, Any], ttl_hours: float)
 # row always: the created signal's, or NULLs.
 _SIGNAL_CREATE_CLEAR = raw.Query(
     f"""
-    WITH facts AS ({_CREATE_FACTS}), base AS (
+    WITH facts AS ({_CREATE_FACTS_OF.format(lock="FOR SHARE")}), base AS (
         SELECT now, mailbox_owner, holder FROM facts
          WHERE waiting < :clear_below
            AND coalesce(mailbox_owner, CAST(:domain_owner AS text), :namespace) = :namespace

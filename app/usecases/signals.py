@@ -132,7 +132,10 @@ def signal_create(
         )
         _check_owner(settings, namespace, req.recipient, facts.mailbox_owner)
         if holdable and facts.mailbox_owner is None:
-            _take_hold(settings, session, namespace, req.recipient, facts.now)
+            if facts.holder != namespace or not holds_db.hold_keep(
+                session, req.recipient, namespace
+            ):
+                _take_hold(settings, session, namespace, req.recipient, facts.now)
         _check_quota(settings, session, namespace, key, facts.waiting)
         row = signals_db.signal_create(
             session, {**values, "now": facts.now}, settings.idempotency_ttl_hours
@@ -187,7 +190,9 @@ def _take_hold(
     another namespace holds it while one of its signals on it is live, and
     for SIGNALBOX_ADDRESS_HOLD_HOURS after the last one ended. A lapsed hold
     is closed at the moment it lapsed, so the mail it covered stays its
-    namespace's for good. Creates deciding one address run one at a time."""
+    namespace's for good. Creates deciding one address run one at a time
+    (an advisory lock; a create by the holder only shares the hold's row lock,
+    never waits for this lock, so the two never wait for each other)."""
     holds_db.hold_lock(session, address)
     held = holds_db.hold_open_get(session, address, for_update=True)
     if held is None:
