@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from email import policy
 from email.message import EmailMessage
 from typing import Any
 
@@ -291,3 +292,35 @@ def test_a_provider_limited_to_a_namespace_refuses_the_others(tenancy_stack: Sta
             ).status_code
             == 201
         )
+
+
+# ------------------------------------------------------ attack 5: CPU amplification
+
+
+def test_body_contains_searches_the_first_mebibyte_of_a_large_mail_only(
+    tenancy_stack: Stack,
+) -> None:
+    """The searched text is capped (SIGNALBOX_MATCH_TEXT_MAX_BYTES, 1 MiB): a
+    needle past it is a body_mismatch near miss, one before it matches."""
+    stack = tenancy_stack
+    address = f"bulk-{uuid.uuid4().hex[:6]}@example.test"
+    with client(stack, TOKEN_A) as a:
+        early = create(a, recipient=address, body_contains="needle-at-start")
+        late = create(
+            a, recipient=address, body_contains="needle-past-the-cap", expires_in_seconds=10
+        )
+        msg = EmailMessage()
+        msg["From"] = "app@example.test"
+        msg["To"] = address
+        msg["Subject"] = "Bulk"
+        msg.set_content(
+            "needle-at-start\n" + "filler line of text\n" * 60_000 + "needle-past-the-cap\n"
+        )
+        # Twice: the first is taken by the early signal, the second is free.
+        stack.send(msg.as_bytes(policy=policy.SMTP), [address])
+        stack.send(msg.as_bytes(policy=policy.SMTP), [address])
+        assert ended(a, early["signal_id"])["status"] == "found"
+        view = ended(a, late["signal_id"])
+        assert view["status"] == "expired", view
+        dead = a.get(f"/v1/dead-letters/{view['dead_letter']['dead_letter_id']}").json()
+        assert "body_mismatch" in [n["why"] for n in dead["near_misses"]], dead
