@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.domain.mail import ParsedMail, normalize_whitespace, parse_mail  # noqa: E402
-from app.domain.matching import Candidate, Criteria, pick  # noqa: E402
-from bench._machine import describe, render  # noqa: E402
+from app.domain.mail import ParsedMail, normalize_whitespace, parse_mail
+from app.domain.matching import Candidate, Criteria, pick
+from bench._machine import describe, render
 
 RECIPIENT = "shared-inbox@example.test"
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)

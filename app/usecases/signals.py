@@ -131,11 +131,15 @@ def signal_create(
             lookahead_hours=settings.max_lookahead_hours,
         )
         _check_owner(settings, namespace, req.recipient, facts.mailbox_owner)
-        if holdable and facts.mailbox_owner is None:
-            if facts.holder != namespace or not holds_db.hold_keep(
-                session, req.recipient, namespace
-            ):
-                _take_hold(settings, session, namespace, req.recipient, facts.now)
+        if (
+            holdable
+            and facts.mailbox_owner is None
+            and (
+                facts.holder != namespace
+                or not holds_db.hold_keep(session, req.recipient, namespace)
+            )
+        ):
+            _take_hold(settings, session, namespace, req.recipient, facts.now)
         _check_quota(settings, session, namespace, key, facts.waiting)
         row = signals_db.signal_create(
             session, {**values, "now": facts.now}, settings.idempotency_ttl_hours

@@ -7,8 +7,8 @@ import sys
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
