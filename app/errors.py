@@ -132,6 +132,17 @@ class RecipientNotOwned(SignalboxError):
     default_message = "The address is owned by another namespace."
 
 
+class ProviderNotAllowed(SignalboxError):
+    code = "provider_not_allowed"
+    status_code = 403
+    default_message = "The provider is not open to this namespace."
+
+
+class TooManyMailboxes(TooManyRequests):
+    code = "too_many_mailboxes"
+    default_message = "This namespace has too many live mailboxes."
+
+
 class Unauthorized(SignalboxError):
     code = "unauthorized"
     status_code = 401

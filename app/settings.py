@@ -121,6 +121,16 @@ class Settings(BaseSettings):
     max_waiting_per_namespace: int = Field(10_000, ge=1)
     # `namespace:domain,…`: mail to an owned domain is that namespace's only.
     namespace_domains: str = ""
+    # An address nobody owns is held by the first namespace that watches it,
+    # until this long after that namespace's last signal on it ended.
+    address_hold_hours: float = Field(24.0, ge=0)
+    # `addr@x,@domain,…`: addresses every namespace may watch at once (no privacy).
+    shared_addresses: str = ""
+    # Live mailboxes a namespace may have at once; the next create gets 429.
+    max_mailboxes_per_namespace: int = Field(1000, ge=1)
+    # The text `body_contains` searches: the first this many bytes of a
+    # message's normalised text.
+    match_text_max_bytes: int = Field(1024 * 1024, ge=1024)
     # Triage: the dead-letter webhook (empty URL: off) and the SRE console.
     dead_letter_webhook_url: str = ""
     # HMAC-SHA256 key of the `X-Signalbox-Signature` header (empty: unsigned).
@@ -166,6 +176,12 @@ class Settings(BaseSettings):
         _domain_owners(value)
         return value
 
+    @field_validator("shared_addresses")
+    @classmethod
+    def _shared_are_addresses(cls, value: str) -> str:
+        _shared_entries(value)
+        return value
+
     @field_validator("flower_basic_auth")
     @classmethod
     def _basic_auth_pairs(cls, value: str) -> str:
@@ -200,6 +216,11 @@ class Settings(BaseSettings):
     def namespace_domain_owners(self) -> dict[str, str]:
         """domain -> the namespace that owns it, from SIGNALBOX_NAMESPACE_DOMAINS."""
         return _domain_owners(self.namespace_domains)
+
+    @property
+    def shared_address_entries(self) -> frozenset[str]:
+        """SIGNALBOX_SHARED_ADDRESSES, lower-cased: `addr@x` or `@domain` entries."""
+        return _shared_entries(self.shared_addresses)
 
     @property
     def console_cookies_secure(self) -> bool:
@@ -244,6 +265,18 @@ def _pairs(value: str) -> dict[str, str]:
         owner, _, token = pair.partition(":")
         out[token] = owner
     return out
+
+
+def _shared_entries(value: str) -> frozenset[str]:
+    """`addr@x,@domain,…` → the lower-cased entries; anything else fails."""
+    out: set[str] = set()
+    for item in _items(value):
+        entry = item.strip().lower()
+        local, at, domain = entry.rpartition("@")
+        if not at or not domain or "@" in local or any(c.isspace() for c in entry):
+            raise ValueError(f"{item!r} is neither an address (addr@domain) nor a domain (@domain)")
+        out.add(entry)
+    return frozenset(out)
 
 
 def _domain_owners(value: str) -> dict[str, str]:

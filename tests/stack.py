@@ -44,6 +44,10 @@ def wait_until(
         time.sleep(interval)
 
 
+# Addresses on this domain are shared by every namespace of a test stack.
+SHARED_DOMAIN = "shared.example.test"
+
+
 def base_env(database_url: str, broker_url: str, data_dir: Path) -> dict[str, str]:
     """The environment of a test's processes: this process's, without its
     SIGNALBOX_* variables, plus the test's services, tokens and short intervals."""
@@ -61,6 +65,8 @@ def base_env(database_url: str, broker_url: str, data_dir: Path) -> dict[str, st
             "SIGNALBOX_LATE_WATCH_INTERVAL_SECONDS": "1",
             "SIGNALBOX_PROVIDERS_FILE": str(data_dir / "providers.toml"),
             "SIGNALBOX_LOG_LEVEL": "INFO",
+            # Fixed QA inboxes every namespace may watch at once (no privacy).
+            "SIGNALBOX_SHARED_ADDRESSES": f"@{SHARED_DOMAIN}",
             "PYTHONUNBUFFERED": "1",
             "C_FORCE_ROOT": "1",
         }

@@ -36,6 +36,43 @@ def mailbox_insert(session: Session, values: Mapping[Any, Any]) -> Row:
     )
 
 
+def mailbox_live_count(session: Session, namespace: str) -> int:
+    """How many of `namespace`'s mailboxes are live (neither deleted nor
+    expired), counted under a per-namespace lock held until the transaction
+    ends, so that concurrent creates count one after the other."""
+    session.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended('mailboxes:' || :ns, 0))"),
+        {"ns": namespace},
+    )
+    return int(
+        session.execute(
+            text(
+                "SELECT count(*) FROM mailboxes WHERE namespace = :ns"
+                " AND deleted_at IS NULL AND expires_at > now()"
+            ),
+            {"ns": namespace},
+        ).scalar_one()
+    )
+
+
+def mailbox_expire_due(session: Session, limit: int) -> list[str]:
+    """Delete (as DELETE /v1/mailboxes does) up to `limit` mailboxes whose
+    `expires_at` has passed; their addresses."""
+    rows = session.execute(
+        text(
+            """
+            UPDATE mailboxes SET deleted_at = now() WHERE id IN (
+                SELECT id FROM mailboxes
+                 WHERE deleted_at IS NULL AND expires_at <= now()
+                 ORDER BY expires_at LIMIT :limit FOR UPDATE SKIP LOCKED)
+            RETURNING address
+            """
+        ),
+        {"limit": limit},
+    )
+    return [r[0] for r in rows]
+
+
 def mailbox_owner_many(session: Session, addresses: Sequence[str]) -> dict[str, str]:
     """address → the namespace whose mailbox it is (deleted ones still own it)."""
     if not addresses:

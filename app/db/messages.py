@@ -26,13 +26,13 @@ def message_record_many(session: Session, rows: Sequence[Mapping[Any, Any]]) -> 
         text(
             """
             INSERT INTO messages (id, provider, provider_message_id, received_at, subject,
-                                  recipients, run_marker, size, raw)
+                                  recipients, delivered_to, run_marker, size, raw)
             VALUES (:id, :provider, :provider_message_id, :received_at, :subject,
-                    :recipients, :run_marker, :size, :raw)
+                    :recipients, :delivered_to, :run_marker, :size, :raw)
             ON CONFLICT (provider, provider_message_id) DO NOTHING
             """
         ),
-        [dict(r) for r in rows],
+        [{"delivered_to": None, **r} for r in rows],
     )
     return affected(result)
 
@@ -102,6 +102,22 @@ def message_get_many(session: Session, message_ids: Sequence[str]) -> dict[str, 
         {"ids": list(message_ids)},
         "id",
     )
+
+
+def message_deliveries(
+    session: Session, message_ids: Sequence[str]
+) -> list[tuple[str, Any, list[str]]]:
+    """(id, received_at, the recipients it was delivered to) of each known
+    message: `delivered_to`, or `recipients` for rows recorded before it."""
+    if not message_ids:
+        return []
+    rows = every(
+        session,
+        "SELECT id, received_at, coalesce(delivered_to, recipients) AS delivered_to"
+        " FROM messages WHERE id = ANY(:ids)",
+        {"ids": list(message_ids)},
+    )
+    return [(r["id"], r["received_at"], list(r["delivered_to"])) for r in rows]
 
 
 def message_with_raw(session: Session, message_id: str) -> Row | None:

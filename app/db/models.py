@@ -116,6 +116,22 @@ class Mailbox(Base):
     __table_args__ = (Index(None, "namespace", "run_id"),)
 
 
+class AddressHold(Base):
+    """One episode of a namespace holding an address nobody owns; the open
+    one (released_at NULL) is unique per address (app.domain.ownership)."""
+
+    __tablename__ = "address_holds"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    address: Mapped[str] = mapped_column(String(320))
+    namespace: Mapped[str] = mapped_column(String(128))
+    held_from: Mapped[datetime] = mapped_column(TS)
+    released_at: Mapped[datetime | None] = mapped_column(TS)
+    __table_args__ = (
+        Index(None, "address", "held_from"),
+        partial("ix_address_holds_open", "address", where="released_at IS NULL", unique=True),
+    )
+
+
 class SinkMessage(Base):
     """What the built-in SMTP sink received: the `sink` provider's mailbox."""
 
@@ -151,6 +167,9 @@ class Message(Base):
     recipients: Mapped[list[str]] = mapped_column(ARRAY(Text))
     run_marker: Mapped[str | None] = mapped_column(String(256))
     size: Mapped[int] = mapped_column(Integer, server_default="0")
+    # The recipients it belongs by (ownership): the envelope's where the
+    # provider knows it, else To and Cc; NULL (rows from before): `recipients`.
+    delivered_to: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     # Purged (NULL) when the mailbox is deleted; the summary above stays.
     raw: Mapped[bytes | None] = mapped_column(LargeBinary)
     __table_args__ = (
@@ -220,6 +239,8 @@ class Signal(Base):
             "ix_signals_waiting_recipient", "provider", "recipient", where="status = 'waiting'"
         ),
         partial("ix_signals_waiting_namespace", "namespace", where="status = 'waiting'"),
+        # A hold's lapse is judged from its namespace's signals on the address.
+        Index(None, "recipient", "namespace"),
         partial("ix_signals_waiting_deadline", "expires_at", where="status = 'waiting'"),
     )
 

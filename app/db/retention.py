@@ -198,3 +198,16 @@ def signal_delete_unclaimed_found(session: Session, *, older_than_hours: float, 
     signal is not eternal. What cascades from them goes with them, and their
     message, no longer pointed at, ages out with the content."""
     return _count(session, _FOUND_SIGNALS_OLD, older_than_hours=older_than_hours, limit=limit)
+
+
+_HOLDS_OLD = _delete_oldest(
+    "address_holds",
+    "ah.released_at < now() - make_interval(secs => :secs)",
+    "ah.released_at",
+)
+
+
+def hold_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+    """Delete address holds released before the cutoff (the mail they
+    covered is older than every horizon by then)."""
+    return _count(session, _HOLDS_OLD, older_than_hours=older_than_hours, limit=limit)

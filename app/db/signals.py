@@ -33,26 +33,38 @@ class CreateFacts:
     now: datetime
     mailbox_owner: str | None
     waiting: int
+    holder: str | None
 
 
 # A create's facts (the one-statement create reads them too): the clock, the
-# owner of `:address`'s mailbox and `:namespace`'s trigger-kept waiting count.
-_CREATE_FACTS = """
+# owner of `:address`'s mailbox, `:namespace`'s trigger-kept waiting count and
+# the namespace holding the address (its open hold; `{lock}` FOR SHARE in the
+# one-statement create, so that another namespace cannot take it over while
+# that create commits).
+_CREATE_FACTS_OF = """
     SELECT clock_timestamp() AS now,
            (SELECT namespace FROM mailboxes WHERE address = :address) AS mailbox_owner,
            (SELECT coalesce(sum(waiting), 0) FROM namespace_waiting
-             WHERE namespace = :namespace) AS waiting
+             WHERE namespace = :namespace) AS waiting,
+           h.namespace AS holder
+      FROM (SELECT 1) AS one
+      LEFT JOIN LATERAL (SELECT namespace FROM address_holds
+                          WHERE address = :address AND released_at IS NULL
+                          {lock}) AS h ON true
 """
+_CREATE_FACTS = _CREATE_FACTS_OF.format(lock="")
 
 
 def signal_create_facts(session: Session, namespace: str, address: str) -> CreateFacts:
     """The database's clock, the namespace owning `address`'s mailbox (live or
-    deleted; None) and how many of the namespace's signals are waiting (the
-    trigger-kept count of `namespace_waiting`: no scan)."""
+    deleted; None), how many of the namespace's signals are waiting (the
+    trigger-kept count of `namespace_waiting`: no scan) and who holds it."""
     row = session.execute(
         text(_CREATE_FACTS), {"address": address.strip().lower(), "namespace": namespace}
     ).one()
-    return CreateFacts(now=row.now, mailbox_owner=row.mailbox_owner, waiting=int(row.waiting))
+    return CreateFacts(
+        now=row.now, mailbox_owner=row.mailbox_owner, waiting=int(row.waiting), holder=row.holder
+    )
 
 
 # What a view needs beside the signal's row (see signal_view_get): the
@@ -128,8 +140,8 @@ def signal_create(session: Session, values: Mapping[Any, Any], ttl_hours: float)
 # row always: the created signal's, or NULLs.
 _SIGNAL_CREATE_CLEAR = raw.Query(
     f"""
-    WITH facts AS ({_CREATE_FACTS}), clear AS (
-        SELECT now FROM facts
+    WITH facts AS ({_CREATE_FACTS_OF.format(lock="FOR SHARE")}), base AS (
+        SELECT now, mailbox_owner, holder FROM facts
          WHERE waiting < :clear_below
            AND coalesce(mailbox_owner, CAST(:domain_owner AS text), :namespace) = :namespace
            AND coalesce(
@@ -137,6 +149,16 @@ _SIGNAL_CREATE_CLEAR = raw.Query(
                    BETWEEN now - make_interval(secs => :lookback_seconds - 1)
                        AND now + make_interval(secs => :lookahead_seconds - 1),
                  true)
+    ), held AS (
+        INSERT INTO address_holds (address, namespace, held_from)
+        SELECT :address, :namespace, now FROM base
+         WHERE CAST(:holdable AS boolean) AND mailbox_owner IS NULL AND holder IS NULL
+        ON CONFLICT (address) WHERE released_at IS NULL DO NOTHING
+        RETURNING namespace
+    ), clear AS (
+        SELECT now FROM base
+         WHERE NOT CAST(:holdable AS boolean) OR mailbox_owner IS NOT NULL
+            OR holder = :namespace OR EXISTS (SELECT 1 FROM held)
     ), key AS (
         {
         _BIND_KEY.format(
@@ -159,13 +181,16 @@ def signal_create_if_clear(
     ttl_hours: float,
     *,
     domain_owner: str | None,
+    holdable: bool,
     clear_below: int,
     lookback_hours: float,
     lookahead_hours: float,
 ) -> Row | None:
     """A create in one statement, when it is clear: the namespace has fewer
     than `clear_below` waiting signals, may use the address (its mailbox's
-    owner, else `domain_owner`, is None or the namespace), `received_after`
+    owner, else `domain_owner`, is None or the namespace; when it is
+    `holdable` and no mailbox's, the namespace holds it already or takes it
+    now, nobody holding it), `received_after`
     is None or a second inside the lookback and lookahead, and the key has
     no live binding. The new row with signal_view_get's columns, or None
     when nothing was inserted: the caller then decides, in a transaction."""
@@ -177,6 +202,7 @@ def signal_create_if_clear(
             "metadata": Jsonb(values["metadata"]),
             "address": str(values["recipient"]).strip().lower(),
             "domain_owner": domain_owner,
+            "holdable": holdable,
             "clear_below": clear_below,
             "lookback_seconds": lookback_hours * 3600.0,
             "lookahead_seconds": lookahead_hours * 3600.0,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from app.domain.mail import ParsedMail, normalize_whitespace
+from app.domain.mail import DEFAULT_TEXT_MAX_BYTES, ParsedMail, normalize_whitespace
 
 __all__ = [
     "Candidate",
@@ -59,6 +59,8 @@ class Criteria:
     body_contains: str | None = None
     require_run_marker: bool = False
     precision: timedelta = timedelta(0)
+    # `body_contains` searches the first this many bytes of the normalised text.
+    text_max_bytes: int = DEFAULT_TEXT_MAX_BYTES
 
     @property
     def window_opens(self) -> datetime:
@@ -137,7 +139,8 @@ def evaluate(criteria: Criteria, candidate: Candidate) -> Verdict:
       ``require_run_marker`` a message without one fails;
     - ``subject_contains``: case-insensitive substring of the decoded subject (both
       sides NFC-normalised and case-folded);
-    - ``body_contains``: case-sensitive substring of ``mail.matchable_text()``, both
+    - ``body_contains``: case-sensitive substring of ``mail.searchable_text()`` (the
+      first ``text_max_bytes`` of ``matchable_text()``), both
       sides NFC-normalised and with whitespace runs collapsed, so a needle still
       matches text that the sender hard-wrapped or wrote with CRLF line ends;
     - not already the message of another signal.
@@ -159,8 +162,8 @@ def evaluate(criteria: Criteria, candidate: Candidate) -> Verdict:
         mail.subject, criteria.subject_contains
     ):
         failures.append(Why.SUBJECT_MISMATCH)
-    if criteria.body_contains is not None and not _contains_exact(
-        mail.matchable_text(), criteria.body_contains
+    if criteria.body_contains is not None and _prepare(criteria.body_contains) not in (
+        mail.searchable_text(criteria.text_max_bytes)
     ):
         failures.append(Why.BODY_MISMATCH)
     if candidate.taken_by_other:
@@ -216,8 +219,6 @@ def _contains_folded(haystack: str, needle: str) -> bool:
     return _fold(needle) in _fold(haystack)
 
 
-def _contains_exact(haystack: str, needle: str) -> bool:
-    def prepare(text: str) -> str:
-        return normalize_whitespace(unicodedata.normalize("NFC", text))
-
-    return prepare(needle) in prepare(haystack)
+def _prepare(needle: str) -> str:
+    """A needle as the searched text is (ParsedMail.searchable_text)."""
+    return normalize_whitespace(unicodedata.normalize("NFC", needle))

@@ -1,14 +1,30 @@
-"""Who owns an address: the pure decision behind tenant privacy.
+"""Who owns, holds and may see an address and its mail: the pure decisions
+behind tenant privacy.
 
-A mailbox's address belongs to the namespace that created it (for as long as
-its row exists, deleted or not); otherwise an address on a domain listed in
-`SIGNALBOX_NAMESPACE_DOMAINS` belongs to that domain's namespace; any other
-address is shared (None): every namespace may wait on it.
+- **Owned**: a mailbox's address belongs to the namespace that created it (for
+  as long as its row exists, deleted or not); otherwise an address on a
+  domain listed in `SIGNALBOX_NAMESPACE_DOMAINS` belongs to that domain's
+  namespace.
+- **Shared**: an address listed in `SIGNALBOX_SHARED_ADDRESSES` (or on a
+  listed `@domain`) that nobody owns: every namespace may watch it at once,
+  and its mail is public.
+- **Held**: any other address is held by the first namespace that watches
+  it, until `SIGNALBOX_ADDRESS_HOLD_HOURS` after that namespace's last signal
+  on it ended; then the next namespace may take it. Each hold is kept as an
+  episode (namespace, from, until), so that who held an address at any
+  moment is known for good.
+
+A message belongs to the namespaces that owned or held one of its
+recipients when it was received, to the owners alone when one recipient is
+owned; one nobody owned or held belongs to the first namespace that held one
+of them afterwards; one sent only to shared addresses is public.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 
 def domain_of(address: str) -> str:
@@ -20,7 +36,7 @@ def domain_of(address: str) -> str:
 def owner_of(
     address: str, domain_owners: Mapping[str, str], mailbox_owner: str | None
 ) -> str | None:
-    """The namespace that owns `address`, or None when it is shared.
+    """The namespace that owns `address`, or None when nobody does.
 
     `domain_owners` maps a lower-cased domain to its namespace;
     `mailbox_owner` is the namespace of the mailbox with this exact address,
@@ -32,5 +48,73 @@ def owner_of(
 
 
 def may_use(namespace: str, owner: str | None) -> bool:
-    """A namespace may wait on (or make a mailbox at) an address it owns or a shared one."""
+    """A namespace may wait on (or make a mailbox at) an address it owns or nobody owns."""
     return owner is None or owner == namespace
+
+
+def is_shared(address: str, entries: Collection[str]) -> bool:
+    """Whether `address` is listed in `entries` (`addr@x` or `@domain`, lower-cased)."""
+    address = address.strip().lower()
+    return address in entries or ("@" + domain_of(address)) in entries
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One episode of a namespace holding an address: from `held_from` until
+    `released_at` (None: it is the address's current hold, however long ago
+    its last signal ended, until another namespace takes the address)."""
+
+    namespace: str
+    held_from: datetime
+    released_at: datetime | None = None
+
+    def covers(self, moment: datetime) -> bool:
+        return self.held_from <= moment and (self.released_at is None or moment < self.released_at)
+
+
+def hold_lapses_at(held_from: datetime, last_end: datetime | None, hold: timedelta) -> datetime:
+    """When a hold with no live signal lapses: `hold` after its namespace's
+    last signal on the address ended (or after the hold began, if none did)."""
+    ended = held_from if last_end is None else max(held_from, last_end)
+    return ended + hold
+
+
+# A message sent only to shared addresses: every namespace may see it.
+PUBLIC: frozenset[str] = frozenset({"*"})
+
+
+def belongs_to(
+    recipients: Iterable[str],
+    received_at: datetime,
+    *,
+    owner: Callable[[str], str | None],
+    shared: Callable[[str], bool],
+    holds: Mapping[str, Sequence[Hold]],
+) -> frozenset[str]:
+    """The namespaces a message to `recipients` received at `received_at`
+    belongs to: PUBLIC (every namespace), or a set of namespaces (empty: nobody
+    yet).
+
+    `owner(address)` is the namespace owning it (None: nobody), `shared`
+    says whether it is listed as shared, `holds` gives each address's hold
+    episodes."""
+    addresses = sorted({r.strip().lower() for r in recipients})
+    owners = {o for o in map(owner, addresses) if o is not None}
+    if owners:
+        return frozenset(owners)
+    held = [a for a in addresses if not shared(a)]
+    holders = {h.namespace for a in held for h in holds.get(a, ()) if h.covers(received_at)}
+    if holders:
+        return frozenset(holders)
+    later = [h for a in held for h in holds.get(a, ()) if h.held_from > received_at]
+    if later:
+        first = min(later, key=lambda h: (h.held_from, h.namespace))
+        return frozenset({first.namespace})
+    if len(held) < len(addresses):
+        return PUBLIC
+    return frozenset()
+
+
+def sees(namespace: str, belongs: frozenset[str]) -> bool:
+    """Whether `namespace` may see a message that belongs to `belongs`."""
+    return "*" in belongs or namespace in belongs

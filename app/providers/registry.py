@@ -63,6 +63,8 @@ class ProviderConfig:
     name: str
     type: str
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # The namespaces that may use it (`namespaces = [...]`); None: every one.
+    namespaces: frozenset[str] | None = None
 
 
 def load_providers(path: Path | None, environ: Mapping[str, str]) -> dict[str, ProviderConfig]:
@@ -150,13 +152,32 @@ def _parse_provider(
     schema = _SCHEMAS.get(kind)
     if schema is None:
         raise ConfigurationError(f"{where}: unknown type {kind!r} (one of {_known_types()})")
-    options = {key: value for key, value in table.items() if key != "type"}
+    namespaces = _namespaces(where, table.get("namespaces"))
+    options = {key: value for key, value in table.items() if key not in ("type", "namespaces")}
     if schema is not _PASSTHROUGH:
         options = _validate(where, options, schema)
     password_env = options.get("password_env")
     if password_env is not None:
         _require_env(where, password_env, environ)
-    return ProviderConfig(name=name, type=kind, options=MappingProxyType(options))
+    return ProviderConfig(
+        name=name, type=kind, options=MappingProxyType(options), namespaces=namespaces
+    )
+
+
+def _namespaces(where: str, value: object) -> frozenset[str] | None:
+    """`namespaces = ["team-a", …]`: a non-empty list of namespace names, or absent."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, str) and v.strip() for v in value)
+    ):
+        raise ConfigurationError(
+            f"{where}: 'namespaces' must be a non-empty list of namespace names,"
+            ' e.g. namespaces = ["team-a"]'
+        )
+    return frozenset(v.strip() for v in value)
 
 
 def _known_types() -> str:

@@ -21,10 +21,11 @@ from app.db import messages as messages_db
 from app.db.engine import transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
 from app.domain.matching import pick
-from app.domain.ownership import may_use
+from app.domain.ownership import sees
 from app.domain.states import CheckOutcome
 from app.settings import Settings
 from app.usecases import checks, views
+from app.usecases.visibility import belonging
 
 log = logging.getLogger("signalbox.late")
 
@@ -57,19 +58,31 @@ def find_late_mail(
     linked = 0
     with transaction() as session:
         observed = checks.record_messages(session, provider_name, answer.messages)
-        owners = checks.recipient_owners(session, settings, {w["recipient"] for w in watched})
+        belongs = belonging(
+            session,
+            settings,
+            ((o.message_id, o.message.received_at, o.delivered_to) for o in observed),
+        )
         for w in watched:
-            if not may_use(w["namespace"], owners.get(w["recipient"])):
-                continue
-            if _link(session, w, observed, precision):
+            mine = [o for o in observed if sees(w["namespace"], belongs[o.message_id])]
+            if mine and _link(session, w, mine, precision, settings.match_text_max_bytes):
                 linked += 1
     return linked
 
 
-def _link(session: Session, w: Any, observed: list[checks.Observed], precision: timedelta) -> bool:
+def _link(
+    session: Session,
+    w: Any,
+    observed: list[checks.Observed],
+    precision: timedelta,
+    text_max_bytes: int,
+) -> bool:
     # Only mail after the signal expired is late; earlier mail was checked.
     criteria = checks.criteria_for(
-        w, precision, received_after=max(w["received_after"], w["expired_at"])
+        w,
+        precision,
+        received_after=max(w["received_after"], w["expired_at"]),
+        text_max_bytes=text_max_bytes,
     )
     horizon = w["expires_at"] + timedelta(hours=24)
     taken = messages_db.message_taken(session, [o.message_id for o in observed], w["namespace"])

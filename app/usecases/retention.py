@@ -6,7 +6,11 @@ Two horizons:
   sink's messages, observed messages no signal points at, checks of signals
   that are over, and the bodies of consumed signals' messages;
 * ``SIGNALBOX_EVIDENCE_RETENTION_HOURS`` (90 days): the evidence — receipts,
-  resolved dead letters and terminal signals (with what cascades from them).
+  resolved dead letters and terminal signals (with what cascades from them),
+  and address holds released that long ago.
+
+A mailbox past its ``expires_at`` is deleted on the next run, as
+``DELETE /v1/mailboxes/{id}`` would: its mail is purged.
 
 A signal still in play (waiting, found, claimed) loses nothing: not its
 checks, not its message, not the mail it could still match. A `found`
@@ -23,6 +27,9 @@ import logging
 import time
 from collections.abc import Callable
 
+from sqlalchemy.orm import Session
+
+from app.db import mailboxes as mailboxes_db
 from app.db import retention as retention_db
 from app.db.engine import transaction
 from app.settings import Settings
@@ -46,6 +53,15 @@ def _drain(step: _Step, *, older_than_hours: float, batch_size: int, max_batches
     return total
 
 
+def _expire_mailboxes(session: Session, *, older_than_hours: float, limit: int) -> int:
+    """Mailboxes whose expires_at passed: deleted, their mail purged (their
+    addresses stay their namespace's)."""
+    addresses = mailboxes_db.mailbox_expire_due(session, limit)
+    for address in addresses:
+        mailboxes_db.mailbox_purge_messages(session, address)
+    return len(addresses)
+
+
 def purge(
     settings: Settings, *, batch_size: int = BATCH_SIZE, max_batches: int = MAX_BATCHES
 ) -> dict[str, int]:
@@ -55,9 +71,12 @@ def purge(
     evidence = settings.evidence_retention_hours
     # Evidence first: signals deleted here free their messages for the content pass.
     plan: list[tuple[str, _Step, float]] = [
+        # A mailbox past its expires_at is deleted, its mail purged.
+        ("mailboxes", _expire_mailboxes, 0.0),
         ("receipts", retention_db.receipt_delete_old, evidence),
         ("dead_letters", retention_db.dead_letter_delete_old, evidence),
         ("signals", retention_db.signal_delete_old, evidence),
+        ("address_holds", retention_db.hold_delete_old, evidence),
         # A found signal nobody claims ends with its content.
         ("found_signals", retention_db.signal_delete_unclaimed_found, content),
         ("checks", retention_db.check_delete_old, content),

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from app.db import due as due_db
+from app.db import holds as holds_db
 from app.db import mailboxes as mailboxes_db
 from app.db import signals as signals_db
 from app.db.engine import autocommit, transaction
@@ -25,7 +26,9 @@ from app.domain.states import Status
 from app.errors import (
     IdempotencyConflict,
     NotFound,
+    ProviderNotAllowed,
     RecipientNotOwned,
+    TooManyMailboxes,
     TooManyWaiting,
     UnknownProvider,
 )
@@ -61,17 +64,27 @@ class Created:
         return 202 if self.view["status"] == Status.WAITING else 200
 
 
-def _check_provider(settings: Settings, provider: str) -> None:
-    if provider not in provider_configs(settings):
+def _check_provider(settings: Settings, provider: str, namespace: str) -> None:
+    """The provider is configured and `namespace` may use it (its `namespaces`)."""
+    config = provider_configs(settings).get(provider)
+    if config is None:
         raise UnknownProvider(f"provider {provider!r} is not configured", field="provider")
+    if config.namespaces is not None and namespace not in config.namespaces:
+        raise ProviderNotAllowed(
+            f"provider {provider!r} is not open to this namespace", field="provider"
+        )
 
 
 def signal_create(
     settings: Settings, namespace: str, req: SignalCreate, idempotency_key: str | None
 ) -> Created:
     """Create a signal, or return the one its idempotency key already names."""
-    _check_provider(settings, req.provider)
+    _check_provider(settings, req.provider, namespace)
     key = idempotency_key or f"{req.run_id}:{req.test_case}"
+    domain_owner = settings.namespace_domain_owners.get(ownership.domain_of(req.recipient))
+    holdable = domain_owner is None and not ownership.is_shared(
+        req.recipient, settings.shared_address_entries
+    )
     signal_id = new_id("sig")
     values = {
         "id": signal_id,
@@ -99,7 +112,8 @@ def signal_create(
             session,
             values,
             settings.idempotency_ttl_hours,
-            domain_owner=settings.namespace_domain_owners.get(ownership.domain_of(req.recipient)),
+            domain_owner=domain_owner,
+            holdable=holdable,
             clear_below=settings.max_waiting_per_namespace - QUOTA_SLACK,
             lookback_hours=settings.max_lookback_hours,
             lookahead_hours=settings.max_lookahead_hours,
@@ -117,6 +131,15 @@ def signal_create(
             lookahead_hours=settings.max_lookahead_hours,
         )
         _check_owner(settings, namespace, req.recipient, facts.mailbox_owner)
+        if (
+            holdable
+            and facts.mailbox_owner is None
+            and (
+                facts.holder != namespace
+                or not holds_db.hold_keep(session, req.recipient, namespace)
+            )
+        ):
+            _take_hold(settings, session, namespace, req.recipient, facts.now)
         _check_quota(settings, session, namespace, key, facts.waiting)
         row = signals_db.signal_create(
             session, {**values, "now": facts.now}, settings.idempotency_ttl_hours
@@ -162,6 +185,38 @@ def _check_owner(
             "the address belongs to another namespace (a mailbox or an owned domain)",
             field="recipient",
         )
+
+
+def _take_hold(
+    settings: Settings, session: Session, namespace: str, address: str, now: datetime
+) -> None:
+    """Make `namespace` the holder of `address` (nobody owns it), or refuse:
+    another namespace holds it while one of its signals on it is live, and
+    for SIGNALBOX_ADDRESS_HOLD_HOURS after the last one ended. A lapsed hold
+    is closed at the moment it lapsed, so the mail it covered stays its
+    namespace's for good. Creates deciding one address run one at a time
+    (an advisory lock; a create by the holder only shares the hold's row lock,
+    never waits for this lock, so the two never wait for each other)."""
+    holds_db.hold_lock(session, address)
+    held = holds_db.hold_open_get(session, address, for_update=True)
+    if held is None:
+        holds_db.hold_insert(session, address, namespace, now)
+        return
+    if held["namespace"] == namespace:
+        return
+    facts = holds_db.hold_signals_facts(session, address, held["namespace"])
+    lapses = ownership.hold_lapses_at(
+        held["held_from"], facts["last_end"], timedelta(hours=settings.address_hold_hours)
+    )
+    if facts["live"] or now < lapses:
+        # Says no more than that: who holds it is not this caller's business.
+        raise RecipientNotOwned(
+            "the address is in use by another namespace; watch an address of your own"
+            " (POST /v1/mailboxes, or a unique one) or ask for it in SIGNALBOX_SHARED_ADDRESSES",
+            field="recipient",
+        )
+    holds_db.hold_release(session, held["id"], lapses)
+    holds_db.hold_insert(session, address, namespace, now)
 
 
 def _check_quota(
@@ -262,19 +317,32 @@ def push(
         after = (page[-1][1], page[-1][0])
 
 
+def inbound(settings: Settings, namespace: str, provider: str) -> list[str]:
+    """A provider's webhook for `namespace`: its signals waiting on it are checked now."""
+    _check_provider(settings, provider, namespace)
+    return push(provider, namespace=namespace)
+
+
 # Rows a push makes due per transaction.
 PUSH_PAGE = 200
 
 
 def mailbox_create(settings: Settings, namespace: str, req: MailboxCreate) -> dict[str, Any]:
     """A fresh address no earlier message can match (random local part)."""
-    _check_provider(settings, req.provider)
+    _check_provider(settings, req.provider, namespace)
     domain = settings.mailbox_domain.strip().lower()
     if not ownership.may_use(namespace, settings.namespace_domain_owners.get(domain)):
         raise RecipientNotOwned("the mailbox domain belongs to another namespace", field="provider")
     mailbox_id = new_id("mbx")
     local = f"sbx-{mailbox_id.removeprefix('mbx_')}"
     with transaction() as session:
+        limit = settings.max_mailboxes_per_namespace
+        if mailboxes_db.mailbox_live_count(session, namespace) >= limit:
+            raise TooManyMailboxes(
+                f"this namespace already has {limit} live mailboxes"
+                " (SIGNALBOX_MAX_MAILBOXES_PER_NAMESPACE); delete some, or let them expire",
+                retry_after_seconds=QUOTA_RETRY_AFTER_SECONDS,
+            )
         row = mailboxes_db.mailbox_insert(
             session,
             {

@@ -1,30 +1,61 @@
 """Which namespaces may see a message: the one question every path that
-shows mail (matches, near misses, late mail, the console, the whole-message
-routes) asks before it shows one."""
+shows mail (matches, near misses, late mail, `messages_seen`, the console,
+the whole-message routes) asks before it shows one.
+
+A message belongs to the namespaces that owned or held one of the
+recipients it was delivered to (`delivered_to`: its envelope where the
+provider knows it, else To and Cc) when it was received
+(`app.domain.ownership.belongs_to`); only those see it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from app.db import holds as holds_db
+from app.db import mailboxes as mailboxes_db
 from app.db import messages as messages_db
+from app.domain.ownership import belongs_to, is_shared, owner_of, sees
 from app.settings import Settings
-from app.usecases.checks.criteria import recipient_owners
+
+# A message as ownership sees it: (our id, when it was received, the
+# recipients it was delivered to).
+Delivery = tuple[str, datetime, Sequence[str]]
+
+
+def belonging(
+    session: Session, settings: Settings, deliveries: Iterable[Delivery]
+) -> dict[str, frozenset[str]]:
+    """message id → the namespaces it belongs to (ownership.PUBLIC: all)."""
+    deliveries = list(deliveries)
+    addresses = sorted({a.strip().lower() for _, _, rcpts in deliveries for a in rcpts})
+    mailboxes = mailboxes_db.mailbox_owner_many(session, addresses)
+    holds = holds_db.hold_many(session, addresses)
+    domains = settings.namespace_domain_owners
+    shared = settings.shared_address_entries
+
+    def owner(address: str) -> str | None:
+        return owner_of(address, domains, mailboxes.get(address))
+
+    def listed(address: str) -> bool:
+        return is_shared(address, shared)
+
+    return {
+        mid: belongs_to(rcpts, received_at, owner=owner, shared=listed, holds=holds)
+        for mid, received_at, rcpts in deliveries
+    }
 
 
 def visible_ids(
     session: Session, settings: Settings, namespace: str, message_ids: Sequence[str]
 ) -> set[str]:
     """The ids among `message_ids` that `namespace` may see."""
-    rows = messages_db.message_get_many(session, list(message_ids))
-    recipients = {r.lower() for row in rows.values() for r in row["recipients"]}
-    owners = recipient_owners(session, settings, recipients)
-    return {
-        mid
-        for mid, row in rows.items()
-        if any(owners.get(r.lower()) in (None, namespace) for r in row["recipients"])
-    }
+    rows = messages_db.message_deliveries(session, list(message_ids))
+    belongs = belonging(session, settings, rows)
+    return {mid for mid, b in belongs.items() if sees(namespace, b)}
 
 
 def may_see(session: Session, settings: Settings, namespace: str, message_id: str) -> bool:
@@ -33,7 +64,27 @@ def may_see(session: Session, settings: Settings, namespace: str, message_id: st
 
 
 def may_use_address(session: Session, settings: Settings, namespace: str, address: str) -> bool:
-    """Whether `namespace` owns or holds `address` (or may hold it: nobody else does),
-    i.e. may watch it or set rules on it."""
-    owner = recipient_owners(session, settings, {address.lower()}).get(address.lower())
-    return owner in (None, namespace)
+    """Whether `namespace` owns or holds `address`, or may watch it without
+    holding it (a shared address): what rules on an address need (chaos)."""
+    address = address.strip().lower()
+    owner = owner_of(
+        address,
+        settings.namespace_domain_owners,
+        mailboxes_db.mailbox_owner_many(session, [address]).get(address),
+    )
+    if owner is not None:
+        return owner == namespace
+    if is_shared(address, settings.shared_address_entries):
+        return True
+    held = holds_db.hold_open_get(session, address)
+    return held is not None and held["namespace"] == namespace
+
+
+def owners_of(
+    session: Session, settings: Settings, addresses: Iterable[str]
+) -> Mapping[str, str | None]:
+    """address → the namespace owning it (a mailbox or an owned domain; None: nobody)."""
+    addresses = sorted({a.strip().lower() for a in addresses})
+    mailboxes = mailboxes_db.mailbox_owner_many(session, addresses)
+    domains = settings.namespace_domain_owners
+    return {a: owner_of(a, domains, mailboxes.get(a)) for a in addresses}

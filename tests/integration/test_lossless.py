@@ -24,7 +24,7 @@ from tests.integration.helpers import (
     wait_result,
 )
 from tests.servers import DovecotServer, MaildevServer
-from tests.stack import TOKENS, Stack, wait_until
+from tests.stack import SHARED_DOMAIN, TOKENS, Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -115,7 +115,9 @@ def test_other_runs_mail_to_a_shared_address_never_spends_the_check_budget(stack
 
 
 def test_one_shared_mail_is_matched_once_per_namespace(stack: Stack) -> None:
-    recipient = f"shared-{uuid.uuid4().hex[:8]}@example.test"
+    """On an address listed in SIGNALBOX_SHARED_ADDRESSES, both namespaces
+    wait at once, and each gets the mail (matched per namespace)."""
+    recipient = f"qa-{uuid.uuid4().hex[:8]}@{SHARED_DOMAIN}"
     run_id = f"run-{uuid.uuid4().hex[:8]}"
     body = {"run_id": run_id, "test_case": "signup", "recipient": recipient}
     with stack.client(TOKENS["default"]) as a, stack.client(TOKENS["other"]) as b:

@@ -18,6 +18,8 @@ OPS_TOKEN = "tok-ops-0123456789"
 DOMAINS = {"team-a.test": "default", "team-b.test": "other"}
 TOKEN_A = TOKENS["default"]
 TOKEN_B = TOKENS["other"]
+# A second sink-typed provider open to namespace A only (`namespaces = [...]`).
+A_ONLY_PROVIDER = "corp-inbox"
 
 
 @pytest.fixture(scope="session")
@@ -29,5 +31,8 @@ def tenancy_stack(
         "SIGNALBOX_NAMESPACE_DOMAINS": ",".join(f"{ns}:{d}" for d, ns in DOMAINS.items()),
     }
     data = tmp_path_factory.mktemp("tenancy")
+    (data / "providers.toml").write_text(
+        f'[providers.{A_ONLY_PROVIDER}]\ntype = "sink"\nnamespaces = ["default"]\n'
+    )
     with session_stack(pg_server, redis_url, data, 2, env) as stack:
         yield stack

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
 
-from tests.stack import TOKENS, Stack
+from tests.stack import ROOT, TOKENS, Stack
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +85,109 @@ def test_at_the_quota_a_replay_still_answers_and_other_namespaces_still_create(
     assert replay.status_code == 202
     assert replay.json()["signal_id"] == first.json()["signal_id"]
     with quota_stack.client(TOKENS["other"]) as other:
-        assert other.post("/v1/signals", json=signal_body(run_id, "case-0")).status_code == 201
+        # On an address of its own: the one above is held by the first namespace.
+        body = {**signal_body(run_id, "case-0"), "recipient": "quota-other@example.test"}
+        assert other.post("/v1/signals", json=body).status_code == 201
+
+
+# ---------------------------------------------------------------- mailboxes
+
+MAILBOX_LIMIT = 3
+
+
+def test_ten_concurrent_mailbox_creates_at_a_quota_of_three_make_exactly_three(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory({"SIGNALBOX_MAX_MAILBOXES_PER_NAMESPACE": str(MAILBOX_LIMIT)})
+    stack.start_api()
+    codes: list[int] = []
+    lock = threading.Lock()
+
+    def create() -> None:
+        with stack.client() as api:
+            r = api.post("/v1/mailboxes", json={"run_id": "run-mbx"})
+        with lock:
+            codes.append(r.status_code)
+            if r.status_code == 429:
+                assert r.json()["error"]["code"] == "too_many_mailboxes"
+                assert "Retry-After" in r.headers
+
+    threads = [threading.Thread(target=create) for _ in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(codes) == [201] * MAILBOX_LIMIT + [429] * (10 - MAILBOX_LIMIT)
+    # Another namespace has its own quota; a deleted mailbox frees a place.
+    with stack.client(TOKENS["other"]) as other:
+        assert other.post("/v1/mailboxes", json={"run_id": "run-mbx"}).status_code == 201
+    with stack.client() as api, psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
+        row = conn.execute(
+            "SELECT id FROM mailboxes WHERE namespace = 'default' LIMIT 1"
+        ).fetchone()
+        assert row is not None
+        assert api.delete(f"/v1/mailboxes/{row[0]}").status_code == 204
+        assert api.post("/v1/mailboxes", json={"run_id": "run-mbx"}).status_code == 201
+
+
+def test_an_expired_mailbox_is_deleted_and_its_mail_purged(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # 9 s; the retention run (beat's, every 10 minutes) is made here.
+    stack = stack_factory({"SIGNALBOX_MAILBOX_TTL_HOURS": "0.0025"})
+    stack.start(worker=False, beat=False)
+    with stack.client() as api:
+        box = api.post("/v1/mailboxes", json={"run_id": "run-exp"}).json()
+    stack.send(mail_to(box["address"]), [box["address"]])
+    url = stack.env["SIGNALBOX_DATABASE_URL"]
+
+    def state() -> tuple[bool, int]:
+        with psycopg.connect(url) as conn:
+            deleted = conn.execute(
+                "SELECT deleted_at IS NOT NULL FROM mailboxes WHERE id = %s", (box["mailbox_id"],)
+            ).fetchone()
+            stored = conn.execute(
+                "SELECT count(*) FROM sink_messages WHERE %s = ANY(all_recipients)",
+                (box["address"],),
+            ).fetchone()
+        assert deleted is not None and stored is not None
+        return bool(deleted[0]), int(stored[0])
+
+    def retention_run() -> int:
+        """One run of the retention task's use case, in a process of the stack's environment."""
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from app.settings import get_settings;"
+                " from app.usecases.retention import purge;"
+                " print(purge(get_settings())['mailboxes'])",
+            ],
+            env=stack.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        return int(out.stdout.strip().splitlines()[-1])
+
+    assert state() == (False, 1)
+    assert retention_run() == 0  # not expired yet
+    expires = datetime.fromisoformat(box["expires_at"].replace("Z", "+00:00"))
+    time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.5)
+    assert retention_run() == 1
+    assert state() == (True, 0)
+    # Its address stays the namespace's: another one may not watch it.
+    with stack.client(TOKENS["other"]) as other:
+        r = other.post(
+            "/v1/signals", json={"run_id": "r", "test_case": "t", "recipient": box["address"]}
+        )
+    assert r.status_code == 403
+
+
+def mail_to(address: str) -> bytes:
+    return f"From: app@example.test\r\nTo: {address}\r\nSubject: hi\r\n\r\nhello\r\n".encode()
 
 
 def test_a_signal_that_stops_waiting_frees_a_place(quota_stack: Stack) -> None:

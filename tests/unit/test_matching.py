@@ -396,3 +396,53 @@ def test_pick_does_not_depend_on_candidate_order(
     shuffled = list(pool)
     rnd.shuffle(shuffled)  # type: ignore[attr-defined]
     assert pick(criteria, pool) == pick(criteria, shuffled)
+
+
+# -- body_contains: one normalisation per message, the searched text capped ------
+
+
+def _search(body: str) -> tuple[ParsedMail, list[Candidate]]:
+    mail = make_mail(text=body)
+    return mail, [Candidate(message_id="m1", received_at=WINDOW, mail=mail)]
+
+
+def _criteria(needle: str, cap: int = 1 << 20) -> Criteria:
+    return Criteria(
+        recipient=RECIPIENT,
+        run_id="r",
+        received_after=WINDOW - timedelta(seconds=1),
+        body_contains=needle,
+        text_max_bytes=cap,
+    )
+
+
+def test_body_contains_normalises_a_message_once_for_every_signal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import app.domain.mail.parsed as parsed
+
+    calls: list[int] = []
+    real = parsed.normalize_whitespace
+
+    def counting(text: str) -> str:
+        calls.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr(parsed, "normalize_whitespace", counting)
+    _, cands = _search("needle-042 " + "filler text\r\n" * 20_000)
+    results = [pick(_criteria(f"needle-{i:03d}"), cands).winner for i in range(200)]
+    assert [r is not None for r in results].count(True) == 1
+    assert len(calls) == 1
+
+
+def test_body_contains_searches_only_the_first_max_bytes_of_the_text() -> None:
+    _, cands = _search("x" * 5000 + " late-needle")
+    assert pick(_criteria("late-needle"), cands).winner is not None
+    assert pick(_criteria("late-needle", cap=4096), cands).winner is None
+    assert pick(_criteria("xxxx", cap=4096), cands).winner is not None
+
+
+def test_the_cap_never_splits_a_character() -> None:
+    mail = make_mail(text="é" * 3000)
+    text = mail.searchable_text(1025)
+    assert len(text.encode()) <= 1025 and set(text) == {"é"}

@@ -62,3 +62,85 @@ def test_malformed_namespace_domains_fail_fast(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setenv("SIGNALBOX_NAMESPACE_DOMAINS", value)
     with pytest.raises(ConfigurationError, match="SIGNALBOX_NAMESPACE_DOMAINS"):
         load_settings()
+
+
+# -- holds and who a message belongs to -------------------------------------------
+
+from datetime import UTC, datetime, timedelta  # noqa: E402
+
+from app.domain.ownership import (  # noqa: E402
+    PUBLIC,
+    Hold,
+    belongs_to,
+    hold_lapses_at,
+    is_shared,
+    sees,
+)
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def _belongs(recipients, at, *, owners=None, shared=(), holds=None):  # type: ignore[no-untyped-def]
+    owners = owners or {}
+    return belongs_to(
+        recipients,
+        at,
+        owner=lambda a: owners.get(a),
+        shared=lambda a: is_shared(a, frozenset(shared)),
+        holds=holds or {},
+    )
+
+
+def test_an_owned_recipient_gives_the_message_to_its_owners_alone() -> None:
+    holds = {"audit@x.test": [Hold("b", T0 - timedelta(hours=1))]}
+    got = _belongs(
+        ["secret@a.test", "audit@x.test"], T0, owners={"secret@a.test": "a"}, holds=holds
+    )
+    assert got == {"a"}
+    assert not sees("b", got)
+
+
+def test_a_held_recipient_gives_the_message_to_who_held_it_when_it_arrived() -> None:
+    holds = {
+        "u@x.test": [
+            Hold("a", T0, released_at=T0 + timedelta(hours=25)),
+            Hold("b", T0 + timedelta(hours=26)),
+        ]
+    }
+    assert _belongs(["u@x.test"], T0 + timedelta(hours=1), holds=holds) == {"a"}
+    # Between A's lapse and B's take-over: nobody's, so the next holder's.
+    assert _belongs(["u@x.test"], T0 + timedelta(hours=25, minutes=30), holds=holds) == {"b"}
+    assert _belongs(["u@x.test"], T0 + timedelta(hours=27), holds=holds) == {"b"}
+    # Before any hold: the first holder's.
+    assert _belongs(["u@x.test"], T0 - timedelta(days=1), holds=holds) == {"a"}
+
+
+def test_a_message_nobody_holds_is_nobody_s_and_one_to_shared_addresses_public() -> None:
+    assert _belongs(["u@x.test"], T0) == frozenset()
+    got = _belongs(["qa@shared.test"], T0, shared={"@shared.test"})
+    assert got == PUBLIC and sees("anyone", got)
+    # A held recipient beside a shared one: the holder's only.
+    holds = {"u@x.test": [Hold("a", T0 - timedelta(minutes=1))]}
+    assert _belongs(["u@x.test", "qa@shared.test"], T0, shared={"@shared.test"}, holds=holds) == {
+        "a"
+    }
+
+
+def test_two_holders_of_two_recipients_both_see_it() -> None:
+    holds = {"u@x.test": [Hold("a", T0)], "v@x.test": [Hold("b", T0)]}
+    assert _belongs(["u@x.test", "v@x.test"], T0 + timedelta(seconds=1), holds=holds) == {"a", "b"}
+
+
+def test_a_hold_lapses_its_hours_after_the_last_signal_ended() -> None:
+    hold = timedelta(hours=24)
+    assert hold_lapses_at(T0, None, hold) == T0 + hold
+    assert hold_lapses_at(T0, T0 + timedelta(hours=2), hold) == T0 + timedelta(hours=26)
+    assert hold_lapses_at(T0, T0 - timedelta(hours=2), hold) == T0 + hold
+
+
+def test_shared_entries_match_an_address_or_a_whole_domain() -> None:
+    entries = frozenset({"qa@x.test", "@shared.test"})
+    assert is_shared("QA@x.test", entries)
+    assert is_shared("any@shared.test", entries)
+    assert not is_shared("other@x.test", entries)
+    assert not is_shared("any@sub.shared.test", entries)

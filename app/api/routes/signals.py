@@ -24,8 +24,6 @@ from app.api.params import (
     SignalId,
 )
 from app.api.responses import V1, errors
-from app.errors import UnknownProvider
-from app.providers.runtime import provider_configs
 from app.usecases import evidence, signals
 from app.usecases.inputs import MailboxCreate, SignalCreate
 
@@ -108,7 +106,7 @@ def list_signals(
     return {"items": items, "next_cursor": next_cursor}
 
 
-@router.post("/mailboxes", status_code=201, responses=errors(*V1, 403))
+@router.post("/mailboxes", status_code=201, responses=errors(*V1, 403, 429))
 def create_mailbox(
     body: MailboxCreate, namespace: Namespace, settings: AppSettings
 ) -> dict[str, Any]:
@@ -124,9 +122,7 @@ def delete_mailbox(mailbox_id: MailboxId, namespace: Namespace) -> Response:
 @router.post("/inbound/{provider}", status_code=202, responses=errors(*V1, 403))
 def inbound(provider: ProviderPath, namespace: Namespace, settings: AppSettings) -> dict[str, Any]:
     """A provider's webhook: this namespace's signals waiting on it are checked now."""
-    if provider not in provider_configs(settings):
-        raise UnknownProvider(f"provider {provider!r} is not configured", field="provider")
-    ids = signals.push(provider, namespace=namespace)
+    ids = signals.inbound(settings, namespace, provider)
     return {"provider": provider, "signals_checked": len(ids)}
 
 

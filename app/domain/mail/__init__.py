@@ -52,10 +52,16 @@ from app.domain.mail.charset import normalize_whitespace
 from app.domain.mail.html import HtmlEvent, html_events, strip_html
 from app.domain.mail.observers import on_bound_exceeded, report_bounds
 from app.domain.mail.parse import PARSE_TIME_BUDGET_SECONDS, parse_mail
-from app.domain.mail.parsed import BOUND_DEFECT_PREFIX, ParsedMail, bounds_exceeded
+from app.domain.mail.parsed import (
+    BOUND_DEFECT_PREFIX,
+    DEFAULT_TEXT_MAX_BYTES,
+    ParsedMail,
+    bounds_exceeded,
+)
 
 __all__ = [
     "BOUND_DEFECT_PREFIX",
+    "DEFAULT_TEXT_MAX_BYTES",
     "MAX_HEADER_LENGTH",
     "PARSE_TIME_BUDGET_SECONDS",
     "PLAIN_ADDR_SPEC",

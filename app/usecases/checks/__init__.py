@@ -19,7 +19,6 @@ from app.usecases.checks.call import ProviderAnswer, ask_provider, provider_or_e
 from app.usecases.checks.criteria import (
     candidates_for,
     criteria_for,
-    recipient_owners,
     search_query,
 )
 from app.usecases.checks.observed import Observed, parse_with, record_messages
@@ -46,7 +45,6 @@ __all__ = [
     "in_process_check_for",
     "parse_with",
     "provider_or_error",
-    "recipient_owners",
     "record_messages",
     "run_check",
     "search_query",

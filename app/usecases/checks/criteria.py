@@ -1,6 +1,6 @@
 """What a signal matches, as the pure matcher takes it: the one search for
 a batch of signals, a signal's criteria, the candidates the observed
-messages make, and whose each recipient is. Late mail (`app.usecases.late`)
+messages make. Late mail (`app.usecases.late`)
 matches with the same builders."""
 
 from __future__ import annotations
@@ -9,13 +9,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-from app.db import mailboxes as mailboxes_db
+from app.domain.mail import DEFAULT_TEXT_MAX_BYTES
 from app.domain.matching import Candidate, Criteria, floor_to
-from app.domain.ownership import owner_of
 from app.providers.base import SearchQuery
-from app.settings import Settings
 from app.usecases.checks.observed import Observed
 
 # How far before the earliest window a check still searches: messages that
@@ -53,9 +49,14 @@ def search_query(
 
 
 def criteria_for(
-    signal: Mapping[Any, Any], precision: timedelta, *, received_after: datetime | None = None
+    signal: Mapping[Any, Any],
+    precision: timedelta,
+    *,
+    received_after: datetime | None = None,
+    text_max_bytes: int = DEFAULT_TEXT_MAX_BYTES,
 ) -> Criteria:
-    """The signal's criteria; `received_after` replaces its window's start."""
+    """The signal's criteria; `received_after` replaces its window's start;
+    `body_contains` searches `text_max_bytes` (SIGNALBOX_MATCH_TEXT_MAX_BYTES)."""
     return Criteria(
         recipient=signal["recipient"],
         run_id=signal["run_id"],
@@ -64,6 +65,7 @@ def criteria_for(
         body_contains=signal["body_contains"],
         require_run_marker=signal["require_run_marker"],
         precision=precision,
+        text_max_bytes=text_max_bytes,
     )
 
 
@@ -82,12 +84,3 @@ def candidates_for(
         )
         for mid, m, parsed in observed
     ]
-
-
-def recipient_owners(
-    session: Session, settings: Settings, recipients: set[str]
-) -> dict[str, str | None]:
-    """recipient → owning namespace (None: shared)."""
-    mailboxes = mailboxes_db.mailbox_owner_many(session, sorted(recipients))
-    domains = settings.namespace_domain_owners
-    return {r: owner_of(r, domains, mailboxes.get(r.lower())) for r in recipients}

@@ -22,16 +22,17 @@ from app.db.checks import CheckRecord
 from app.db.engine import transaction
 from app.domain.backoff import BackoffPolicy
 from app.domain.matching import pick
-from app.domain.ownership import may_use
+from app.domain.ownership import sees
 from app.domain.scheduling import Counters, after_check, spends_budget
 from app.domain.states import CheckOutcome, CheckReason, Status
 from app.infra.keys import recipient_hash
 from app.observability import metrics
 from app.settings import Settings
 from app.usecases.checks.call import ProviderAnswer
-from app.usecases.checks.criteria import candidates_for, criteria_for, recipient_owners
+from app.usecases.checks.criteria import candidates_for, criteria_for
 from app.usecases.checks.observed import Observed, record_messages
 from app.usecases.expiry import expire_signal
+from app.usecases.visibility import belonging
 
 log = logging.getLogger("signalbox.checks")
 
@@ -128,31 +129,33 @@ class _Writer:
         session, taken = self.session, self.batch.taken
         observed = record_messages(session, taken[0]["provider"], self.batch.answer.messages)
         now = server_db.db_now(session)
-        owners: dict[str, str | None] = {}
+        belongs: dict[str, frozenset[str]] = {}
         taken_by: dict[str, dict[str, str]] = {}
         if observed:
-            recipients = {r["recipient"] for r in taken}
-            owners = recipient_owners(session, self.batch.settings, recipients)
+            belongs = belonging(
+                session,
+                self.batch.settings,
+                ((o.message_id, o.message.received_at, o.delivered_to) for o in observed),
+            )
             ids = [o.message_id for o in observed]
             for namespace in sorted({r["namespace"] for r in taken}):
                 taken_by[namespace] = messages_db.message_taken(session, ids, namespace)
         # Earlier signals get first pick of a message both would match.
         for row in sorted(taken, key=lambda r: (r["created_at"], r["id"])):
+            # A namespace sees only the mail that belongs to it, in every
+            # path: matches, near misses, messages_seen.
+            mine = [o for o in observed if sees(row["namespace"], belongs[o.message_id])]
             # Mail received after the deadline is late mail (the dead letter's
             # late_message), never the signal's: a final check that ran late
             # must not take it.
-            visible = [
-                o
-                for o in observed
-                if o.message.received_at <= row["expires_at"]
-                and may_use(row["namespace"], owners.get(row["recipient"]))
-            ]
-            self._decide(row, visible, taken_by.get(row["namespace"], {}), now)
+            in_time = [o for o in mine if o.message.received_at <= row["expires_at"]]
+            self._decide(row, in_time, len(mine), taken_by.get(row["namespace"], {}), now)
 
     def _decide(
         self,
         row: _Row,
         observed: list[Observed],
+        seen_here: int,
         taken_by: dict[str, str],
         now: datetime,
     ) -> None:
@@ -168,7 +171,8 @@ class _Writer:
             "provider": provider,
             "reason": reason.value,
         }
-        seen = len(answer.messages) if answer.outcome is CheckOutcome.NO_MATCH else None
+        # What this signal's namespace saw of the look (never another's mail).
+        seen = seen_here if answer.outcome is CheckOutcome.NO_MATCH else None
 
         def check_record(
             outcome: CheckOutcome, error_code: str | None, counted: bool
@@ -251,7 +255,9 @@ class _Writer:
         sees the message as taken and tries the next candidate.
         """
         session = self.session
-        criteria = criteria_for(row, self.batch.precision)
+        criteria = criteria_for(
+            row, self.batch.precision, text_max_bytes=self.batch.settings.match_text_max_bytes
+        )
         excluded: set[str] = set()
 
         def taken_by_other(mid: str) -> bool:

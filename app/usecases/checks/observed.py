@@ -23,6 +23,20 @@ class Observed(NamedTuple):
     message: ProviderMessage
     mail: ParsedMail
 
+    @property
+    def delivered_to(self) -> list[str]:
+        """The recipients it was delivered to: the envelope's where the
+        provider knows them (the sink), else To and Cc. Who may see it
+        follows these (`app.usecases.visibility`), never a header the
+        sender wrote beside the envelope."""
+        return delivered_to(self.message, self.mail)
+
+
+def delivered_to(message: ProviderMessage, mail: ParsedMail) -> list[str]:
+    if message.envelope_recipients:
+        return sorted({a.lower() for a in message.envelope_recipients})
+    return sorted({a.lower() for a in (*mail.to, *mail.cc)})
+
 
 _PARSED: OrderedDict[tuple[str, str], ParsedMail] = OrderedDict()
 PARSED_CACHE_ENTRIES = 4096
@@ -74,6 +88,7 @@ def record_messages(
                 "received_at": m.received_at,
                 "subject": p.subject,
                 "recipients": sorted({a.lower() for a in (*m.envelope_recipients, *p.to, *p.cc)}),
+                "delivered_to": delivered_to(m, p),
                 "run_marker": p.run_marker,
                 "size": len(m.raw),
                 "raw": m.raw,

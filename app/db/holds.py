@@ -1,0 +1,104 @@
+"""Repository of address holds (`address_holds`): who held an address nobody
+owns, and when (app.domain.ownership says what a hold means).
+
+The open hold of an address (released_at NULL) is unique: two namespaces
+taking a fresh address at once serialise on that index, and one of them wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from app.db.rows import Row, every, first
+from app.domain.ownership import Hold
+from app.domain.states import Status
+
+# A signal that still needs its address: waiting or claimed, or found and
+# claimable before its deadline (a found signal nobody claims ends there).
+_LIVE = f"""(status IN ('{Status.WAITING.value}', '{Status.CLAIMED.value}')
+             OR (status = '{Status.FOUND.value}' AND expires_at > now()))"""
+_ENDED_AT = f"""CASE WHEN status = '{Status.FOUND.value}' THEN expires_at
+                    ELSE coalesce(expired_at, updated_at) END"""
+
+
+def hold_lock(session: Session, address: str) -> None:
+    """Serialise, until the transaction ends, the creates deciding who holds `address`."""
+    session.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended('hold:' || :a, 0))"),
+        {"a": address},
+    )
+
+
+def hold_open_get(session: Session, address: str, *, for_update: bool = False) -> Row | None:
+    """The address's open hold (id, namespace, held_from), if any; locked
+    `for_update` (a create of its holder, which locks it FOR SHARE, then waits)."""
+    return first(
+        session,
+        "SELECT id, namespace, held_from FROM address_holds"
+        " WHERE address = :a AND released_at IS NULL" + (" FOR UPDATE" if for_update else ""),
+        {"a": address},
+    )
+
+
+def hold_keep(session: Session, address: str, namespace: str) -> bool:
+    """Lock `namespace`'s open hold of `address` FOR SHARE until the
+    transaction ends (no other namespace takes the address meanwhile); False
+    when the open hold is not (or no longer) `namespace`'s."""
+    row = first(
+        session,
+        "SELECT 1 AS kept FROM address_holds WHERE address = :a AND namespace = :ns"
+        " AND released_at IS NULL FOR SHARE",
+        {"a": address, "ns": namespace},
+    )
+    return row is not None
+
+
+def hold_signals_facts(session: Session, address: str, namespace: str) -> Row:
+    """Whether `namespace` has a live signal on `address`, and when its last
+    one ended (`live`, `last_end`): what the hold's lapse is judged on."""
+    row = first(
+        session,
+        f"""
+        SELECT coalesce(bool_or({_LIVE}), false) AS live,
+               max(CASE WHEN {_LIVE} THEN NULL ELSE {_ENDED_AT} END) AS last_end
+          FROM signals WHERE recipient = :a AND namespace = :ns
+        """,
+        {"a": address, "ns": namespace},
+    )
+    assert row is not None  # an aggregate always answers one row
+    return row
+
+
+def hold_release(session: Session, hold_id: int, released_at: datetime) -> None:
+    session.execute(
+        text("UPDATE address_holds SET released_at = :t WHERE id = :id AND released_at IS NULL"),
+        {"id": hold_id, "t": released_at},
+    )
+
+
+def hold_insert(session: Session, address: str, namespace: str, held_from: datetime) -> None:
+    session.execute(
+        text("INSERT INTO address_holds (address, namespace, held_from) VALUES (:a, :ns, :t)"),
+        {"a": address, "ns": namespace, "t": held_from},
+    )
+
+
+def hold_many(session: Session, addresses: Sequence[str]) -> dict[str, list[Hold]]:
+    """Every hold episode of each of `addresses`, oldest first."""
+    if not addresses:
+        return {}
+    out: dict[str, list[Hold]] = {}
+    for r in every(
+        session,
+        "SELECT address, namespace, held_from, released_at FROM address_holds"
+        " WHERE address = ANY(:a) ORDER BY address, held_from, id",
+        {"a": sorted(set(addresses))},
+    ):
+        out.setdefault(r["address"], []).append(
+            Hold(namespace=r["namespace"], held_from=r["held_from"], released_at=r["released_at"])
+        )
+    return out
