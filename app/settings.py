@@ -121,6 +121,8 @@ class Settings(BaseSettings):
     max_waiting_per_namespace: int = Field(10_000, ge=1)
     # `namespace:domain,…`: mail to an owned domain is that namespace's only.
     namespace_domains: str = ""
+    # Chaos on the sink: a rule ends this long after it was set, at the latest.
+    chaos_max_seconds: int = Field(3600, ge=1, le=7 * 86400)
     # Triage: the dead-letter webhook (empty URL: off) and the SRE console.
     dead_letter_webhook_url: str = ""
     # HMAC-SHA256 key of the `X-Signalbox-Signature` header (empty: unsigned).
