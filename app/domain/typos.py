@@ -3,7 +3,7 @@
 for `gmail.com`.
 
 Pure. An edit is one character inserted, deleted or replaced, or two
-neighbours swapped (the optimal-string-alignment Damerau–Levenshtein
+neighbours swapped (the optimal-string-alignment Damerau-Levenshtein
 distance): a swapped pair, the commonest slip of a typist, counts one.
 """
 
