@@ -218,8 +218,7 @@ def _near_miss_parts(near: NearMiss, d: Diagnosis) -> tuple[str, str]:
     if why is Why.BODY_MISMATCH:
         return (
             "A message to this recipient matched every rule but body_contains",
-            "check the filter against the email's text part (or its HTML with the tags "
-            "stripped).",
+            "check the filter against the email's text part (or its HTML with the tags stripped).",
         )
     if why is Why.RECIPIENT_TYPO:
         sent = _address(near.address or "") or "another address"
@@ -227,8 +226,7 @@ def _near_miss_parts(near: NearMiss, d: Diagnosis) -> tuple[str, str]:
         return (
             f"A message that passed every other rule went to '{sent}', a typo away from "
             f"the recipient '{meant}'",
-            "fix the address the application (or its fixture) sends to, or the signal's "
-            "recipient.",
+            "fix the address the application (or its fixture) sends to, or the signal's recipient.",
         )
     return (
         "A message to this recipient was already the message of another signal",

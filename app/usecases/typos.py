@@ -117,7 +117,6 @@ def record_typo_near_misses(
     return [mid for mid, _ in typos]
 
 
-
 def recipient_warnings(settings: Settings, recipient: str) -> list[dict[str, str]]:
     """The create answer's warnings about `recipient`: `domain_typo` when its
     domain is one or two edits from a well-known mail domain or a domain this

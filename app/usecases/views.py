@@ -85,8 +85,7 @@ def operator_dead_letter_view(view: dict[str, Any]) -> dict[str, Any]:
     (a recipient typo's near miss and recommendation name two)."""
     out = dict(view)
     out["near_misses"] = [
-        _operator_near_miss(m) if isinstance(m, dict) else m
-        for m in (out.get("near_misses") or [])
+        _operator_near_miss(m) if isinstance(m, dict) else m for m in (out.get("near_misses") or [])
     ]
     if isinstance(out.get("recommendation"), str):
         out["recommendation"] = mask_addresses(out["recommendation"])

@@ -249,9 +249,7 @@ def test_bad_rules_get_422_naming_the_field_and_change_nothing(chaos_stack: Stac
         assert answer.status_code == 422, (rule, answer.text)
         assert answer.json()["error"]["field"] == field, rule
     with chaos_stack.client() as api:
-        assert [r["recipient"] for r in api.get("/v1/chaos").json()["rules"]] == [
-            good["recipient"]
-        ]
+        assert [r["recipient"] for r in api.get("/v1/chaos").json()["rules"]] == [good["recipient"]]
 
 
 def test_rules_end_on_their_own(chaos_stack: Stack) -> None:
