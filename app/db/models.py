@@ -86,6 +86,10 @@ ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
+# CHECK constraints besides ENUMERATED's (`ck_<table>_<name>`).
+OTHER_CHECKS = ("ck_chaos_rules_times_or_probability",)
+
+
 def partial(name: str, *columns: str, where: str, unique: bool = False) -> Index:
     """An index of the rows `where` holds (an SQL condition) only."""
     return Index(name, *columns, unique=unique, postgresql_where=text(where))

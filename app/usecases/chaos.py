@@ -20,6 +20,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -298,6 +299,5 @@ class SinkChaos:
     def _mark_exhausted(self, rule_id: str) -> None:
         with self._lock:
             self._rules = tuple(
-                ChaosRule(**{**r.__dict__, "exhausted": True}) if r.rule_id == rule_id else r
-                for r in self._rules
+                replace(r, exhausted=True) if r.rule_id == rule_id else r for r in self._rules
             )

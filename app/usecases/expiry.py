@@ -59,7 +59,18 @@ def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -
         # package, which imports this module.
         from app.usecases import typos
 
-        typos.record_typo_near_misses(session, get_settings(), row)
+        try:
+            with session.begin_nested():  # a failed look never costs the dead letter
+                typos.record_typo_near_misses(session, get_settings(), row)
+        except Exception as exc:
+            log.warning(
+                "recipient typos could not be looked for",
+                extra={
+                    "event": "typo_look_failed",
+                    "signal_id": signal_id,
+                    "error": type(exc).__name__,
+                },
+            )
     near = [
         NearMiss(
             message_id=n["message_id"],

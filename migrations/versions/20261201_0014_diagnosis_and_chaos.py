@@ -74,18 +74,21 @@ def upgrade() -> None:
         sa.Column("probability", sa.Float(), nullable=True),
         sa.Column("applied", sa.Integer(), server_default="0", nullable=False),
         sa.Column(
-            "created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.CheckConstraint(
             f"stage IN ({_listed(ENUMERATED[('chaos_rules', 'stage')])})",
-            name="ck_chaos_rules_stage",
+            name=op.f("ck_chaos_rules_stage"),
         ),
         sa.CheckConstraint(
             "(times IS NULL) <> (probability IS NULL)",
-            name="ck_chaos_rules_times_or_probability",
+            name=op.f("ck_chaos_rules_times_or_probability"),
         ),
-        sa.PrimaryKeyConstraint("id", name="pk_chaos_rules"),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_chaos_rules")),
     )
     op.create_index("ix_chaos_rules_namespace_position", "chaos_rules", ["namespace", "position"])
     op.create_index("ix_chaos_rules_expires_at", "chaos_rules", ["expires_at"])
@@ -96,7 +99,8 @@ def downgrade() -> None:
     op.execute("DELETE FROM near_misses WHERE why = 'recipient_typo'")
     op.execute("ALTER TABLE near_misses DROP CONSTRAINT ck_near_misses_why")
     op.execute(
-        f"ALTER TABLE near_misses ADD CONSTRAINT ck_near_misses_why CHECK (why IN ({_listed(_OLD_WHY)}))"
+        "ALTER TABLE near_misses ADD CONSTRAINT ck_near_misses_why"
+        f" CHECK (why IN ({_listed(_OLD_WHY)}))"
     )
     op.drop_column("near_misses", "address")
     op.drop_column("near_misses", "also")
