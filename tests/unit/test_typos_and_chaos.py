@@ -208,3 +208,77 @@ def test_rules_cover_their_address_or_domain_at_their_stage_while_live() -> None
     assert rules_for(rules, ChaosStage.RCPT, ["b@sub.y.test"], WINDOW) == []
     assert rules_for(rules, ChaosStage.DATA, ["z@z.test", "a@x.test"], WINDOW) == [data]
     assert not pattern_matches("*@y.test", "y.test@other.test")
+
+
+# --------------------------------------------------------------------------- the sink's copy
+
+
+class _Calls:
+    def __init__(self, rows: list[dict[str, object]]) -> None:
+        self.rows, self.live, self.applied = rows, 0, 0
+
+
+@pytest.fixture
+def sink_chaos(monkeypatch: pytest.MonkeyPatch) -> tuple[object, _Calls, list[bytes]]:
+    """A SinkChaos whose database and Redis are counted stand-ins."""
+    import contextlib
+
+    from app.settings import load_settings
+    from app.usecases import chaos
+
+    calls = _Calls([])
+    version = [b"1"]
+
+    @contextlib.contextmanager
+    def session() -> object:
+        yield None
+
+    def live(_: object) -> list[dict[str, object]]:
+        calls.live += 1
+        return calls.rows
+
+    def apply(_: object, rule_id: str) -> str | None:
+        calls.applied += 1
+        return "451 4.3.0 Try again later"
+
+    monkeypatch.setattr(chaos, "autocommit", session)
+    monkeypatch.setattr(chaos, "transaction", session)
+    monkeypatch.setattr(chaos.chaos_db, "chaos_rule_live", live)
+    monkeypatch.setattr(chaos.chaos_db, "chaos_rule_apply", apply)
+    monkeypatch.setattr(chaos.SinkChaos, "_read_version", lambda self: version[0])
+    now = [0.0]
+    gate = chaos.SinkChaos(load_settings(), clock=lambda: now[0])
+    gate.now = now  # type: ignore[attr-defined]
+    return gate, calls, version
+
+
+def test_with_no_rules_the_sink_asks_the_database_nothing_per_command(
+    sink_chaos: tuple[object, _Calls, list[bytes]],
+) -> None:
+    gate, calls, version = sink_chaos
+    gate.refresh()  # type: ignore[attr-defined]
+    assert calls.live == 1
+    for _ in range(100):
+        gate.refresh()  # type: ignore[attr-defined]
+        assert gate.reply_for(ChaosStage.RCPT, ["a@x.test"]) is None  # type: ignore[attr-defined]
+    assert (calls.live, calls.applied) == (1, 0)
+    # A change (the version in Redis) is read at the next mail transaction.
+    calls.rows = [
+        {
+            "id": "chs_1",
+            "recipient": "a@x.test",
+            "stage": "rcpt",
+            "reply": "451 4.3.0 Try again later",
+            "expires_at": datetime.now(UTC) + timedelta(hours=1),
+            "times": 1,
+            "probability": None,
+            "exhausted": False,
+        }
+    ]
+    version[0] = b"2"
+    gate.refresh()  # type: ignore[attr-defined]
+    assert calls.live == 2
+    assert gate.reply_for(ChaosStage.RCPT, ["b@x.test"]) is None  # type: ignore[attr-defined]
+    assert calls.applied == 0  # another address: no round trip
+    assert gate.reply_for(ChaosStage.RCPT, ["A@x.test"]) == "451 4.3.0 Try again later"  # type: ignore[attr-defined]
+    assert calls.applied == 1
