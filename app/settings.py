@@ -131,6 +131,8 @@ class Settings(BaseSettings):
     # The text `body_contains` searches: the first this many bytes of a
     # message's normalised text.
     match_text_max_bytes: int = Field(1024 * 1024, ge=1024)
+    # Chaos on the sink: a rule ends this long after it was set, at the latest.
+    chaos_max_seconds: int = Field(3600, ge=1, le=7 * 86400)
     # Triage: the dead-letter webhook (empty URL: off) and the SRE console.
     dead_letter_webhook_url: str = ""
     # HMAC-SHA256 key of the `X-Signalbox-Signature` header (empty: unsigned).

@@ -15,7 +15,7 @@ from sqlalchemy import RowMapping, text
 from sqlalchemy.orm import Session
 
 from app.db import raw
-from app.db.rows import Row, by_column, first, touched_one
+from app.db.rows import Row, by_column, every, first, touched_one
 from app.domain.states import CLAIM, CONSUME, GIVE_BACK
 
 _CLAIM_TAKE = raw.Query(
@@ -218,4 +218,15 @@ def claim_latest_many(session: Session, signal_ids: Sequence[str]) -> dict[str, 
         "SELECT DISTINCT ON (signal_id) * FROM claims WHERE signal_id = ANY(:ids)"
         " ORDER BY signal_id, fence DESC",
         {"ids": list(signal_ids)},
+    )
+
+
+def claim_list_for_signal(
+    session: Session, signal_id: str, limit: int = 500
+) -> Sequence[RowMapping]:
+    """Every claim of the signal, oldest first (its timeline)."""
+    return every(
+        session,
+        "SELECT * FROM claims WHERE signal_id = :id ORDER BY claimed_at, id LIMIT :limit",
+        {"id": signal_id, "limit": limit},
     )

@@ -75,6 +75,11 @@ def dead_letter_latest_many(session: Session, signal_ids: Sequence[str]) -> dict
 
 # Columns a dead-letter filter may name (the keys are the API's field names).
 DEAD_LETTER_FILTERS = ("state", "reason", "provider", "run_id", "namespace")
+# The parts of a cause (GET /v1/dead-letters/causes) a filter may also name.
+_CAUSE_FILTERS = {
+    "why": "coalesce(near_misses->0->>'why', 'none') = :f_why",
+    "test_case": "signal_id IN (SELECT id FROM signals WHERE test_case = :f_test_case)",
+}
 
 
 def _dead_letter_where(
@@ -92,6 +97,11 @@ def _dead_letter_where(
         if value is not None:
             where.append(f"{column} = :f_{column}")
             params[f"f_{column}"] = value
+    for name, condition in _CAUSE_FILTERS.items():
+        value = filters.get(name)
+        if value is not None:
+            where.append(condition)
+            params[f"f_{name}"] = value
     return where
 
 
@@ -243,4 +253,51 @@ def dead_letter_set_late(
             " WHERE id = :id AND late_message IS NULL"
         ).bindparams(bindparam("late", type_=JSONB)),
         {"id": dead_letter_id, "late": dict(late_message), "rec": recommendation},
+    )
+
+
+def dead_letter_list_for_signal(session: Session, signal_id: str) -> Sequence[RowMapping]:
+    """Every dead letter of the signal, one per expiry, oldest first (its timeline)."""
+    return every(
+        session,
+        "SELECT * FROM dead_letters WHERE signal_id = :id ORDER BY generation",
+        {"id": signal_id},
+    )
+
+
+# ---------------------------------------------------------------- causes
+
+# The first near miss's why, or 'none': one part of a dead letter's cause.
+_WHY = "coalesce(d.near_misses->0->>'why', 'none')"
+
+
+def dead_letter_causes(
+    session: Session, namespace: str | None, *, since: datetime | None, limit: int
+) -> Sequence[RowMapping]:
+    """Open dead letters of `namespace` (None: all) created at or after
+    `since`, grouped by provider, reason, first near miss's why and test
+    case, largest group first, each with its latest dead letter as example."""
+    params: dict[str, Any] = {"limit": limit}
+    where = ["d.state = 'open'"]
+    if namespace is not None:
+        where.append("d.namespace = :scope")
+        params["scope"] = namespace
+    if since is not None:
+        where.append("d.created_at >= :since")
+        params["since"] = since
+    return every(
+        session,
+        f"""
+        SELECT d.provider, d.reason, {_WHY} AS why, coalesce(s.test_case, '') AS test_case,
+               count(*) AS count, min(d.created_at) AS first_at, max(d.created_at) AS last_at,
+               (array_agg(d.id ORDER BY d.created_at DESC, d.id DESC))[1] AS example_id,
+               (array_agg(d.recommendation ORDER BY d.created_at DESC, d.id DESC))[1]
+                   AS example_recommendation
+          FROM dead_letters d LEFT JOIN signals s ON s.id = d.signal_id
+         WHERE {" AND ".join(where)}
+         GROUP BY 1, 2, 3, 4
+         ORDER BY count(*) DESC, max(d.created_at) DESC, 1, 2, 3, 4
+         LIMIT :limit
+        """,
+        params,
     )

@@ -8,6 +8,7 @@ that did not match it, with why.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import RowMapping, text
@@ -70,10 +71,14 @@ _IDS_BY_PROVIDER_ID = raw.Query(
 _TAKEN = raw.Query(
     "SELECT message_id, id FROM signals WHERE namespace = :ns AND message_id = ANY(:ids)"
 )
+# `also` travels as one comma-joined text per row (unnest cannot take an
+# array of arrays of different lengths); a Why value holds no comma.
 _NEAR_MISSES = raw.Query(
     """
-    INSERT INTO near_misses (signal_id, message_id, why)
-    SELECT :s, m, w FROM unnest(CAST(:mids AS text[]), CAST(:whys AS text[])) AS t(m, w)
+    INSERT INTO near_misses (signal_id, message_id, why, also, address)
+    SELECT :s, m, w, coalesce(string_to_array(nullif(a, ''), ','), '{}'), nullif(ad, '')
+      FROM unnest(CAST(:mids AS text[]), CAST(:whys AS text[]), CAST(:alsos AS text[]),
+                  CAST(:addresses AS text[])) AS t(m, w, a, ad)
     ON CONFLICT DO NOTHING
     RETURNING why
     """
@@ -131,16 +136,27 @@ def message_with_raw(session: Session, message_id: str) -> Row | None:
 
 
 def near_miss_record_many(
-    session: Session, signal_id: str, misses: Sequence[tuple[str, str]]
+    session: Session,
+    signal_id: str,
+    misses: Sequence[tuple[str, str, Sequence[str]]],
+    addresses: Sequence[str | None] | None = None,
 ) -> list[str]:
-    """Record (message id, why) near misses of a signal in one statement;
-    return the `why` of each one that was new."""
+    """Record near misses of a signal, each (message id, why, also), in one
+    statement (a message already recorded for the signal stays as it was);
+    `addresses`, when given, are the addresses of recipient typos, one per
+    miss. Returns the `why` of each one that was new."""
     if not misses:
         return []
     rows = raw.rows(
         session,
         _NEAR_MISSES,
-        {"s": signal_id, "mids": [m for m, _ in misses], "whys": [w for _, w in misses]},
+        {
+            "s": signal_id,
+            "mids": [m[0] for m in misses],
+            "whys": [m[1] for m in misses],
+            "alsos": [",".join(m[2]) for m in misses],
+            "addresses": [a or "" for a in (addresses or [None] * len(misses))],
+        },
     )
     return [r["why"] for r in rows]
 
@@ -149,10 +165,63 @@ def near_miss_list(session: Session, signal_id: str) -> Sequence[Row]:
     return every(
         session,
         """
-                SELECT n.message_id, n.why, m.received_at, m.subject, m.run_marker
+                SELECT n.message_id, n.why, n.also, n.address, m.received_at, m.subject,
+                       m.run_marker
                   FROM near_misses n JOIN messages m ON m.id = n.message_id
                  WHERE n.signal_id = :id
                  ORDER BY m.received_at
         """,
         {"id": signal_id},
+    )
+
+
+_NEAR_ADDRESSES = raw.Query(
+    """
+    SELECT w.id, w.provider_message_id, w.received_at, w.recipients, m.raw
+      FROM (SELECT id, provider_message_id, received_at, recipients
+              FROM messages
+             WHERE provider = :provider AND received_at >= :since AND received_at <= :until
+               AND raw IS NOT NULL
+             ORDER BY received_at DESC LIMIT :scan) w
+      JOIN messages m ON m.id = w.id
+     WHERE NOT (:rcpt = ANY(w.recipients))
+       AND EXISTS (
+            SELECT 1 FROM unnest(w.recipients) AS r(a)
+             WHERE abs(length(r.a) - length(:rcpt)) <= 2
+               AND (right(r.a, length(:at_domain)) = :at_domain
+                    OR left(r.a, length(:local_at)) = :local_at))
+     ORDER BY w.received_at, w.id
+     LIMIT :limit
+    """
+)
+
+
+def message_near_address(
+    session: Session,
+    provider: str,
+    recipient: str,
+    *,
+    since: datetime,
+    until: datetime,
+    scan: int,
+    limit: int,
+) -> list[Mapping[Any, Any]]:
+    """Up to `limit` recorded messages of `provider` received between `since`
+    and `until` (among the latest `scan`) not to `recipient` but to an address
+    of its length ± 2 sharing its local part or its domain (with their raw
+    bytes; purged ones are left out): the candidates of a recipient typo."""
+    local, _, domain = recipient.lower().rpartition("@")
+    return raw.rows(
+        session,
+        _NEAR_ADDRESSES,
+        {
+            "provider": provider,
+            "since": since,
+            "until": until,
+            "scan": scan,
+            "limit": limit,
+            "rcpt": recipient.lower(),
+            "at_domain": "@" + domain,
+            "local_at": local + "@",
+        },
     )

@@ -23,6 +23,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     Identity,
     Index,
@@ -38,6 +39,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from app.domain.chaos import ChaosStage
 from app.domain.matching import Why
 from app.domain.states import (
     CheckOutcome,
@@ -80,7 +82,12 @@ ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
     ("dead_letters", "reason"): tuple(ExpiryReason),
     ("dead_letters", "state"): tuple(DeadLetterState),
     ("webhook_deliveries", "state"): tuple(DeliveryState),
+    ("chaos_rules", "stage"): tuple(ChaosStage),
 }
+
+
+# CHECK constraints besides ENUMERATED's (`ck_<table>_<name>`).
+OTHER_CHECKS = ("ck_chaos_rules_times_or_probability",)
 
 
 def partial(name: str, *columns: str, where: str, unique: bool = False) -> Index:
@@ -290,6 +297,10 @@ class NearMiss(Base):
         ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True
     )
     why: Mapped[str] = mapped_column(String(32))
+    # The other rules it failed, in the order of `why` (migration 0014).
+    also: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default="{}")
+    # For a recipient_typo: the address the message went to instead.
+    address: Mapped[str | None] = mapped_column(String(320))
     recorded_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
     __table_args__ = (*one_of("near_misses", "why"),)
 
@@ -407,6 +418,33 @@ class WebhookDelivery(Base):
     __table_args__ = (
         *one_of("webhook_deliveries", "state"),
         partial("ix_webhook_deliveries_due", "next_attempt_at", where="state = 'pending'"),
+    )
+
+
+class ChaosRule(Base):
+    """A namespace's rule for the sink: answer `stage` for `recipient` (an
+    address or `*@domain`) with `reply`, `times` times or with `probability`,
+    until `expires_at`. `applied` is counted by one guarded update, shared by
+    every sink process."""
+
+    __tablename__ = "chaos_rules"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128))
+    # The rule's place in its namespace's list: the first that applies answers.
+    position: Mapped[int] = mapped_column(Integer)
+    recipient: Mapped[str] = mapped_column(String(320))
+    stage: Mapped[str] = mapped_column(String(8))
+    reply: Mapped[str] = mapped_column(String(512))
+    times: Mapped[int | None] = mapped_column(Integer)
+    probability: Mapped[float | None] = mapped_column(Float)
+    applied: Mapped[int] = mapped_column(Integer, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    expires_at: Mapped[datetime] = mapped_column(TS)
+    __table_args__ = (
+        *one_of("chaos_rules", "stage"),
+        CheckConstraint("(times IS NULL) <> (probability IS NULL)", name="times_or_probability"),
+        Index(None, "namespace", "position"),
+        Index(None, "expires_at"),
     )
 
 

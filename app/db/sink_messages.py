@@ -154,3 +154,55 @@ def sink_message_before_windows(
             "per": per_recipient,
         },
     )
+
+
+# A recipient typo differs in the local part or in the domain, never both: a
+# near address keeps one of them whole. Only the latest `scan` messages of the
+# window are looked at, so a busy window costs a bounded read.
+_NEAR_ADDRESSES = raw.Query(
+    """
+    SELECT w.id, w.received_at, w.all_recipients, sm.raw
+      FROM (SELECT id, received_at, all_recipients
+              FROM sink_messages
+             WHERE received_at >= :since AND received_at <= :until
+             ORDER BY received_at DESC LIMIT :scan) w
+      JOIN sink_messages sm ON sm.id = w.id
+     WHERE NOT (:rcpt = ANY(w.all_recipients))
+       AND EXISTS (
+            SELECT 1 FROM unnest(w.all_recipients) AS r(a)
+             WHERE abs(length(r.a) - length(:rcpt)) <= 2
+               AND (right(r.a, length(:at_domain)) = :at_domain
+                    OR left(r.a, length(:local_at)) = :local_at))
+     ORDER BY w.received_at, w.id
+     LIMIT :limit
+    """
+)
+
+
+def sink_message_near_address(
+    session: Session,
+    recipient: str,
+    *,
+    since: datetime,
+    until: datetime,
+    scan: int,
+    limit: int,
+) -> Sequence[Row]:
+    """Up to `limit` sink messages received between `since` and `until` (among
+    the latest `scan` of them) that are not to `recipient` but to an address
+    of its length ± 2 sharing its local part or its domain: the candidates of
+    a recipient typo."""
+    local, _, domain = recipient.lower().rpartition("@")
+    return raw.rows(
+        session,
+        _NEAR_ADDRESSES,
+        {
+            "since": since,
+            "until": until,
+            "scan": scan,
+            "limit": limit,
+            "rcpt": recipient.lower(),
+            "at_domain": "@" + domain,
+            "local_at": local + "@",
+        },
+    )

@@ -3,8 +3,9 @@
 Pure: the caller gathers the expiry reason, the check counts and the near misses
 (docs/api.md, "Dead letters") and stores the sentence as the ``recommendation``.
 The sentence is shown in the API, the CLI and CI evidence, so it never quotes a
-body, a link, a one-time code or the recipient address: subjects are quoted only
-after those are masked.
+body, a link or a one-time code: subjects are quoted only after those are
+masked. Only a ``recipient_typo`` names addresses (the recipient and the one
+the message went to); the run's evidence replaces them with their hashes.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ __all__ = ["Diagnosis", "NearMiss", "recommend"]
 
 @dataclass(frozen=True)
 class NearMiss:
-    """A message to the recipient that failed exactly one rule.
+    """A message to the recipient that failed a rule.
 
-    ``why`` is a :class:`~app.domain.matching.Why` value. ``run_marker`` is the
-    marker the message carried, when known: it lets a ``run_marker_mismatch``
-    recommendation name the other run.
+    ``why`` is a :class:`~app.domain.matching.Why` value, the first rule it
+    failed; ``also`` the other rules it failed. ``run_marker`` is the marker
+    the message carried, when known: it lets a ``run_marker_mismatch``
+    recommendation name the other run. ``recipient`` and ``address`` are set
+    for a ``recipient_typo``: the signal's recipient and the address the
+    message went to instead.
     """
 
     message_id: str
@@ -34,6 +38,9 @@ class NearMiss:
     subject: str
     why: str
     run_marker: str | None = None
+    also: tuple[str, ...] = ()
+    recipient: str | None = None
+    address: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,8 +76,8 @@ def recommend(d: Diagnosis) -> str:
     2. ``provider_errors``, or most checks failed at the provider / were skipped
        by an open circuit: the provider was not really looked at, so nothing
        else can be concluded;
-    3. a near miss, the most telling first (in :class:`Why` order; the latest
-       received within one kind);
+    3. a near miss, the most telling first (fewest failed rules, then in
+       :class:`Why` order; the latest received within one kind);
     4. no check ran at all: the workers are not consuming;
     5. no message to the recipient reached the provider.
     """
@@ -152,32 +159,50 @@ def _most_telling(near_misses: Sequence[NearMiss]) -> NearMiss | None:
     known = [n for n in near_misses if n.why in _WHY_RANK]
     if not known:
         return None
-    # Lowest Why rank first; within one kind the latest message, which is the
-    # closest to the window and the likeliest to be the one the test meant.
-    return min(known, key=lambda n: (_WHY_RANK[n.why], -_as_utc(n.received_at).timestamp()))
+    # A message that failed one rule tells more than one that failed several;
+    # then the lowest Why rank; within one kind the latest message, which is
+    # the closest to the window and the likeliest to be the one the test meant.
+    return min(
+        known,
+        key=lambda n: (
+            len([a for a in n.also if a in _WHY_RANK]),
+            _WHY_RANK[n.why],
+            -_as_utc(n.received_at).timestamp(),
+        ),
+    )
 
 
 def _near_miss_sentence(near: NearMiss, d: Diagnosis) -> str:
+    cause, fix = _near_miss_parts(near, d)
+    also = [a for a in near.also if a in _WHY_RANK]
+    if also:
+        cause += f" (it also failed {', '.join(also)})"
+    return f"{cause}: {fix}"
+
+
+def _near_miss_parts(near: NearMiss, d: Diagnosis) -> tuple[str, str]:
+    """(what happened, what to do) for the near miss."""
     why = Why(near.why)
     if why is Why.RECEIVED_BEFORE_WINDOW:
         gap = _format_gap(_as_utc(d.received_after) - _as_utc(near.received_at))
         return (
-            f"A message to this recipient arrived {gap} before the window opened: send "
-            "the email after creating the signal, or set received_after earlier."
+            f"A message to this recipient arrived {gap} before the window opened",
+            "send the email after creating the signal, or set received_after earlier.",
         )
     if why is Why.RUN_MARKER_MISMATCH:
         marker = _identifier(near.run_marker or "")
         carried = f"run marker '{marker}'" if marker else "another run's marker"
         return (
-            f"A message to this recipient carried {carried}, not this signal's run_id: "
+            f"A message to this recipient carried {carried}, not this signal's run_id",
             "give each run its own recipient (POST /v1/mailboxes), or send the email with "
-            "this run's X-Signalbox-Run header."
+            "this run's X-Signalbox-Run header.",
         )
     if why is Why.RUN_MARKER_MISSING:
         return (
             "A message to this recipient arrived without a run marker while the signal "
-            "requires one: send the email with the X-Signalbox-Run header set to the "
-            "run_id, or create the signal without require_run_marker."
+            "requires one",
+            "send the email with the X-Signalbox-Run header set to the "
+            "run_id, or create the signal without require_run_marker.",
         )
     if why is Why.SUBJECT_MISMATCH:
         wanted = (
@@ -187,18 +212,26 @@ def _near_miss_sentence(near: NearMiss, d: Diagnosis) -> str:
         )
         return (
             f"A message to this recipient arrived with subject '{_quote_subject(near.subject)}', "
-            f"which does not contain {wanted}: fix subject_contains or the subject the "
-            "application sends."
+            f"which does not contain {wanted}",
+            "fix subject_contains or the subject the application sends.",
         )
     if why is Why.BODY_MISMATCH:
         return (
-            "A message to this recipient matched every rule but body_contains: check the "
-            "filter against the email's text part (or its HTML with the tags stripped)."
+            "A message to this recipient matched every rule but body_contains",
+            "check the filter against the email's text part (or its HTML with the tags stripped).",
+        )
+    if why is Why.RECIPIENT_TYPO:
+        sent = _address(near.address or "") or "another address"
+        meant = _address(near.recipient or "") or "the recipient"
+        return (
+            f"A message that passed every other rule went to '{sent}', a typo away from "
+            f"the recipient '{meant}'",
+            "fix the address the application (or its fixture) sends to, or the signal's recipient.",
         )
     return (
-        "A message to this recipient was already the message of another signal: give "
-        "each signal its own recipient, or a subject_contains filter that tells the "
-        "emails apart."
+        "A message to this recipient was already the message of another signal",
+        "give each signal its own recipient, or a subject_contains filter that tells the "
+        "emails apart.",
     )
 
 
@@ -224,6 +257,12 @@ def _quote_subject(subject: str) -> str:
     if len(text) > _SUBJECT_MAX:
         text = text[: _SUBJECT_MAX - 1].rstrip() + "\u2026"
     return text
+
+
+def _address(value: str, limit: int = 254) -> str:
+    """Keep only the characters of a plain address: a typo's address comes
+    from a message, and a hostile one must not write the sentence."""
+    return re.sub(r"[^A-Za-z0-9.!#$%&*+/=?^_`{|}~@-]", "", value)[:limit]
 
 
 def _identifier(value: str, limit: int = 64) -> str:

@@ -6,7 +6,7 @@ import hashlib
 import hmac
 import secrets
 
-PREFIXES = frozenset({"sig", "msg", "clm", "mbx", "dlq", "rcp", "chk"})
+PREFIXES = frozenset({"sig", "msg", "clm", "mbx", "dlq", "rcp", "chk", "chs"})
 
 
 def new_id(prefix: str) -> str:

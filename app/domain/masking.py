@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["mask_subject"]
+__all__ = ["PLAIN_ADDRESS_RE", "mask_addresses", "mask_subject"]
 
 LINK = "<link>"
 ADDRESS = "<address>"
@@ -64,6 +64,17 @@ _CODE_RE = re.compile(rf"(?<![^\W_]){_TOKEN}(?:[-. ]{_TOKEN})*+")
 # A whole word, or words joined by single hyphens (KXQ-WJP).
 _WORDS_RE = re.compile(r"(?<![^\W_])[^\W_]++(?:-[^\W_]++)*+")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+# A plain address anywhere in a sentence (a recipient typo's recommendation
+# quotes two between single quotes).
+PLAIN_ADDRESS_RE = re.compile(r"[A-Za-z0-9.!#$%&*+/=?^_`{|}~-]++@[A-Za-z0-9.-]++")
+
+
+def mask_addresses(text: str) -> str:
+    """`text` with every plain address replaced by ``<address>`` (what an
+    operator sees of a recommendation: an operator never reads recipients)."""
+    return PLAIN_ADDRESS_RE.sub(ADDRESS, text)
 
 
 def mask_subject(subject: str) -> str:

@@ -12,12 +12,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import NamedTuple
 
 from app.domain.mail import DEFAULT_TEXT_MAX_BYTES, ParsedMail, normalize_whitespace
 
 __all__ = [
     "Candidate",
     "Criteria",
+    "NearMissPick",
     "Pick",
     "Verdict",
     "Why",
@@ -34,12 +36,15 @@ class Why(StrEnum):
     The declaration order is the order failures are reported in.
     """
 
-    RECEIVED_BEFORE_WINDOW = "received_before_window"
     RUN_MARKER_MISMATCH = "run_marker_mismatch"
     RUN_MARKER_MISSING = "run_marker_missing"
+    RECEIVED_BEFORE_WINDOW = "received_before_window"
     SUBJECT_MISMATCH = "subject_mismatch"
     BODY_MISMATCH = "body_mismatch"
     TAKEN_BY_OTHER_SIGNAL = "taken_by_other_signal"
+    # Passed every other rule but went to an address one or two edits from
+    # the recipient (found at expiry, `app.usecases.typos`; never by `evaluate`).
+    RECIPIENT_TYPO = "recipient_typo"
 
 
 @dataclass(frozen=True)
@@ -103,8 +108,17 @@ class Verdict:
 
     @property
     def near_miss(self) -> bool:
-        """Addressed to the recipient and failed exactly one other rule (docs/api.md)."""
-        return self.addressed and len(self.failures) == 1
+        """Addressed to the recipient and failed at least one other rule (docs/api.md):
+        its `why` is the first failure, `also` the others."""
+        return self.addressed and bool(self.failures)
+
+
+class NearMissPick(NamedTuple):
+    """A near miss of a batch: the candidate, its first failed rule and the others."""
+
+    candidate: Candidate
+    why: Why
+    also: tuple[Why, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,13 +126,14 @@ class Pick:
     """The result of matching a batch of candidates.
 
     ``winner`` is the earliest-received matching candidate (ties broken by
-    ``message_id``), or None. ``near_misses`` pairs each candidate addressed to
-    the recipient that failed exactly one rule with that rule, ordered by
-    ``received_at`` then ``message_id``.
+    ``message_id``), or None. ``near_misses`` holds each candidate addressed to
+    the recipient that failed a rule, with the first failed rule (in
+    :class:`Why` order) and the others, ordered by ``received_at`` then
+    ``message_id``.
     """
 
     winner: Candidate | None
-    near_misses: tuple[tuple[Candidate, Why], ...]
+    near_misses: tuple[NearMissPick, ...]
 
 
 def normalize_address(address: str) -> str:
@@ -151,13 +166,13 @@ def evaluate(criteria: Criteria, candidate: Candidate) -> Verdict:
     addressed = bool(wanted) and any(normalize_address(a) == wanted for a in addresses)
 
     failures: list[Why] = []
-    if _as_utc(candidate.received_at) < criteria.window_opens:
-        failures.append(Why.RECEIVED_BEFORE_WINDOW)
     marker = mail.run_marker.strip() if mail.run_marker else ""
     if marker and marker != criteria.run_id:
         failures.append(Why.RUN_MARKER_MISMATCH)
     if not marker and criteria.require_run_marker:
         failures.append(Why.RUN_MARKER_MISSING)
+    if _as_utc(candidate.received_at) < criteria.window_opens:
+        failures.append(Why.RECEIVED_BEFORE_WINDOW)
     if criteria.subject_contains is not None and not _contains_folded(
         mail.subject, criteria.subject_contains
     ):
@@ -178,15 +193,15 @@ def pick(criteria: Criteria, candidates: Iterable[Candidate]) -> Pick:
     are broken by ``message_id`` so every worker picks the same message.
     """
     winner: Candidate | None = None
-    near: list[tuple[Candidate, Why]] = []
+    near: list[NearMissPick] = []
     for candidate in candidates:
         verdict = evaluate(criteria, candidate)
         if verdict.matched:
             if winner is None or _order_key(candidate) < _order_key(winner):
                 winner = candidate
         elif verdict.near_miss:
-            near.append((candidate, verdict.failures[0]))
-    near.sort(key=lambda pair: _order_key(pair[0]))
+            near.append(NearMissPick(candidate, verdict.failures[0], verdict.failures[1:]))
+    near.sort(key=lambda miss: _order_key(miss.candidate))
     return Pick(winner=winner, near_misses=tuple(near))
 
 

@@ -20,10 +20,12 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
+from app.domain.chaos import ChaosStage
 from app.settings import Settings
 from app.smtp.batching import GroupCommit
 from app.smtp.parsing import ParsePool
 from app.usecases import intake
+from app.usecases.chaos import SinkChaos
 
 log = logging.getLogger("signalbox.smtp")
 
@@ -42,7 +44,9 @@ def _one_message_may_cause(exc: Exception) -> bool:
 class SinkHandler:
     """Accepts mail for the configured domains (any, if none are set);
     refuses other recipients with 550, and recipients past
-    `SIGNALBOX_SMTP_MAX_RECIPIENTS` with 452. aiosmtpd itself answers 552 to
+    `SIGNALBOX_SMTP_MAX_RECIPIENTS` with 452; answers a `RCPT TO` or `DATA`
+    that a namespace's chaos rule covers with the rule's reply (and stores
+    nothing for it). aiosmtpd itself answers 552 to
     mail over `SIGNALBOX_SMTP_MAX_BYTES`, and nothing of it is stored."""
 
     def __init__(
@@ -50,11 +54,16 @@ class SinkHandler:
         settings: Settings,
         parser: ParsePool | None = None,
         check_here: intake.InProcessCheck | None = None,
+        chaos: SinkChaos | None = None,
     ) -> None:
         """`check_here(signal_id)` makes a pushed check here (`checks.check_in_process`);
-        without it a push sends a check task."""
+        without it a push sends a check task. `chaos` holds the namespaces'
+        chaos rules (none: the sink answers for itself only)."""
         self.settings = settings
         self.check_here = check_here
+        self.chaos = chaos
+        # Chaos asks Redis and PostgreSQL: never on the event loop.
+        self._chaos_thread = ThreadPoolExecutor(2, thread_name_prefix="sink-chaos")
         self.domains = settings.accepted_domains
         self.parser = parser or ParsePool()
         # Stores have a thread of their own: a slow broker holding every push
@@ -98,8 +107,28 @@ class SinkHandler:
             return "553 5.1.3 Recipient address must be name@domain"
         if self.domains and domain not in self.domains:
             return "550 5.7.1 Recipient domain not accepted here"
+        refused = await self._chaos_reply(envelope, ChaosStage.RCPT, [address])
+        if refused is not None:
+            return refused
         envelope.rcpt_tos.append(address)
         return "250 OK"
+
+    async def _chaos_reply(
+        self, envelope: Envelope, stage: ChaosStage, addresses: list[str]
+    ) -> str | None:
+        """The reply of a chaos rule for this command, or None. The rules are
+        brought up to date once per mail transaction; with none held, nothing
+        more is asked of anyone."""
+        chaos = self.chaos
+        if chaos is None:
+            return None
+        loop = asyncio.get_running_loop()
+        if not getattr(envelope, "chaos_refreshed", False):
+            envelope.chaos_refreshed = True  # type: ignore[attr-defined]
+            await loop.run_in_executor(self._chaos_thread, chaos.refresh)
+        if not chaos.rules:
+            return None
+        return await loop.run_in_executor(self._chaos_thread, chaos.reply_for, stage, addresses)
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         raw: Any = envelope.original_content or envelope.content
@@ -107,6 +136,9 @@ class SinkHandler:
             raw = raw.encode("utf-8", "surrogateescape")
         if len(raw) > self.settings.smtp_max_bytes:
             return "552 5.3.4 Message too big"
+        refused = await self._chaos_reply(envelope, ChaosStage.DATA, list(envelope.rcpt_tos))
+        if refused is not None:
+            return refused  # nothing stored
         data = bytes(raw)
         try:
             sink_id = await self.stores.submit((envelope.mail_from, list(envelope.rcpt_tos), data))
@@ -187,5 +219,6 @@ class SinkHandler:
     def close(self) -> None:
         self.parser.close()
         self._after_threads.shutdown(wait=False, cancel_futures=True)
+        self._chaos_thread.shutdown(wait=False, cancel_futures=True)
         self._store_thread.shutdown(wait=False)
         self._push_thread.shutdown(wait=False, cancel_futures=True)

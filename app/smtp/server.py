@@ -213,7 +213,11 @@ def make_controller(settings: Settings) -> SinkController:
     from app.usecases import checks
 
     # A push's check is made here, not queued behind a slow provider's calls.
-    handler = SinkHandler(settings, check_here=checks.in_process_check_for(settings))
+    from app.usecases.chaos import SinkChaos
+
+    handler = SinkHandler(
+        settings, check_here=checks.in_process_check_for(settings), chaos=SinkChaos(settings)
+    )
     # Its matching parses in the parse pool: no message stalls the sink.
     checks.parse_with(handler.parser.parse_blocking)
     return SinkController(

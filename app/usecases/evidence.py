@@ -16,7 +16,7 @@ from app.db import messages as messages_db
 from app.db import server as server_db
 from app.db import signals as signals_db
 from app.db.engine import transaction
-from app.domain.masking import mask_subject
+from app.domain.masking import PLAIN_ADDRESS_RE, mask_subject
 from app.domain.states import CheckOutcome, Status, result_of
 from app.errors import NotFound
 from app.infra.keys import recipient_hash
@@ -116,4 +116,19 @@ def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
 def _dead_letter_summary(row: Any) -> dict[str, Any]:
     view = views.dead_letter_view(row)
     view.pop("note", None)
+    # A recipient typo's recommendation and near miss name addresses: here
+    # they appear as recipient hashes, like every recipient of the evidence.
+    if view.get("recommendation"):
+        view["recommendation"] = PLAIN_ADDRESS_RE.sub(
+            lambda m: "recipient " + recipient_hash(m.group(0)), view["recommendation"]
+        )
+    view["near_misses"] = [_hashed_address(n) for n in view.get("near_misses") or []]
     return view
+
+
+def _hashed_address(near: Any) -> Any:
+    if isinstance(near, dict) and near.get("address"):
+        out = {k: v for k, v in near.items() if k != "address"}
+        out["address_hash"] = recipient_hash(str(near["address"]))
+        return out
+    return near

@@ -22,9 +22,10 @@ from app.db.engine import transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
 from app.domain.ids import new_id
 from app.domain.masking import mask_subject
-from app.domain.states import CheckOutcome, Status
+from app.domain.states import CheckOutcome, ExpiryReason, Status
 from app.infra import dispatch
 from app.infra.keys import recipient_hash
+from app.settings import get_settings
 from app.usecases import views, webhooks
 
 log = logging.getLogger("signalbox.expiry")
@@ -53,6 +54,23 @@ def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -
     signal_id = row["id"]
     counts = checks_db.check_counts_by_outcome(session, [signal_id]).get(signal_id, {})
     by_outcome = {o.value: counts.get(o.value, 0) for o in CheckOutcome}
+    if reason != ExpiryReason.CLAIMS_EXHAUSTED:
+        # Imported here: typos asks visibility, which imports the checks
+        # package, which imports this module.
+        from app.usecases import typos
+
+        try:
+            with session.begin_nested():  # a failed look never costs the dead letter
+                typos.record_typo_near_misses(session, get_settings(), row)
+        except Exception as exc:
+            log.warning(
+                "recipient typos could not be looked for",
+                extra={
+                    "event": "typo_look_failed",
+                    "signal_id": signal_id,
+                    "error": type(exc).__name__,
+                },
+            )
     near = [
         NearMiss(
             message_id=n["message_id"],
@@ -60,6 +78,9 @@ def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -
             subject=n["subject"],
             why=n["why"],
             run_marker=n["run_marker"],
+            also=tuple(n["also"] or ()),
+            recipient=row["recipient"] if n["address"] else None,
+            address=n["address"],
         )
         for n in messages_db.near_miss_list(session, signal_id)
     ]
@@ -87,15 +108,7 @@ def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -
             "checks_total": sum(by_outcome.values()),
             "checks_by_outcome": by_outcome,
             "last_error_code": row["last_error_code"],
-            "near_misses": [
-                {
-                    "message_id": n.message_id,
-                    "received_at": views.iso(n.received_at),
-                    "subject": mask_subject(n.subject or ""),
-                    "why": n.why,
-                }
-                for n in near
-            ],
+            "near_misses": [_near_miss_json(n) for n in near],
             "recommendation": sentence,
         },
     )
@@ -112,6 +125,19 @@ def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -
         },
     )
     return dead_letter_id
+
+
+def _near_miss_json(n: NearMiss) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "message_id": n.message_id,
+        "received_at": views.iso(n.received_at),
+        "subject": mask_subject(n.subject or ""),
+        "why": n.why,
+        "also": list(n.also),
+    }
+    if n.address:
+        out["address"] = n.address
+    return out
 
 
 def publish(dead_letter_ids: list[str]) -> None:

@@ -110,6 +110,9 @@ def _link(
                     received_at=datetime.fromisoformat(n["received_at"].replace("Z", "+00:00")),
                     subject=n.get("subject", ""),
                     why=n["why"],
+                    also=tuple(n.get("also") or ()),
+                    recipient=w["recipient"] if n.get("address") else None,
+                    address=n.get("address"),
                 )
                 for n in (w["near_misses"] or [])
             ],

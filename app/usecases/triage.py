@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,6 +23,7 @@ from app.db import signals as signals_db
 from app.db import tokens as tokens_db
 from app.db.engine import transaction
 from app.domain.ids import token_hash
+from app.domain.masking import mask_addresses
 from app.domain.states import DeadLetterState
 from app.errors import Conflict, InvalidInput, NotFound
 from app.infra import dispatch
@@ -41,7 +43,9 @@ ExpiryReasonName = Literal["deadline", "check_budget", "provider_errors", "claim
 
 
 class DeadLetterFilter(BaseModel):
-    """Which dead letters a list or a bulk action covers; every field optional."""
+    """Which dead letters a list or a bulk action covers; every field optional.
+    `why` (the first near miss's, or `none`) and `test_case` name a cause of
+    GET /v1/dead-letters/causes."""
 
     model_config = ConfigDict(extra="forbid")
     state: DeadLetterStateName | None = None
@@ -49,6 +53,8 @@ class DeadLetterFilter(BaseModel):
     provider: str | None = Field(default=None, pattern=NAME_PATTERN)
     run_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
     namespace: str | None = Field(default=None, pattern=NAME_PATTERN)
+    why: str | None = Field(default=None, pattern=r"^[a-z_]{1,40}$")
+    test_case: str | None = Field(default=None, min_length=1, max_length=200)
 
 
 class BulkRedrive(Redrive):
@@ -148,9 +154,25 @@ def dead_letter_list(
         rows = dead_letters_db.dead_letter_list(
             session, scope, filters.model_dump(), after=after, limit=limit + 1
         )
-    page, more = rows[:limit], len(rows) > limit
+        page, more = rows[:limit], len(rows) > limit
+        signals = {
+            r["id"]: r
+            for r in signals_db.signal_rows_many(session, sorted({d["signal_id"] for d in page}))
+        }
     next_cursor = views.encode_cursor(page[-1]["created_at"], page[-1]["id"]) if more else None
-    return [_dead_letter_view(r) for r in page], next_cursor
+    return [_listed_view(caller, r, signals.get(r["signal_id"])) for r in page], next_cursor
+
+
+def _listed_view(caller: Principal, row: Mapping[Any, Any], signal: Any) -> dict[str, Any]:
+    """A dead letter in a list: its view, its signal's test case, the first
+    near miss's why (its cause) and, for a tenant, the recipient."""
+    view = _dead_letter_view(row)
+    near = row["near_misses"] or []
+    view["why"] = near[0].get("why", "none") if near and isinstance(near[0], dict) else "none"
+    view["test_case"] = signal["test_case"] if signal is not None else None
+    if not caller.is_ops:
+        view["recipient"] = signal["recipient"] if signal is not None else None
+    return view
 
 
 def _dead_letter_get(session: Session, caller: Principal, dead_letter_id: str) -> Any:
@@ -292,6 +314,39 @@ def dead_letters_discard(caller: Principal, req: BulkDiscard) -> dict[str, Any]:
 
 def _who(caller: Principal) -> str:
     return f"ops:{caller.operator}" if caller.is_ops else f"namespace:{caller.namespace}"
+
+
+# ---------------------------------------------------------------- causes
+
+
+def dead_letter_causes(
+    caller: Principal, *, since: datetime | None, namespace: str | None = None, limit: int = 50
+) -> list[dict[str, Any]]:
+    """Open dead letters grouped by provider, reason, first near miss's why
+    (or `none`) and test case, largest first, each with an example."""
+    scope, possible = _scope(caller, namespace)
+    if not possible:
+        return []
+    with transaction() as session:
+        rows = dead_letters_db.dead_letter_causes(session, scope, since=since, limit=limit)
+    items = []
+    for r in rows:
+        recommendation = r["example_recommendation"]
+        if caller.is_ops:
+            recommendation = mask_addresses(recommendation)
+        items.append(
+            {
+                "provider": r["provider"],
+                "reason": r["reason"],
+                "why": r["why"],
+                "test_case": r["test_case"],
+                "count": int(r["count"]),
+                "first_at": views.iso(r["first_at"]),
+                "last_at": views.iso(r["last_at"]),
+                "example": {"dead_letter_id": r["example_id"], "recommendation": recommendation},
+            }
+        )
+    return items
 
 
 # ---------------------------------------------------------------- overview

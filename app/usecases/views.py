@@ -19,7 +19,7 @@ from app.db import dead_letters as dead_letters_db
 from app.db import messages as messages_db
 from app.db import server as server_db
 from app.domain.backoff import retry_after_seconds
-from app.domain.masking import mask_subject
+from app.domain.masking import mask_addresses, mask_subject
 from app.domain.states import Result, Status, result_of
 
 
@@ -81,11 +81,21 @@ def operator_view(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def operator_dead_letter_view(view: dict[str, Any]) -> dict[str, Any]:
+    """A dead letter as an operator sees it: subjects masked, and no address
+    (a recipient typo's near miss and recommendation name two)."""
     out = dict(view)
     out["near_misses"] = [
-        {**m, "subject": mask_subject(m["subject"])} if m.get("subject") else m
-        for m in (out.get("near_misses") or [])
+        _operator_near_miss(m) if isinstance(m, dict) else m for m in (out.get("near_misses") or [])
     ]
+    if isinstance(out.get("recommendation"), str):
+        out["recommendation"] = mask_addresses(out["recommendation"])
+    return out
+
+
+def _operator_near_miss(near: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in near.items() if k != "address"}
+    if out.get("subject"):
+        out["subject"] = mask_subject(out["subject"])
     return out
 
 

@@ -16,6 +16,7 @@ import os
 import secrets
 import smtplib
 import threading
+import time
 from dataclasses import dataclass
 from email.message import EmailMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +25,10 @@ from urllib.parse import parse_qs, urlsplit
 
 SENDER = "Signup <noreply@signup.example>"
 SUBJECT = "Verify your Signup account"
+# A temporary refusal (4xx) is tried again, this many times in all, with a
+# short pause that doubles: what a mail queue does, in miniature.
+SEND_ATTEMPTS = 4
+RETRY_PAUSE_SECONDS = 0.2
 
 
 @dataclass
@@ -46,6 +51,8 @@ class SignupApp:
         self.smtp_host = smtp_host or os.environ.get("SIGNALBOX_SMTP_HOST", "127.0.0.1")
         self.smtp_port = smtp_port or int(os.environ.get("SIGNALBOX_SMTP_PORT", "2525"))
         self.users: dict[str, User] = {}
+        # Every SMTP attempt's outcome, oldest first: "sent" or the refusal's code.
+        self.send_log: list[str] = []
         self._lock = threading.Lock()
         self.httpd = ThreadingHTTPServer((host, port), _handler(self))
         self._thread: threading.Thread | None = None
@@ -81,8 +88,22 @@ class SignupApp:
         link = f"{self.base_url}/verify?token={user.token}"
         # 7bit keeps the link on one readable line in the raw message.
         msg.set_content(f"Welcome to Signup!\n\nConfirm your address: {link}\n", cte="7bit")
-        with smtplib.SMTP(self.smtp_host, self.smtp_port, timeout=10) as smtp:
-            smtp.send_message(msg)
+        pause = RETRY_PAUSE_SECONDS
+        for attempt in range(1, SEND_ATTEMPTS + 1):
+            try:
+                with smtplib.SMTP(self.smtp_host, self.smtp_port, timeout=10) as smtp:
+                    smtp.send_message(msg)
+                self.send_log.append("sent")
+                return
+            except smtplib.SMTPResponseException as exc:  # DATA, MAIL FROM refused
+                code = exc.smtp_code
+            except smtplib.SMTPRecipientsRefused as exc:  # RCPT TO refused
+                code = min(c for c, _ in exc.recipients.values())
+            self.send_log.append(str(code))
+            if not 400 <= code < 500 or attempt == SEND_ATTEMPTS:
+                raise OSError(f"the mail server refused the email ({code})")
+            time.sleep(pause)
+            pause *= 2
 
     def verify(self, token: str) -> User | None:
         with self._lock:

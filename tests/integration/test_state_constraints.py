@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from app.db.migrate import alembic_config, upgrade
-from app.db.models import ENUMERATED
+from app.db.models import ENUMERATED, OTHER_CHECKS
 from tests.stack_fixtures import PgServer, _libpq
 
 pytestmark = pytest.mark.integration
@@ -104,7 +104,7 @@ def test_an_unknown_dead_letter_state_and_check_outcome_are_refused(empty_databa
 def test_the_database_has_the_models_constraints(empty_database: str) -> None:
     upgrade(empty_database)
     with psycopg.connect(_libpq(empty_database)) as conn:
-        assert _constraints(conn) == {f"ck_{t}_{c}" for t, c in ENUMERATED}
+        assert _constraints(conn) == {f"ck_{t}_{c}" for t, c in ENUMERATED} | set(OTHER_CHECKS)
 
 
 def test_the_migration_applies_to_rows_at_0008_and_downgrades(empty_database: str) -> None:
@@ -115,7 +115,7 @@ def test_the_migration_applies_to_rows_at_0008_and_downgrades(empty_database: st
         _rows_of_every_kind(conn)
     upgrade(empty_database)
     with psycopg.connect(_libpq(empty_database), autocommit=True) as conn:
-        assert len(_constraints(conn)) == len(ENUMERATED)
+        assert len(_constraints(conn)) == len(ENUMERATED) + len(OTHER_CHECKS)
     command.downgrade(alembic_config(empty_database), "0008")
     with psycopg.connect(_libpq(empty_database), autocommit=True) as conn:
         assert _constraints(conn) == set()
@@ -123,4 +123,4 @@ def test_the_migration_applies_to_rows_at_0008_and_downgrades(empty_database: st
         conn.execute("DELETE FROM signals WHERE id = 'sig_any'")
     upgrade(empty_database)
     with psycopg.connect(_libpq(empty_database), autocommit=True) as conn:
-        assert len(_constraints(conn)) == len(ENUMERATED)
+        assert len(_constraints(conn)) == len(ENUMERATED) + len(OTHER_CHECKS)

@@ -12,7 +12,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.domain.mail import ParsedMail
-from app.domain.matching import Candidate, Criteria, Pick, Verdict, Why, evaluate, pick
+from app.domain.matching import (
+    Candidate,
+    Criteria,
+    NearMissPick,
+    Pick,
+    Verdict,
+    Why,
+    evaluate,
+    pick,
+)
 
 WINDOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 RECIPIENT = "qa+run1@example.com"
@@ -250,23 +259,25 @@ def test_every_failure_is_reported_in_why_order() -> None:
     candidate = make_candidate(at=WINDOW - timedelta(seconds=1), run_marker="run9", taken=True)
     verdict = evaluate(criteria, candidate)
     assert verdict.failures == (
-        Why.RECEIVED_BEFORE_WINDOW,
         Why.RUN_MARKER_MISMATCH,
+        Why.RECEIVED_BEFORE_WINDOW,
         Why.SUBJECT_MISMATCH,
         Why.BODY_MISMATCH,
         Why.TAKEN_BY_OTHER_SIGNAL,
     )
-    assert not verdict.near_miss
+    # Several failed rules still make a near miss: the first is its why.
+    assert verdict.near_miss
 
 
 def test_why_values_are_the_contract_strings() -> None:
     assert [w.value for w in Why] == [
-        "received_before_window",
         "run_marker_mismatch",
         "run_marker_missing",
+        "received_before_window",
         "subject_mismatch",
         "body_mismatch",
         "taken_by_other_signal",
+        "recipient_typo",
     ]
 
 
@@ -285,7 +296,7 @@ def test_equal_instants_are_broken_by_message_id() -> None:
     assert pick(make_criteria(), [second, first]).winner == first
 
 
-def test_pick_reports_near_misses_but_not_strangers_or_double_failures() -> None:
+def test_pick_reports_near_misses_with_every_failed_rule_but_not_strangers() -> None:
     before = make_candidate("msg_old", at=WINDOW - timedelta(seconds=3))
     other_run = make_candidate("msg_other", run_marker="run2")
     stranger = make_candidate("msg_stranger", to=("x@example.com",), run_marker="run2")
@@ -294,10 +305,19 @@ def test_pick_reports_near_misses_but_not_strangers_or_double_failures() -> None
     assert result == Pick(
         winner=None,
         near_misses=(
-            (before, Why.RECEIVED_BEFORE_WINDOW),
-            (other_run, Why.RUN_MARKER_MISMATCH),
+            NearMissPick(before, Why.RECEIVED_BEFORE_WINDOW, ()),
+            NearMissPick(double, Why.RECEIVED_BEFORE_WINDOW, (Why.TAKEN_BY_OTHER_SIGNAL,)),
+            NearMissPick(other_run, Why.RUN_MARKER_MISMATCH, ()),
         ),
     )
+
+
+def test_another_runs_marker_and_another_subject_is_a_near_miss_on_the_marker() -> None:
+    criteria = make_criteria(subject_contains="Verify")
+    candidate = make_candidate(run_marker="run2", subject="Welcome aboard")
+    (near,) = pick(criteria, [candidate]).near_misses
+    assert near.why is Why.RUN_MARKER_MISMATCH
+    assert near.also == (Why.SUBJECT_MISMATCH,)
 
 
 def test_pick_of_nothing_has_no_winner() -> None:
@@ -380,13 +400,13 @@ def test_candidate_received_before_window_never_wins(
 
 
 @given(criteria_strategy, pools)
-def test_near_misses_are_addressed_and_failed_exactly_their_why(
+def test_near_misses_are_addressed_and_failed_their_why_then_also(
     criteria: Criteria, pool: list[Candidate]
 ) -> None:
-    for candidate, why in pick(criteria, pool).near_misses:
+    for candidate, why, also in pick(criteria, pool).near_misses:
         verdict = evaluate(criteria, candidate)
         assert verdict.addressed
-        assert verdict.failures == (why,)
+        assert verdict.failures == (why, *also)
 
 
 @given(criteria_strategy, pools, st.randoms())

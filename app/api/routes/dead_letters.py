@@ -6,13 +6,15 @@ Tenants act in their own namespace; operators in every namespace (the
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 
 from app.api.deps import Caller
-from app.api.params import Cursor, DeadLetterId, Limit
+from app.api.params import Cursor, DeadLetterId, Limit, NamespaceQuery
 from app.api.responses import V1, errors
+from app.errors import InvalidInput
 from app.usecases import triage, views
 from app.usecases.auth import Principal
 from app.usecases.inputs import Discard, Redrive
@@ -34,6 +36,21 @@ def list_dead_letters(
 ) -> dict[str, Any]:
     items, next_cursor = triage.dead_letter_list(caller, filters, limit=limit, cursor=cursor)
     return {"items": [_shown(caller, i) for i in items], "next_cursor": next_cursor}
+
+
+@router.get("/causes", responses=errors(*V1))
+def dead_letter_causes(
+    caller: Caller,
+    since: Annotated[datetime | None, Query()] = None,
+    namespace: NamespaceQuery = None,
+    limit: Limit = 50,
+) -> dict[str, Any]:
+    """Open dead letters grouped by provider, reason, first near miss's why
+    and test case, largest first (operators: every namespace, or `namespace`)."""
+    if since is not None and since.tzinfo is None:
+        raise InvalidInput("since must carry a timezone, e.g. 2026-01-01T00:00:00Z", field="since")
+    items = triage.dead_letter_causes(caller, since=since, namespace=namespace, limit=limit)
+    return {"items": items, "next_cursor": None}
 
 
 @router.post("/redrive", responses=errors(*V1))

@@ -24,7 +24,7 @@ from app.api.params import (
     SignalId,
 )
 from app.api.responses import V1, errors
-from app.usecases import evidence, signals
+from app.usecases import evidence, signals, typos
 from app.usecases.inputs import MailboxCreate, SignalCreate
 
 router = APIRouter(prefix="/v1")
@@ -42,7 +42,12 @@ def create_signal(
     idempotency_key: Annotated[str | None, Header(max_length=512)] = None,
 ) -> JSONResponse:
     created = signals.signal_create(settings, namespace, body, idempotency_key)
-    return JSONResponse(created.view, status_code=created.status_code)
+    answer = created.view
+    # A likely typo is pointed out; the signal is created all the same.
+    warnings = typos.recipient_warnings(settings, body.recipient)
+    if warnings:
+        answer = {**answer, "warnings": warnings}
+    return JSONResponse(answer, status_code=created.status_code)
 
 
 # Answered as a JSONResponse like the claim routes (see app/api/routes/claims.py).

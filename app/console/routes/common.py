@@ -32,7 +32,7 @@ templates = Jinja2Templates(directory=str(CONSOLE_DIR / "templates"))
 
 _T = TypeVar("_T")
 
-FILTER_FIELDS = ("state", "reason", "provider", "run_id", "namespace")
+FILTER_FIELDS = ("state", "reason", "provider", "run_id", "namespace", "why", "test_case")
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self';"
@@ -59,8 +59,21 @@ def _when(value: str | datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _clock(value: str | datetime | None) -> str:
+    """A timestamp as `HH:MM` UTC (a cause's "since"), with the day when not today."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    value = value.astimezone(UTC)
+    if value.date() == datetime.now(UTC).date():
+        return value.strftime("%H:%M")
+    return value.strftime("%Y-%m-%d %H:%M")
+
+
 templates.env.filters["mask"] = mask_subject
 templates.env.filters["when"] = _when
+templates.env.filters["clock"] = _clock
 
 
 def settings_of(request: Request) -> Settings:

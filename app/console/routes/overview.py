@@ -1,5 +1,6 @@
-"""The console's first page: signals by status, circuits, webhook
-deliveries and the latest open dead letters."""
+"""The console's first page: the largest causes of open dead letters,
+signals by status, circuits, webhook deliveries and the latest open dead
+letters."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ async def overview(request: Request, session: SignedIn) -> Response:
             caller, DeadLetterFilter(state="open"), limit=20, cursor=None
         )
     )
+    causes = await run_in_threadpool(lambda: triage.dead_letter_causes(caller, since=None, limit=5))
     by_status: dict[str, int] = {}
     for row in data["counts"]:
         by_status[row["status"]] = by_status.get(row["status"], 0) + row["count"]
@@ -37,4 +39,5 @@ async def overview(request: Request, session: SignedIn) -> Response:
         breakers=breakers,
         hooks=hooks,
         open_items=open_items,
+        causes=causes,
     )

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from app.console.routes.common import SignedIn, call, error_page, render, render_signal_page
-from app.usecases import triage
+from app.usecases import timeline, triage
 from app.usecases.triage import DeadLetterFilter
 
 router = APIRouter(prefix="/console", include_in_schema=False)
@@ -17,8 +17,15 @@ router = APIRouter(prefix="/console", include_in_schema=False)
 @router.get("/signals/{signal_id}")
 async def signal(request: Request, signal_id: str, session: SignedIn) -> Response:
     view = await call(request, session, triage.signal_read, session.principal, signal_id)
+    events = await call(request, session, timeline.signal_timeline, session.principal, signal_id)
     return await render_signal_page(
-        request, session, "signal.html", signal_id, s=view, refresh=view["status"] == "waiting"
+        request,
+        session,
+        "signal.html",
+        signal_id,
+        s=view,
+        events=events,
+        refresh=view["status"] == "waiting",
     )
 
 

@@ -266,7 +266,9 @@ class _Writer:
         while True:
             result = pick(criteria, candidates_for(observed, taken_by_other))
             new = messages_db.near_miss_record_many(
-                session, row["id"], [(c.message_id, why.value) for c, why in result.near_misses]
+                session,
+                row["id"],
+                [(n.candidate.message_id, n.why.value, n.also) for n in result.near_misses],
             )
             self.effects.mismatches.extend((row["provider"], why) for why in new)
             if result.winner is None:

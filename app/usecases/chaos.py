@@ -1,0 +1,303 @@
+"""Chaos on the sink (docs/api.md, "Chaos"): a namespace's rules that make
+the SMTP sink refuse `RCPT TO` or `DATA` for its own addresses, and the
+sink's side of them.
+
+A namespace sets rules only for addresses it owns or holds (an exact
+address it may use, or `*@domain` for a domain it owns); rules end after
+`SIGNALBOX_CHAOS_MAX_SECONDS` at the latest. The rules live in PostgreSQL,
+and applying one is one guarded update, so `times` holds across every sink
+process. The sink holds the live rules in memory and asks PostgreSQL only
+when a rule covers the address at hand: with no rules, an SMTP command costs
+no database round trip. A version in Redis, bumped by every change, tells
+the sink at once that its copy is stale.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from app.db import chaos as chaos_db
+from app.db.engine import autocommit, transaction
+from app.domain.chaos import ChaosRule, ChaosStage, is_valid_reply, rules_for
+from app.domain.ids import new_id
+from app.errors import RecipientNotOwned
+from app.infra.keys import recipient_hash
+from app.infra.redis import client_for, is_redis_url, redis_url
+from app.settings import Settings
+from app.usecases import views
+from app.usecases.inputs import _Input, normalise_address
+from app.usecases.visibility import may_use_address
+
+log = logging.getLogger("signalbox.chaos")
+
+VERSION_KEY = "signalbox:chaos:version"
+MAX_RULES = 100
+_DOMAIN = re.compile(
+    r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$"
+)
+
+
+class ChaosRuleIn(_Input):
+    """One rule: `recipient` an address or `*@domain`; `times` or `probability`."""
+
+    recipient: str = Field(max_length=320)
+    stage: Literal["rcpt", "data"]
+    reply: str = Field(max_length=512)
+    times: int | None = Field(default=None, ge=1, le=1_000_000)
+    probability: float | None = Field(default=None, gt=0, le=1)
+    expires_in_seconds: int | None = Field(default=None, ge=1)
+
+    @field_validator("recipient")
+    @classmethod
+    def _recipient(cls, value: str) -> str:
+        value = value.strip()
+        if value.startswith("*@"):
+            domain = value[2:].lower()
+            if len(domain) > 253 or not _DOMAIN.match(domain):
+                raise ValueError("must be an email address or *@domain")
+            return "*@" + domain
+        return normalise_address(value)
+
+    @field_validator("reply")
+    @classmethod
+    def _reply(cls, value: str) -> str:
+        if not is_valid_reply(value):
+            raise ValueError(
+                "must be one SMTP reply line with a 4xx or 5xx code, e.g. "
+                "'451 4.3.0 Try again later' (printable ASCII, no CR or LF)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _times_or_probability(self) -> ChaosRuleIn:
+        if (self.times is None) == (self.probability is None):
+            raise ValueError("give exactly one of times and probability")
+        return self
+
+
+class ChaosPut(_Input):
+    rules: list[ChaosRuleIn] = Field(max_length=MAX_RULES)
+
+
+def rule_view(row: Any) -> dict[str, Any]:
+    return {
+        "rule_id": row["id"],
+        "recipient": row["recipient"],
+        "stage": row["stage"],
+        "reply": row["reply"],
+        "times": row["times"],
+        "probability": row["probability"],
+        "applied": row["applied"],
+        "created_at": views.iso(row["created_at"]),
+        "expires_at": views.iso(row["expires_at"]),
+    }
+
+
+def chaos_put(settings: Settings, namespace: str, req: ChaosPut) -> dict[str, Any]:
+    """Replace the namespace's rules; 403 `recipient_not_owned` (nothing
+    changed) when one names an address or a domain it may not use."""
+    owned_domains = {d for d, ns in settings.namespace_domain_owners.items() if ns == namespace}
+    longest = settings.chaos_max_seconds
+    with transaction() as session:
+        for i, rule in enumerate(req.rules):
+            if rule.recipient.startswith("*@"):
+                allowed = rule.recipient[2:] in owned_domains
+            else:
+                allowed = may_use_address(session, settings, namespace, rule.recipient)
+            if not allowed:
+                raise RecipientNotOwned(
+                    "a chaos rule may name only an address this namespace owns or holds, "
+                    "or *@ a domain it owns",
+                    field=f"rules.{i}.recipient",
+                )
+        rows = chaos_db.chaos_rule_replace(
+            session,
+            namespace,
+            [
+                {
+                    "id": new_id("chs"),
+                    "recipient": r.recipient,
+                    "stage": r.stage,
+                    "reply": r.reply,
+                    "times": r.times,
+                    "probability": r.probability,
+                    "expires_in": float(min(r.expires_in_seconds or longest, longest)),
+                }
+                for r in req.rules
+            ],
+        )
+        answer = {"rules": [rule_view(r) for r in rows]}
+    _changed(settings)
+    log.info(
+        "chaos rules set",
+        extra={
+            "event": "chaos_rules_set",
+            "namespace": namespace,
+            "count": len(rows),
+            "recipient_hashes": [
+                r.recipient if r.recipient.startswith("*@") else recipient_hash(r.recipient)
+                for r in req.rules
+            ],
+        },
+    )
+    return answer
+
+
+def chaos_get(namespace: str) -> dict[str, Any]:
+    with transaction() as session:
+        return {"rules": [rule_view(r) for r in chaos_db.chaos_rule_list(session, namespace)]}
+
+
+def chaos_delete(settings: Settings, namespace: str) -> dict[str, Any]:
+    """Remove the namespace's rules; answers them as they ended (their counts)."""
+    with transaction() as session:
+        ended = [rule_view(r) for r in chaos_db.chaos_rule_list(session, namespace)]
+        chaos_db.chaos_rule_delete(session, namespace)
+    _changed(settings)
+    log.info(
+        "chaos rules deleted",
+        extra={"event": "chaos_rules_deleted", "namespace": namespace, "count": len(ended)},
+    )
+    return {"rules": [], "deleted": ended}
+
+
+def _changed(settings: Settings) -> None:
+    """Tell every sink its rules are stale (after the commit). Best effort:
+    without Redis a sink re-reads its rules every SinkChaos.FALLBACK_SECONDS."""
+    url = redis_url(settings)
+    if not is_redis_url(url):
+        return
+    try:
+        client_for(url).incr(VERSION_KEY)
+    except Exception as exc:
+        log.warning(
+            "chaos rules changed but the sinks could not be told at once",
+            extra={"event": "chaos_version_failed", "error": type(exc).__name__},
+        )
+
+
+# --------------------------------------------------------------------------- the sink's side
+
+
+class SinkChaos:
+    """The sink's copy of the live rules, and the one question it asks:
+    which reply, if any, answers this command instead of the sink.
+
+    `refresh()` is called once per SMTP transaction (its first RCPT TO): it
+    reads the version from Redis (one round trip) and re-reads the rules from
+    PostgreSQL only when the version changed or the copy is older than
+    `MAX_AGE_SECONDS` (a rule's end, a lost version bump); without Redis, when
+    the copy is older than `FALLBACK_SECONDS`. `reply_for()` asks PostgreSQL
+    only when a held rule covers an address. Thread-safe; blocking (the sink
+    calls both in a thread).
+    """
+
+    MAX_AGE_SECONDS = 5.0
+    FALLBACK_SECONDS = 1.0
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        rand: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self._rand = rand
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._rules: tuple[ChaosRule, ...] = ()
+        self._version: bytes | None = None
+        self._loaded_at: float | None = None
+
+    @property
+    def rules(self) -> tuple[ChaosRule, ...]:
+        return self._rules
+
+    def refresh(self) -> None:
+        """Bring the copy up to date if it may be stale (see the class)."""
+        now = self._clock()
+        version = self._read_version()
+        with self._lock:
+            age = None if self._loaded_at is None else now - self._loaded_at
+            limit = self.MAX_AGE_SECONDS if version is not None else self.FALLBACK_SECONDS
+            if age is not None and age < limit and version == self._version:
+                return
+        try:
+            with autocommit() as session:
+                rows = chaos_db.chaos_rule_live(session)
+        except Exception as exc:  # the sink keeps working on its last copy
+            log.warning(
+                "chaos rules could not be read; keeping the last copy",
+                extra={"event": "chaos_rules_unreadable", "error": type(exc).__name__},
+            )
+            return
+        rules = tuple(
+            ChaosRule(
+                rule_id=r["id"],
+                recipient=r["recipient"],
+                stage=ChaosStage(r["stage"]),
+                reply=r["reply"],
+                expires_at=r["expires_at"],
+                times=r["times"],
+                probability=r["probability"],
+                exhausted=bool(r["exhausted"]),
+            )
+            for r in rows
+        )
+        with self._lock:
+            self._rules, self._version, self._loaded_at = rules, version, now
+
+    def _read_version(self) -> bytes | None:
+        url = redis_url(self.settings)
+        if not is_redis_url(url):
+            return None
+        try:
+            value = client_for(url, timeout=0.5).get(VERSION_KEY)
+        except Exception:
+            return None
+        return value if isinstance(value, bytes) else b"0"
+
+    def reply_for(self, stage: ChaosStage, addresses: Sequence[str]) -> str | None:
+        """The reply of the first live rule of `stage` covering one of
+        `addresses` that applies now (a `probability` rule when its draw says
+        so, a `times` rule while it has times left), counted applied; else None."""
+        candidates = rules_for(self._rules, stage, addresses, datetime.now(UTC))
+        if not candidates:
+            return None
+        for rule in candidates:
+            if rule.probability is not None and self._rand() >= rule.probability:
+                continue
+            try:
+                with transaction() as session:
+                    reply = chaos_db.chaos_rule_apply(session, rule.rule_id)
+            except Exception as exc:  # a fault injector that fails lets the mail through
+                log.warning(
+                    "a chaos rule could not be applied",
+                    extra={"event": "chaos_apply_failed", "error": type(exc).__name__},
+                )
+                return None
+            if reply is not None:
+                log.info(
+                    "chaos rule applied",
+                    extra={"event": "chaos_applied", "rule_id": rule.rule_id, "stage": stage.value},
+                )
+                return reply
+            self._mark_exhausted(rule.rule_id)
+        return None
+
+    def _mark_exhausted(self, rule_id: str) -> None:
+        with self._lock:
+            self._rules = tuple(
+                replace(r, exhausted=True) if r.rule_id == rule_id else r for r in self._rules
+            )

@@ -1,0 +1,133 @@
+"""Recipient typos, looked for when a signal expires: a message that passed
+every other rule of the signal, received in its window by an address one or
+two edits from its recipient (docs/api.md, "Typos"), is a near miss with
+`why: recipient_typo`.
+
+Only mail the signal's namespace may see is looked at, and only addresses
+that belong to the namespace or that nobody holds or owns: mail another
+namespace holds or owns is never considered. Checks search for the
+recipient exactly, so the sink's store (a provider of type `sink`) and the
+messages checks already recorded (a polled provider answers every message
+of the mailbox) are searched here, bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.db import messages as messages_db
+from app.db import sink_messages as sink_messages_db
+from app.domain.matching import Candidate, Why, evaluate
+from app.domain.typos import WELL_KNOWN_DOMAINS, address_edits, domain_suggestion
+from app.providers.base import WHOLE_SECONDS, ProviderMessage
+from app.providers.runtime import provider_configs
+from app.settings import Settings
+from app.usecases.checks.criteria import criteria_for
+from app.usecases.checks.observed import record_messages
+from app.usecases.visibility import may_use_address, visible_ids
+
+# The latest messages of the window looked at, the candidates parsed, and the
+# typo near misses recorded per signal.
+SCAN = 2000
+CANDIDATES = 50
+KEPT = 5
+
+
+def record_typo_near_misses(
+    session: Session, settings: Settings, signal: Mapping[Any, Any]
+) -> list[str]:
+    """Record the recipient typos of the expired `signal` (a row of `signals`)
+    as its near misses; return the ids of the messages recorded."""
+    recipient = str(signal["recipient"]).lower()
+    provider = str(signal["provider"])
+    # Whole seconds: a provider stamping seconds never hides a typo sent in
+    # the window's first second.
+    since = signal["received_after"] - WHOLE_SECONDS
+    until = signal["expires_at"]
+    bounds = {"since": since, "until": until, "scan": SCAN, "limit": CANDIDATES}
+
+    found: list[ProviderMessage] = []
+    config = provider_configs(settings).get(provider)
+    if config is not None and config.type == "sink":
+        found += [
+            ProviderMessage(
+                provider_message_id=str(r["id"]),
+                received_at=r["received_at"],
+                raw=bytes(r["raw"]),
+                envelope_recipients=tuple(r["all_recipients"]),
+            )
+            for r in sink_messages_db.sink_message_near_address(session, recipient, **bounds)
+        ]
+    seen = {m.provider_message_id for m in found}
+    found += [
+        ProviderMessage(
+            provider_message_id=r["provider_message_id"],
+            received_at=r["received_at"],
+            raw=bytes(r["raw"]),
+            envelope_recipients=tuple(r["recipients"]),
+        )
+        for r in messages_db.message_near_address(session, provider, recipient, **bounds)
+        if r["provider_message_id"] not in seen
+    ]
+    if not found:
+        return []
+    observed = record_messages(session, provider, found)
+    namespace = str(signal["namespace"])
+    visible = visible_ids(session, settings, namespace, [o.message_id for o in observed])
+    taken = messages_db.message_taken(session, [o.message_id for o in observed], namespace)
+    usable: dict[str, bool] = {}
+
+    def may_use(address: str) -> bool:
+        if address not in usable:
+            usable[address] = may_use_address(session, settings, namespace, address)
+        return usable[address]
+
+    typos: list[tuple[str, str]] = []
+    for o in observed:
+        if o.message_id not in visible or o.message.received_at > until:
+            continue
+        addresses = sorted(
+            {a.lower() for a in (*o.message.envelope_recipients, *o.mail.to, *o.mail.cc)}
+        )
+        near = [a for a in addresses if address_edits(recipient, a) is not None and may_use(a)]
+        for address in near:
+            criteria = criteria_for({**signal, "recipient": address}, WHOLE_SECONDS)
+            candidate = Candidate(
+                message_id=o.message_id,
+                received_at=o.message.received_at,
+                mail=o.mail,
+                envelope_recipients=tuple(addresses),
+                taken_by_other=taken.get(o.message_id, signal["id"]) != signal["id"],
+            )
+            if evaluate(criteria, candidate).matched:
+                typos.append((o.message_id, address))
+                break
+        if len(typos) >= KEPT:
+            break
+    if typos:
+        messages_db.near_miss_record_many(
+            session,
+            signal["id"],
+            [(mid, Why.RECIPIENT_TYPO.value, ()) for mid, _ in typos],
+            addresses=[address for _, address in typos],
+        )
+    return [mid for mid, _ in typos]
+
+
+def recipient_warnings(settings: Settings, recipient: str) -> list[dict[str, str]]:
+    """The create answer's warnings about `recipient`: `domain_typo` when its
+    domain is one or two edits from a well-known mail domain or a domain this
+    deployment's sink serves (an exact one gets none)."""
+    known = (
+        *sorted(settings.accepted_domains),
+        settings.mailbox_domain,
+        *sorted(settings.namespace_domain_owners),
+        *WELL_KNOWN_DOMAINS,
+    )
+    suggestion = domain_suggestion(recipient, known)
+    if suggestion is None:
+        return []
+    return [{"code": "domain_typo", "field": "recipient", "suggestion": suggestion}]
