@@ -161,7 +161,7 @@ def sink_message_before_windows(
 # window are looked at, so a busy window costs a bounded read.
 _NEAR_ADDRESSES = raw.Query(
     """
-    SELECT w.id, w.received_at, w.all_recipients, sm.raw
+    SELECT w.id, w.received_at, w.all_recipients, sm.envelope_recipients, sm.raw
       FROM (SELECT id, received_at, all_recipients
               FROM sink_messages
              WHERE received_at >= :since AND received_at <= :until

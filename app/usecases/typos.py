@@ -27,7 +27,7 @@ from app.providers.runtime import provider_configs
 from app.settings import Settings
 from app.usecases.checks.criteria import criteria_for
 from app.usecases.checks.observed import record_messages
-from app.usecases.visibility import may_use_address, visible_ids
+from app.usecases.visibility import may_watch, visible_ids
 
 # The latest messages of the window looked at, the candidates parsed, and the
 # typo near misses recorded per signal.
@@ -57,7 +57,7 @@ def record_typo_near_misses(
                 provider_message_id=str(r["id"]),
                 received_at=r["received_at"],
                 raw=bytes(r["raw"]),
-                envelope_recipients=tuple(r["all_recipients"]),
+                envelope_recipients=tuple(r["envelope_recipients"]),
             )
             for r in sink_messages_db.sink_message_near_address(session, recipient, **bounds)
         ]
@@ -76,13 +76,17 @@ def record_typo_near_misses(
         return []
     observed = record_messages(session, provider, found)
     namespace = str(signal["namespace"])
-    visible = visible_ids(session, settings, namespace, [o.message_id for o in observed])
+    # Mail the namespace may see, or that nobody owned or held: never mail
+    # another namespace owns or holds.
+    visible = visible_ids(
+        session, settings, namespace, [o.message_id for o in observed], unclaimed=True
+    )
     taken = messages_db.message_taken(session, [o.message_id for o in observed], namespace)
     usable: dict[str, bool] = {}
 
     def may_use(address: str) -> bool:
         if address not in usable:
-            usable[address] = may_use_address(session, settings, namespace, address)
+            usable[address] = may_watch(session, settings, namespace, address)
         return usable[address]
 
     typos: list[tuple[str, str]] = []

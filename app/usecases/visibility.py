@@ -50,12 +50,19 @@ def belonging(
 
 
 def visible_ids(
-    session: Session, settings: Settings, namespace: str, message_ids: Sequence[str]
+    session: Session,
+    settings: Settings,
+    namespace: str,
+    message_ids: Sequence[str],
+    *,
+    unclaimed: bool = False,
 ) -> set[str]:
-    """The ids among `message_ids` that `namespace` may see."""
+    """The ids among `message_ids` that `namespace` may see; `unclaimed`
+    adds those that belong to nobody yet (no namespace owned or held any of
+    their recipients, then or since: what a recipient typo may point at)."""
     rows = messages_db.message_deliveries(session, list(message_ids))
     belongs = belonging(session, settings, rows)
-    return {mid for mid, b in belongs.items() if sees(namespace, b)}
+    return {mid for mid, b in belongs.items() if sees(namespace, b) or (unclaimed and not b)}
 
 
 def may_see(session: Session, settings: Settings, namespace: str, message_id: str) -> bool:
@@ -78,6 +85,24 @@ def may_use_address(session: Session, settings: Settings, namespace: str, addres
         return True
     held = holds_db.hold_open_get(session, address)
     return held is not None and held["namespace"] == namespace
+
+
+def may_watch(session: Session, settings: Settings, namespace: str, address: str) -> bool:
+    """Whether `namespace` owns, holds or shares `address`, or nobody owns or
+    holds it (a signal of `namespace` on it would be allowed, holds aside
+    that have lapsed)."""
+    address = address.strip().lower()
+    owner = owner_of(
+        address,
+        settings.namespace_domain_owners,
+        mailboxes_db.mailbox_owner_many(session, [address]).get(address),
+    )
+    if owner is not None:
+        return owner == namespace
+    if is_shared(address, settings.shared_address_entries):
+        return True
+    held = holds_db.hold_open_get(session, address)
+    return held is None or held["namespace"] == namespace
 
 
 def owners_of(
