@@ -29,17 +29,19 @@ def dead_letter_insert(session: Session, values: Mapping[Any, Any]) -> str | Non
             """
             INSERT INTO dead_letters (id, signal_id, generation, namespace, run_id, provider,
                 reason, checks_total, checks_by_outcome, last_error_code, near_misses,
-                recommendation, publish_attempt_at)
+                recommendation, duplicates, publish_attempt_at)
             VALUES (:id, :signal_id, :generation, :namespace, :run_id, :provider, :reason,
                 :checks_total, :checks_by_outcome, :last_error_code, :near_misses,
-                :recommendation, now())
+                :recommendation, :duplicates, now())
             ON CONFLICT (signal_id, generation) DO NOTHING
             RETURNING id
             """
         ).bindparams(
-            bindparam("checks_by_outcome", type_=JSONB), bindparam("near_misses", type_=JSONB)
+            bindparam("checks_by_outcome", type_=JSONB),
+            bindparam("near_misses", type_=JSONB),
+            bindparam("duplicates", type_=JSONB(none_as_null=True)),
         ),
-        dict(values),
+        {"duplicates": None, **values},
     ).scalar_one_or_none()
 
 

@@ -84,13 +84,15 @@ _INSERT_SIGNAL = """
         id, namespace, idempotency_key, run_id, test_case, recipient,
         subject_contains, body_contains, received_after, created_at, updated_at,
         expires_at, max_checks, provider, require_run_marker, metadata,
-        status, next_check_at, next_check_reason, enqueued_at, max_claims)
+        status, next_check_at, next_check_reason, enqueued_at, max_claims,
+        expect, settle_seconds)
     SELECT
         :id, :namespace, :idempotency_key, :run_id, :test_case, :recipient,
         :subject_contains, :body_contains, coalesce(:received_after, {now}), {now}, {now},
         {now} + make_interval(secs => :expires_in), :max_checks, :provider,
         :require_run_marker, :metadata,
-        'waiting', {now}, 'first', {now}, :max_claims
+        'waiting', {now}, 'first', {now}, :max_claims,
+        :expect, CAST(:settle_seconds AS smallint)
     {source}
     WHERE EXISTS (SELECT 1 FROM key WHERE signal_id = :id)
 """
