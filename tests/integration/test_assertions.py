@@ -3,15 +3,20 @@ matches, and the claim's owner (docs/api.md, "Assertions")."""
 
 from __future__ import annotations
 
+import smtplib
 import time
 import uuid
-from datetime import datetime
+from collections.abc import Callable
+from datetime import UTC, datetime
+from email.message import EmailMessage
+from email.utils import format_datetime
 from typing import Any
 
 import pytest
 
 from tests.integration.helpers import create_signal, db_rows, db_scalar, mail, wait_result
 from tests.integration.test_triage_console import sign_in
+from tests.servers import MaildevServer
 from tests.stack import TOKENS, Stack, wait_until
 
 pytestmark = pytest.mark.integration
@@ -35,7 +40,8 @@ def at(value: str) -> datetime:
 
 
 def dead_letter_count(stack: Stack, signal_id: str) -> int:
-    return int(db_scalar(stack, "SELECT count(*) FROM dead_letters WHERE signal_id = %s", signal_id))
+    sql = "SELECT count(*) FROM dead_letters WHERE signal_id = %s"
+    return int(db_scalar(stack, sql, signal_id))
 
 
 def first_look(stack: Stack, signal_id: str) -> None:
@@ -129,6 +135,53 @@ def test_an_arrived_signal_takes_nothing_from_a_signal_that_waits_for_the_mail(
     assert [(i["message_id"], i["taken_by"]) for i in items] == [
         (found["message"]["message_id"], first["signal_id"])
     ]
+
+
+@pytest.mark.providers
+def test_none_on_maildev_decides_on_the_look_at_the_deadline_whatever_its_whole_seconds(
+    stack_factory: Callable[..., Stack], maildev: MaildevServer
+) -> None:
+    """MailDev is polled and stamps whole seconds (the Date header). A quiet
+    address is `absent` only after a look begun at or after the deadline;
+    with a budget of two looks the second is kept for the deadline, and a
+    mail that came after the first look is seen by that last look (`arrived`)."""
+    stack = stack_factory()
+    (stack.logs.parent / "providers.toml").write_text(
+        f'[providers.catcher]\ntype = "maildev"\nurl = "{maildev.url}"\n'
+    )
+    stack.start()
+    common = {"provider": "catcher", "expect": "none"}
+    quiet = create_signal(stack, expires_in_seconds=4, **common)
+    # Its deadline 6 s after the other's: no look of the other rides along early.
+    late = create_signal(stack, expires_in_seconds=10, max_checks=2, **common)
+    # One look of the budget spent: the other is the deadline's.
+    wait_until(
+        lambda: wait_result(stack, late["signal_id"], wait=0)["checks"] == 1,
+        timeout=30,
+        what="the first counted look",
+    )
+    for to in (late["recipient"], f"someone-else-{uuid.uuid4().hex[:6]}@example.test"):
+        msg = EmailMessage()
+        msg["From"] = "app@example.test"
+        msg["To"] = to
+        msg["Subject"] = "Your account was deleted"
+        msg["Date"] = format_datetime(datetime.now(UTC).replace(microsecond=0))
+        msg.set_content("Goodbye.")
+        with smtplib.SMTP(maildev.host, maildev.smtp_port, timeout=10) as smtp:
+            smtp.send_message(msg)
+
+    absent = wait_result(stack, quiet["signal_id"], wait=40)
+    arrived = wait_result(stack, late["signal_id"], wait=40)
+
+    assert absent["status"] == "absent", absent
+    deciding = checks_of(stack, quiet["signal_id"])[-1]
+    assert deciding["outcome"] == "no_match"
+    assert at(deciding["started_at"]) >= at(absent["expires_at"])
+    assert arrived["status"] == "arrived", arrived
+    looks = [c for c in checks_of(stack, late["signal_id"]) if c["outcome"] != "circuit_open"]
+    assert [c["outcome"] for c in looks] == ["no_match", "matched"]
+    assert at(looks[-1]["started_at"]) >= at(arrived["expires_at"])
+    assert at(arrived["message"]["received_at"]) <= at(arrived["expires_at"])
 
 
 # --------------------------------------------------------------------------- exactly one
