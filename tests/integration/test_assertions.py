@@ -137,6 +137,48 @@ def test_an_arrived_signal_takes_nothing_from_a_signal_that_waits_for_the_mail(
     ]
 
 
+def test_the_sweep_makes_absent_a_none_signal_whose_final_look_found_nothing(
+    stack: Stack,
+) -> None:
+    """The safety net: a `none` signal past its deadline whose last look
+    began after it and found nothing is `absent`, never a dead letter."""
+    signal = create_signal(stack, expect="none", expires_in_seconds=600)
+    first_look(stack, signal["signal_id"])
+    db_rows(
+        stack,
+        "UPDATE signals SET expires_at = now() - interval '2 seconds',"
+        " last_look_at = now() - interval '1 second', last_outcome = 'no_match',"
+        " next_check_at = now() + interval '1 hour' WHERE id = %s",
+        signal["signal_id"],
+    )
+
+    view = wait_result(stack, signal["signal_id"], wait=30)
+
+    assert view["status"] == "absent", view
+    assert dead_letter_count(stack, signal["signal_id"]) == 0
+
+
+def test_a_none_signal_whose_final_look_never_saw_the_provider_is_never_absent(
+    stack: Stack,
+) -> None:
+    """Past its deadline with no look begun after it (and the grace gone):
+    the expectation could not be checked, so it expires with a dead letter."""
+    signal = create_signal(stack, expect="none", expires_in_seconds=600)
+    first_look(stack, signal["signal_id"])
+    db_rows(
+        stack,
+        "UPDATE signals SET expires_at = now() - interval '1 hour',"
+        " last_look_at = now() - interval '2 hours', next_check_at = now() + interval '1 hour'"
+        " WHERE id = %s",
+        signal["signal_id"],
+    )
+
+    view = wait_result(stack, signal["signal_id"], wait=30)
+
+    assert (view["status"], view["expiry_reason"]) == ("expired", "deadline"), view
+    assert dead_letter_count(stack, signal["signal_id"]) == 1
+
+
 @pytest.mark.providers
 def test_none_on_maildev_decides_on_the_look_at_the_deadline_whatever_its_whole_seconds(
     stack_factory: Callable[..., Stack], maildev: MaildevServer
