@@ -204,11 +204,13 @@ def dead_letter_count_open_by_namespace(session: Session, namespace: str | None)
 # ---------------------------------------------------------------- late mail
 
 # Dead letters whose signal may still receive its mail late: open, not yet
-# given a late message, and within a day of the deadline.
+# given a late message, and within a day of the deadline. A signal that had
+# its mail (claims used up) or too much of it (duplicate messages) has no
+# late mail to wait for.
 _LATE_WATCH = """
     FROM dead_letters d JOIN signals s ON s.id = d.signal_id AND s.generation = d.generation
    WHERE d.state = 'open' AND d.late_message IS NULL
-     AND d.reason <> 'claims_exhausted' AND s.status = 'expired'
+     AND d.reason NOT IN ('claims_exhausted', 'duplicate_messages') AND s.status = 'expired'
      AND s.expires_at > now() - interval '24 hours'
 """
 
