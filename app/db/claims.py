@@ -54,7 +54,7 @@ def claim_take(
     run_id: str,
     claim_id: str,
     lease_seconds: float,
-    owner: str,
+    owner: str | None = None,
 ) -> Row | None:
     """found → claimed, the claim row (held by `owner`) and the claimed
     message, in one statement.

@@ -78,6 +78,9 @@ _BIND_KEY = """
         WHERE idempotency_keys.expires_at <= now()
     RETURNING signal_id
 """
+# Columns a create may leave out (a signal expecting the first match).
+_DEFAULTS = {"expect": "first", "settle_seconds": None}
+
 # The new signal, inserted when the key was bound to it; `{now}` is the clock.
 _INSERT_SIGNAL = """
     INSERT INTO signals (
@@ -121,7 +124,11 @@ def signal_create(session: Session, values: Mapping[Any, Any], ttl_hours: float)
     losers wait for the winner's commit, then see a live key and insert
     nothing. The key's foreign key is checked at the end of the statement,
     when the signal exists."""
-    return session.execute(_SIGNAL_CREATE, {**values, "ttl": ttl_hours * 3600.0}).mappings().first()
+    return (
+        session.execute(_SIGNAL_CREATE, {**_DEFAULTS, **values, "ttl": ttl_hours * 3600.0})
+        .mappings()
+        .first()
+    )
 
 
 # The common create, decided in the statement: the facts of
@@ -175,6 +182,7 @@ def signal_create_if_clear(
         session,
         _SIGNAL_CREATE_CLEAR,
         {
+            **_DEFAULTS,
             **values,
             "metadata": Jsonb(values["metadata"]),
             "address": str(values["recipient"]).strip().lower(),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -247,7 +247,7 @@ class _Writer:
         row: _Row,
         observed: list[Observed],
         taken_by: dict[str, str],
-        check_record: Any,
+        check_record: Callable[[CheckOutcome, str | None, bool], CheckRecord],
         log_extra: dict[str, Any],
         now: datetime,
     ) -> bool:
