@@ -5,18 +5,20 @@ each (`GET /v1/signals/{signal_id}/matches`).
 "Matches its filters" is every rule of the matcher but one: a message
 another signal took is listed too, with `taken_by` naming that signal. Only
 messages the signal's namespace may see are listed
-(`app.usecases.visibility`).
+(`app.usecases.visibility`). A message whose content was purged is listed
+unless the signal filters on the body.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, timedelta
 from typing import Any
 
 from app.db import messages as messages_db
 from app.db import signals as signals_db
 from app.db.engine import transaction
-from app.domain.mail import parse_mail
+from app.domain.mail import ParsedMail, parse_mail
 from app.domain.masking import mask_subject
 from app.domain.matching import Candidate, evaluate
 from app.errors import NotFound
@@ -40,6 +42,24 @@ def _precision(settings: Settings, provider: str) -> timedelta:
         return _UNKNOWN_PRECISION
 
 
+def _mail(row: Mapping[Any, Any], needs_body: bool) -> ParsedMail:
+    """The message as the matcher reads it: parsed from its bytes when the
+    signal filters on the body, else from the summary its check recorded
+    (recipients, subject and run marker as parsed then): no parse per request."""
+    if needs_body:
+        return parse_mail(bytes(row["raw"]))
+    return ParsedMail(
+        subject=row["subject"] or "",
+        to=(),
+        cc=(),
+        from_addr=None,
+        message_id_header=None,
+        run_marker=row["run_marker"],
+        text="",
+        html="",
+    )
+
+
 def match_list(
     settings: Settings, namespace: str | None, signal_id: str, *, masked: bool = False
 ) -> list[dict[str, Any]]:
@@ -58,16 +78,17 @@ def match_list(
             closes=signal["expires_at"],
             limit=WINDOW_LIMIT,
         )
+        needs_body = signal["body_contains"] is not None
         matching = [
             r
             for r in rows
-            if r["raw"] is not None
+            if (r["raw"] is not None or not needs_body)
             and evaluate(
                 criteria,
                 Candidate(
                     message_id=r["id"],
                     received_at=r["received_at"].astimezone(UTC),
-                    mail=parse_mail(bytes(r["raw"])),
+                    mail=_mail(r, needs_body),
                     envelope_recipients=tuple(r["recipients"]),
                 ),
             ).matched

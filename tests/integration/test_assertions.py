@@ -350,6 +350,20 @@ def test_matches_are_every_matching_message_oldest_first_with_its_taker(stack: S
     assert matches_of(stack, signal["signal_id"], TOKENS["other"]).status_code == 404
 
 
+def test_matches_filter_on_the_body_when_the_signal_does(stack: Stack) -> None:
+    signal = create_signal(stack, body_contains="code is 493817", expires_in_seconds=60)
+    recipient = signal["recipient"]
+    first_look(stack, signal["signal_id"])
+    stack.send(mail(recipient, "Other", body="Your code is 111111"), [recipient])
+    stack.send(mail(recipient, "Verify", body="Your code is 493817"), [recipient])
+    found = wait_result(stack, signal["signal_id"], wait=30)
+    assert found["status"] == "found", found
+
+    items = matches_of(stack, signal["signal_id"]).json()["items"]
+
+    assert [(i["subject"], i["taken_by"]) for i in items] == [("Verify", signal["signal_id"])]
+
+
 # --------------------------------------------------------------------------- owner
 
 

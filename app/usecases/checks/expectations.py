@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -70,7 +70,7 @@ def write_expectation(
     taken_by: dict[str, str],
     *,
     precision: timedelta,
-    looked_at: Any,
+    looked_at: datetime,
     record: Callable[[CheckOutcome, bool], CheckRecord],
 ) -> Written:
     """Decide and write one `exactly_one` or `none` signal after a look that
