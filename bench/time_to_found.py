@@ -140,8 +140,10 @@ def report(args: argparse.Namespace, samples: list[Sample], wall: float, machine
         if s.found_seconds is None:
             others[s.result] = others.get(s.result, 0) + 1
     print()
+    target = "arrived" if args.expect == "none" else "found"
     print(
-        f"time to found: SMTP delivery completed -> GET ?wait={LONG_POLL_SECONDS} answered `found`"
+        f"time to {target}: SMTP delivery completed -> GET ?wait={LONG_POLL_SECONDS}"
+        f" answered `{target}`"
     )
     print(f"  date         {datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}")
     print(f"  command      {' '.join(['bench/time_to_found.py', *sys.argv[1:]])}")
@@ -149,7 +151,7 @@ def report(args: argparse.Namespace, samples: list[Sample], wall: float, machine
         f"  signals      {len(samples)} measured ({args.warmup} warm-up not counted), "
         f"{args.concurrency} concurrent"
     )
-    print(f"  found        {len(found)}" + "".join(f", {k} {v}" for k, v in sorted(others.items())))
+    print(f"  {target:<12} {len(found)}" + "".join(f", {k} {v}" for k, v in sorted(others.items())))
     if found:
         print(f"  p50      {ms(percentile(found, 50))}")
         print(f"  p90      {ms(percentile(found, 90))}")
@@ -162,8 +164,8 @@ def report(args: argparse.Namespace, samples: list[Sample], wall: float, machine
             f"p99 {ms(percentile(creates, 99)).strip()}"
         )
     print(
-        f"  throughput   {len(found) / wall:.1f} signals/s found "
-        f"(create + deliver + found, {len(samples)} in {wall:.2f} s)"
+        f"  throughput   {len(found) / wall:.1f} signals/s {target} "
+        f"(create + deliver + {target}, {len(samples)} in {wall:.2f} s)"
     )
     errors = [s.error for s in samples if s.error]
     if errors:
