@@ -1,6 +1,7 @@
 """Time from an SMTP delivery to its signal being `found`, on the whole stack.
 
     uv run python bench/time_to_found.py [--signals 200] [--concurrency 20] [--warmup 10]
+                                         [--expect first|none]
 
 Starts `signalbox-server up --no-flower` on the embedded default (PostgreSQL
 and Redis under a temporary SIGNALBOX_DATA_DIR, free loopback ports), then,
@@ -10,7 +11,9 @@ for each signal, `concurrency` at a time:
     GET /v1/signals/{id}?wait=30 (long poll)                   →  t1 when `found`
 
 and prints the distribution of t1 - t0 (the SMTP delivery's completion to the
-API answering `found`), the throughput, and the machine. The long poll is
+API answering `found`), the throughput, and the machine. With `--expect none`
+the signals expect no email, the delivery makes them `arrived`, and t1 is
+when the API answers `arrived`. The long poll is
 issued after the delivery, so it can never miss the change: if the signal is
 already found it answers at once, and the figure is an upper bound of the true
 latency by one HTTP round trip. Warm-up signals are not counted. The stack is
@@ -53,8 +56,11 @@ class Sample:
 
 
 class Bench:
-    def __init__(self, stack: _stack.Stack, concurrency: int) -> None:
+    def __init__(self, stack: _stack.Stack, concurrency: int, expect: str = "first") -> None:
         self.stack = stack
+        self.expect = expect
+        # The result a delivery leads to: `found`, or `arrived` for `expect: none`.
+        self.target = "arrived" if expect == "none" else "found"
         self.run_id = f"bench-{uuid.uuid4().hex[:10]}"
         self.api = httpx.Client(
             base_url=stack.api_url,
@@ -86,6 +92,7 @@ class Bench:
                     "recipient": recipient,
                     "subject_contains": marker,
                     "expires_in_seconds": 120,
+                    "expect": self.expect,
                 },
             )
             created.raise_for_status()
@@ -107,7 +114,7 @@ class Bench:
             return Sample(
                 None, time.perf_counter() - started, "error", f"{type(exc).__name__}: {exc}"
             )
-        found = answered - delivered if result == "found" else None
+        found = answered - delivered if result == self.target else None
         return Sample(found, create_seconds, result)
 
     def batch(self, label: str, count: int, concurrency: int) -> tuple[list[Sample], float]:
@@ -133,8 +140,10 @@ def report(args: argparse.Namespace, samples: list[Sample], wall: float, machine
         if s.found_seconds is None:
             others[s.result] = others.get(s.result, 0) + 1
     print()
+    target = "arrived" if args.expect == "none" else "found"
     print(
-        f"time to found: SMTP delivery completed -> GET ?wait={LONG_POLL_SECONDS} answered `found`"
+        f"time to {target}: SMTP delivery completed -> GET ?wait={LONG_POLL_SECONDS}"
+        f" answered `{target}`"
     )
     print(f"  date         {datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}")
     print(f"  command      {' '.join(['bench/time_to_found.py', *sys.argv[1:]])}")
@@ -142,7 +151,7 @@ def report(args: argparse.Namespace, samples: list[Sample], wall: float, machine
         f"  signals      {len(samples)} measured ({args.warmup} warm-up not counted), "
         f"{args.concurrency} concurrent"
     )
-    print(f"  found        {len(found)}" + "".join(f", {k} {v}" for k, v in sorted(others.items())))
+    print(f"  {target:<12} {len(found)}" + "".join(f", {k} {v}" for k, v in sorted(others.items())))
     if found:
         print(f"  p50      {ms(percentile(found, 50))}")
         print(f"  p90      {ms(percentile(found, 90))}")
@@ -155,8 +164,8 @@ def report(args: argparse.Namespace, samples: list[Sample], wall: float, machine
             f"p99 {ms(percentile(creates, 99)).strip()}"
         )
     print(
-        f"  throughput   {len(found) / wall:.1f} signals/s found "
-        f"(create + deliver + found, {len(samples)} in {wall:.2f} s)"
+        f"  throughput   {len(found) / wall:.1f} signals/s {target} "
+        f"(create + deliver + {target}, {len(samples)} in {wall:.2f} s)"
     )
     errors = [s.error for s in samples if s.error]
     if errors:
@@ -187,6 +196,12 @@ def _main() -> int:
         default=0,
         help="Celery worker processes (default: signalbox-server up's, the cores)",
     )
+    parser.add_argument(
+        "--expect",
+        choices=("first", "none"),
+        default="first",
+        help="first: time to `found`; none: time to `arrived` (a signal expecting no email)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary data dir and log")
     args = parser.parse_args()
     if args.signals < 1 or args.concurrency < 1 or args.warmup < 0:
@@ -200,12 +215,13 @@ def _main() -> int:
         flower=False, worker_concurrency=args.worker_concurrency, keep=args.keep
     ) as stack:
         print(f"stack up: API {stack.api_url}, SMTP {HOST}:{stack.smtp_port}", flush=True)
-        bench = Bench(stack, args.concurrency)
+        bench = Bench(stack, args.concurrency, args.expect)
         try:
             if args.warmup:
                 warm, _ = bench.batch("warmup", args.warmup, min(args.concurrency, args.warmup))
                 print(
-                    f"warm-up: {sum(s.result == 'found' for s in warm)}/{len(warm)} found",
+                    f"warm-up: {sum(s.result == bench.target for s in warm)}/{len(warm)}"
+                    f" {bench.target}",
                     flush=True,
                 )
             print(f"measuring {args.signals} signals, {args.concurrency} at a time ...", flush=True)

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from app.db import raw
 from app.db.pagination import Keyset
 from app.db.rows import Row, affected, every
-from app.domain.states import FIND
+from app.domain.states import ABSENCE, FIND, Transition
 
 _LOCK_FOR_CHECK = raw.Query(
     """
@@ -214,21 +214,62 @@ _MARK_FOUND = raw.Query(
 
 
 def signal_mark_found(
-    session: Session, signal_id: str, fence: int, message_id: str, check: CheckRecord
+    session: Session,
+    signal_id: str,
+    fence: int,
+    message_id: str,
+    check: CheckRecord,
+    *,
+    move: Transition = FIND,
 ) -> bool:
     """waiting → found with `message_id`, and the matched check's row, in one
     statement guarded by the fence. The unique index on (namespace,
     message_id) raises IntegrityError if another signal of the namespace
-    took the message first."""
+    took the message first. `move` ARRIVAL makes it `arrived` instead (an
+    `expect: none` signal; the index leaves arrived signals out: nothing is
+    taken)."""
     row = raw.row(
         session,
         _MARK_FOUND,
         {
             **check.params(),
-            **FIND.params,
+            **move.params,
             "id": signal_id,
             "fence": fence,
             "mid": message_id,
+            "inc": 1 if check.counted else 0,
+        },
+    )
+    return row is not None and int(row["n"]) == 1
+
+
+_MARK_ABSENT = raw.Query(
+    """
+            WITH upd AS (
+                UPDATE signals
+                   SET status = :dst, checks_count = checks_count + :inc, consecutive_errors = 0,
+                       last_check_at = now(), last_look_at = :c_started,
+                       last_outcome = :c_outcome, last_error_code = NULL, next_check_at = NULL,
+                       check_lease_until = NULL, updated_at = now()
+                 WHERE id = :id AND check_fence = :fence AND status = :src
+                RETURNING id, generation, provider
+            )"""
+    + _CHECK_ROW
+    + "SELECT count(*) AS n FROM upd"
+)
+
+
+def signal_mark_absent(session: Session, signal_id: str, fence: int, check: CheckRecord) -> bool:
+    """waiting → absent (`expect: none`: its final look found no matching
+    message), and that check's row, in one statement guarded by the fence."""
+    row = raw.row(
+        session,
+        _MARK_ABSENT,
+        {
+            **check.params(),
+            **ABSENCE.params,
+            "id": signal_id,
+            "fence": fence,
             "inc": 1 if check.counted else 0,
         },
     )

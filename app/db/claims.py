@@ -31,13 +31,14 @@ _CLAIM_TAKE = raw.Query(
                                now() + make_interval(secs => :lease) AS lease_until
                 ), claim AS (
                     INSERT INTO claims
-                        (id, signal_id, fence, run_id, message_id, claimed_at, lease_until)
-                    SELECT :claim_id, id, claim_fence, run_id, message_id, now(), lease_until
+                        (id, signal_id, fence, run_id, message_id, claimed_at, lease_until, owner)
+                    SELECT :claim_id, id, claim_fence, run_id, message_id, now(), lease_until,
+                           :owner
                       FROM taken
-                    RETURNING id, lease_until
+                    RETURNING id, lease_until, owner
                 )
                 SELECT t.id AS signal_id, t.run_id, t.recipient, t.max_claims, t.claims_used,
-                       c.id AS claim_id, c.lease_until,
+                       c.id AS claim_id, c.lease_until, c.owner,
                        m.id AS message_id, m.subject, m.received_at, m.raw
                   FROM taken t CROSS JOIN claim c
                   LEFT JOIN messages m ON m.id = t.message_id
@@ -53,8 +54,10 @@ def claim_take(
     run_id: str,
     claim_id: str,
     lease_seconds: float,
+    owner: str | None = None,
 ) -> Row | None:
-    """found → claimed, the claim row and the claimed message, in one statement.
+    """found → claimed, the claim row (held by `owner`) and the claimed
+    message, in one statement.
 
     The guarded UPDATE bumps the claim fence and the claims used; the claim is
     inserted from what it returned, and the message (raw bytes included, None
@@ -70,6 +73,7 @@ def claim_take(
             "run_id": run_id,
             "claim_id": claim_id,
             "lease": lease_seconds,
+            "owner": owner,
             **CLAIM.params,
         },
     )
@@ -155,12 +159,12 @@ _CLAIM_CONSUME = raw.Query(
                 ), ended AS (
                     UPDATE claims SET state = 'consumed', ended_at = now()
                      WHERE id = :claim_id AND fence = :fence AND state = 'active'
-                     RETURNING id, claimed_at, message_id
+                     RETURNING id, claimed_at, message_id, owner
                 )
                 INSERT INTO receipts (id, signal_id, claim_id, namespace, run_id, message_id,
-                                      claimed_at, evidence)
+                                      claimed_at, evidence, owner)
                 SELECT :id, sig.id, ended.id, :namespace, sig.run_id, ended.message_id,
-                       ended.claimed_at, :evidence
+                       ended.claimed_at, :evidence, ended.owner
                   FROM sig CROSS JOIN ended
                 RETURNING *
 """

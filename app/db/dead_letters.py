@@ -29,17 +29,19 @@ def dead_letter_insert(session: Session, values: Mapping[Any, Any]) -> str | Non
             """
             INSERT INTO dead_letters (id, signal_id, generation, namespace, run_id, provider,
                 reason, checks_total, checks_by_outcome, last_error_code, near_misses,
-                recommendation, publish_attempt_at)
+                recommendation, duplicates, publish_attempt_at)
             VALUES (:id, :signal_id, :generation, :namespace, :run_id, :provider, :reason,
                 :checks_total, :checks_by_outcome, :last_error_code, :near_misses,
-                :recommendation, now())
+                :recommendation, :duplicates, now())
             ON CONFLICT (signal_id, generation) DO NOTHING
             RETURNING id
             """
         ).bindparams(
-            bindparam("checks_by_outcome", type_=JSONB), bindparam("near_misses", type_=JSONB)
+            bindparam("checks_by_outcome", type_=JSONB),
+            bindparam("near_misses", type_=JSONB),
+            bindparam("duplicates", type_=JSONB(none_as_null=True)),
         ),
-        dict(values),
+        {"duplicates": None, **values},
     ).scalar_one_or_none()
 
 
@@ -212,11 +214,13 @@ def dead_letter_count_open_by_namespace(session: Session, namespace: str | None)
 # ---------------------------------------------------------------- late mail
 
 # Dead letters whose signal may still receive its mail late: open, not yet
-# given a late message, and within a day of the deadline.
+# given a late message, and within a day of the deadline. A signal that had
+# its mail (claims used up) or too much of it (duplicate messages) has no
+# late mail to wait for.
 _LATE_WATCH = """
     FROM dead_letters d JOIN signals s ON s.id = d.signal_id AND s.generation = d.generation
    WHERE d.state = 'open' AND d.late_message IS NULL
-     AND d.reason <> 'claims_exhausted' AND s.status = 'expired'
+     AND d.reason NOT IN ('claims_exhausted', 'duplicate_messages') AND s.status = 'expired'
      AND s.expires_at > now() - interval '24 hours'
 """
 

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.db import raw
 from app.db.pagination import BY_CREATION
+from app.domain.states import ABSENCE
 
 
 def due_or_lost(*, table: str, live: str, due_at: str, lease_until: str, lost_after: str) -> str:
@@ -73,6 +74,34 @@ def signal_ids_past_deadline(session: Session, limit: int, grace_seconds: float)
                 """
             ),
             {"limit": limit, "grace": grace_seconds, "unlooked": grace_seconds * UNLOOKED_GRACES},
+        ).scalars()
+    )
+
+
+def signal_absent_past_deadline(session: Session, limit: int) -> list[str]:
+    """`expect: none` signals past their deadline whose final look (one that
+    began at or after the deadline) saw the provider and found no matching
+    message: waiting → absent. Their ids. (A check that decided so writes
+    `absent` itself; this is the sweep's safety net for one that did not.)"""
+    return list(
+        session.execute(
+            text(
+                """
+                UPDATE signals SET status = :dst, next_check_at = NULL,
+                       check_lease_until = NULL, updated_at = now()
+                 WHERE id IN (
+                    SELECT id FROM signals
+                     WHERE status = 'waiting' AND expect = 'none' AND expires_at <= now()
+                       AND last_look_at >= expires_at AND last_outcome = 'no_match'
+                       AND (check_lease_until IS NULL OR check_lease_until < now())
+                     ORDER BY expires_at
+                     LIMIT :limit
+                     FOR UPDATE SKIP LOCKED)
+                   AND status = :src
+                RETURNING id
+                """
+            ),
+            {"limit": limit, **ABSENCE.params},
         ).scalars()
     )
 

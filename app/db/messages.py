@@ -68,8 +68,10 @@ _IDS_BY_PROVIDER_ID = raw.Query(
     "SELECT provider_message_id, id FROM messages"
     " WHERE provider = :p AND provider_message_id = ANY(:ids)"
 )
+# An `arrived` signal (it expected no email) shows its message without taking it.
 _TAKEN = raw.Query(
     "SELECT message_id, id FROM signals WHERE namespace = :ns AND message_id = ANY(:ids)"
+    " AND status <> 'arrived'"
 )
 # `also` travels as one comma-joined text per row (unnest cannot take an
 # array of arrays of different lengths); a Why value holds no comma.
@@ -223,5 +225,42 @@ def message_near_address(
             "rcpt": recipient.lower(),
             "at_domain": "@" + domain,
             "local_at": local + "@",
+        },
+    )
+
+
+# The messages a check recorded for one recipient in one window, oldest first.
+_IN_WINDOW = raw.Query(
+    """
+    SELECT id, received_at, subject, recipients, run_marker, raw FROM messages
+     WHERE provider = :provider AND recipients @> ARRAY[CAST(:recipient AS text)]
+       AND received_at >= :opens AND received_at <= :closes
+     ORDER BY received_at, id
+     LIMIT :limit
+    """
+)
+
+
+def message_list_in_window(
+    session: Session,
+    provider: str,
+    recipient: str,
+    *,
+    opens: Any,
+    closes: Any,
+    limit: int,
+) -> list[Mapping[Any, Any]]:
+    """Up to `limit` recorded messages of `provider` addressed to `recipient`
+    (envelope, To or Cc) received in [opens, closes], oldest first, raw bytes
+    included (None once purged)."""
+    return raw.rows(
+        session,
+        _IN_WINDOW,
+        {
+            "provider": provider,
+            "recipient": recipient.lower(),
+            "opens": opens,
+            "closes": closes,
+            "limit": limit,
         },
     )

@@ -2,7 +2,9 @@
 
 - one signal per live idempotency key: `idempotency_keys` primary key;
 - a message satisfies at most one signal per namespace: unique
-  (`signals.namespace`, `signals.message_id`);
+  (`signals.namespace`, `signals.message_id`) among signals that took it
+  (an `arrived` signal, which expected no email, shows its message but
+  never takes it);
 - every observed message once: unique (provider, provider_message_id);
 - one check row per check lease: unique (signal_id, fence) on `checks`;
 - at most one active claim per signal, one receipt per signal;
@@ -40,6 +42,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from app.domain.chaos import ChaosStage
+from app.domain.expectations import Expect
 from app.domain.matching import Why
 from app.domain.states import (
     CheckOutcome,
@@ -75,6 +78,7 @@ ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
     ("signals", "expiry_reason"): tuple(ExpiryReason),
     ("signals", "next_check_reason"): tuple(CheckReason),
     ("signals", "last_outcome"): tuple(CheckOutcome),
+    ("signals", "expect"): tuple(Expect),
     ("checks", "reason"): tuple(CheckReason),
     ("checks", "outcome"): tuple(CheckOutcome),
     ("near_misses", "why"): tuple(Why),
@@ -235,11 +239,24 @@ class Signal(Base):
     claim_fence: Mapped[int] = mapped_column(BigInteger, server_default="0")
     claims_used: Mapped[int] = mapped_column(Integer, server_default="0")
     max_claims: Mapped[int] = mapped_column(Integer, server_default="3")
+    # What the signal asserts (`first`, `exactly_one`, `none`) and, for
+    # `exactly_one`, how long a second match is waited for (migration 0013).
+    expect: Mapped[str] = mapped_column(String(16), server_default="first")
+    settle_seconds: Mapped[int | None] = mapped_column(SmallInteger)
     __table_args__ = (
         # One message per signal within a namespace; namespaces match shared
-        # mail independently.
-        UniqueConstraint("namespace", "message_id"),
-        *one_of("signals", "status", "expiry_reason", "next_check_reason", "last_outcome"),
+        # mail independently. An `arrived` signal shows its message without
+        # taking it.
+        partial(
+            "uq_signals_namespace_message_id",
+            "namespace",
+            "message_id",
+            where="status <> 'arrived'",
+            unique=True,
+        ),
+        *one_of(
+            "signals", "status", "expiry_reason", "next_check_reason", "last_outcome", "expect"
+        ),
         Index(None, "namespace", "run_id", "created_at"),
         partial("ix_signals_due", "next_check_at", where="status = 'waiting'"),
         partial(
@@ -316,6 +333,8 @@ class Claim(Base):
     claimed_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
     lease_until: Mapped[datetime] = mapped_column(TS)
     ended_at: Mapped[datetime | None] = mapped_column(TS)
+    # Who holds it (the claim's `owner`, default the token's name).
+    owner: Mapped[str | None] = mapped_column(String(200))
     __table_args__ = (
         UniqueConstraint("signal_id", "fence"),
         *one_of("claims", "state"),
@@ -346,6 +365,7 @@ class Receipt(Base):
     claimed_at: Mapped[datetime] = mapped_column(TS)
     consumed_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
     evidence: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    owner: Mapped[str | None] = mapped_column(String(200))
     __table_args__ = (Index(None, "namespace", "run_id"),)
 
 
@@ -369,6 +389,8 @@ class DeadLetter(Base):
     resolved_at: Mapped[datetime | None] = mapped_column(TS)
     # Matching mail that arrived after the deadline (within a day of it).
     late_message: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # `duplicate_messages`: both messages and how far apart they came.
+    duplicates: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # Set once the dead letter was sent to the `dead_letter` Celery queue; the
     # sweep re-sends any left NULL (outbox). `publish_attempt_at` leases a
     # publication so that two sweeps never send one dead letter twice.

@@ -90,19 +90,24 @@ _BIND_KEY = """
         WHERE idempotency_keys.expires_at <= now()
     RETURNING signal_id
 """
+# Columns a create may leave out (a signal expecting the first match).
+_DEFAULTS = {"expect": "first", "settle_seconds": None}
+
 # The new signal, inserted when the key was bound to it; `{now}` is the clock.
 _INSERT_SIGNAL = """
     INSERT INTO signals (
         id, namespace, idempotency_key, run_id, test_case, recipient,
         subject_contains, body_contains, received_after, created_at, updated_at,
         expires_at, max_checks, provider, require_run_marker, metadata,
-        status, next_check_at, next_check_reason, enqueued_at, max_claims)
+        status, next_check_at, next_check_reason, enqueued_at, max_claims,
+        expect, settle_seconds)
     SELECT
         :id, :namespace, :idempotency_key, :run_id, :test_case, :recipient,
         :subject_contains, :body_contains, coalesce(:received_after, {now}), {now}, {now},
         {now} + make_interval(secs => :expires_in), :max_checks, :provider,
         :require_run_marker, :metadata,
-        'waiting', {now}, 'first', {now}, :max_claims
+        'waiting', {now}, 'first', {now}, :max_claims,
+        :expect, CAST(:settle_seconds AS smallint)
     {source}
     WHERE EXISTS (SELECT 1 FROM key WHERE signal_id = :id)
 """
@@ -131,7 +136,11 @@ def signal_create(session: Session, values: Mapping[Any, Any], ttl_hours: float)
     losers wait for the winner's commit, then see a live key and insert
     nothing. The key's foreign key is checked at the end of the statement,
     when the signal exists."""
-    return session.execute(_SIGNAL_CREATE, {**values, "ttl": ttl_hours * 3600.0}).mappings().first()
+    return (
+        session.execute(_SIGNAL_CREATE, {**_DEFAULTS, **values, "ttl": ttl_hours * 3600.0})
+        .mappings()
+        .first()
+    )
 
 
 # The common create, decided in the statement: the facts of
@@ -198,6 +207,7 @@ def signal_create_if_clear(
         session,
         _SIGNAL_CREATE_CLEAR,
         {
+            **_DEFAULTS,
             **values,
             "metadata": Jsonb(values["metadata"]),
             "address": str(values["recipient"]).strip().lower(),

@@ -5,8 +5,10 @@ waiting ──found a match──▶ found ──claim──▶ claimed ──co
    │                         ▲                 │
    │                         └──lease lapsed───┤ (claims left)
    ▼                                           ▼
-expired ◀──── deadline / check budget / provider errors / claims exhausted
+expired ◀──── deadline / check budget / provider errors / claims exhausted / duplicates
    └── redrive ──▶ waiting
+
+waiting ──a match (expect none)──▶ arrived        waiting ──final look, none (expect none)──▶ absent
 ```
 """
 
@@ -22,6 +24,9 @@ class Status(StrEnum):
     CLAIMED = "claimed"
     CONSUMED = "consumed"
     EXPIRED = "expired"
+    # Of a signal that expects no email (`expect: none`): both final.
+    ABSENT = "absent"
+    ARRIVED = "arrived"
 
 
 class Result(StrEnum):
@@ -31,6 +36,8 @@ class Result(StrEnum):
     CLAIMED = "claimed"
     CONSUMED = "consumed"
     EXPIRED = "expired"
+    ABSENT = "absent"
+    ARRIVED = "arrived"
 
 
 class ExpiryReason(StrEnum):
@@ -38,6 +45,8 @@ class ExpiryReason(StrEnum):
     CHECK_BUDGET = "check_budget"
     PROVIDER_ERRORS = "provider_errors"
     CLAIMS_EXHAUSTED = "claims_exhausted"
+    # `expect: exactly_one`: a second matching message within the settle time.
+    DUPLICATE_MESSAGES = "duplicate_messages"
 
 
 class CheckReason(StrEnum):
@@ -86,6 +95,8 @@ TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
         (Status.CLAIMED, Status.CONSUMED),
         (Status.CLAIMED, Status.EXPIRED),
         (Status.EXPIRED, Status.WAITING),
+        (Status.WAITING, Status.ABSENT),
+        (Status.WAITING, Status.ARRIVED),
     }
 )
 
@@ -96,7 +107,7 @@ DEAD_LETTER_TRANSITIONS: frozenset[tuple[DeadLetterState, DeadLetterState]] = fr
     }
 )
 
-FINAL = frozenset({Status.CONSUMED})
+FINAL = frozenset({Status.CONSUMED, Status.ABSENT, Status.ARRIVED})
 
 
 def can_transition(src: Status, dst: Status) -> bool:
@@ -129,6 +140,9 @@ CLAIM = transition(Status.FOUND, Status.CLAIMED)
 GIVE_BACK = transition(Status.CLAIMED, Status.FOUND)
 CONSUME = transition(Status.CLAIMED, Status.CONSUMED)
 REDRIVE = transition(Status.EXPIRED, Status.WAITING)
+# `expect: none`: no matching message by the final look, or one before the deadline.
+ABSENCE = transition(Status.WAITING, Status.ABSENT)
+ARRIVAL = transition(Status.WAITING, Status.ARRIVED)
 
 
 def dead_letter_transition(src: DeadLetterState, dst: DeadLetterState) -> tuple[str, str]:

@@ -22,6 +22,7 @@ from app.db import server as server_db
 from app.db import signals as signals_db
 from app.db.engine import transaction
 from app.domain.backoff import retry_after_seconds
+from app.domain.expectations import Expect
 from app.domain.extract import extract
 from app.domain.ids import new_id
 from app.domain.mail import parse_mail
@@ -93,6 +94,8 @@ def lapse_leases(limit: int = 500) -> int:
 
 
 def claim(namespace: str, signal_id: str, req: ClaimCreate) -> Answer:
+    """Lease a found signal's message to `req.owner` (default: the token's
+    name, which for a tenant's token is its namespace)."""
     dead: list[str] = []
     with transaction() as session:
         # The common case, a found signal, is one statement; anything else
@@ -132,6 +135,7 @@ def _take(
         run_id=req.run_id,
         claim_id=new_id("clm"),
         lease_seconds=float(req.lease_seconds),
+        owner=req.owner or namespace,
     )
     if taken is not None and taken["message_id"] is None:
         # A claimed message outlives its signal's claims (foreign key): only
@@ -154,6 +158,7 @@ def _claim_answer(
     lease_until: Any,
     claims_left: int,
     message: Mapping[Any, Any],
+    owner: str | None,
 ) -> Answer:
     """The 200 of a live claim, content included (the same for the claim and
     for reading it again)."""
@@ -167,6 +172,7 @@ def _claim_answer(
             "signal_id": signal_id,
             "message_id": message["id"],
             "lease_until": views.iso(lease_until),
+            "owner": owner,
             "claims_left": max(0, claims_left),
             "subject": message["subject"],
             "received_at": views.iso(message["received_at"]),
@@ -192,6 +198,7 @@ def _claimed(taken: Mapping[Any, Any]) -> Answer:
         signal_id=taken["signal_id"],
         lease_until=taken["lease_until"],
         claims_left=taken["max_claims"] - taken["claims_used"],
+        owner=taken["owner"],
         message={
             "id": taken["message_id"],
             "subject": taken["subject"],
@@ -203,6 +210,13 @@ def _claimed(taken: Mapping[Any, Any]) -> Answer:
 
 def _refusal(session: Session, signal: Mapping[Any, Any]) -> Answer:
     status = Status(signal["status"])
+    if signal["expect"] == Expect.NONE:
+        # It expects no email: whatever its state, there is nothing to claim.
+        raise Conflict(
+            f"signal {signal['id']} expects no email (expect 'none', result {status.value}):"
+            " there is nothing to claim",
+            code="not_claimable",
+        )
     if status is Status.WAITING:
         now = server_db.db_now(session)
         return _state_answer(
@@ -236,6 +250,7 @@ def _refusal(session: Session, signal: Mapping[Any, Any]) -> Answer:
         claim_id=active["id"] if active else None,
         message_id=signal["message_id"],
         lease_until=views.iso(active["lease_until"]) if active else None,
+        owner=active["owner"] if active else None,
     )
 
 
@@ -355,6 +370,7 @@ def extend(namespace: str, claim_id: str, req: ClaimExtend) -> dict[str, Any]:
             "signal_id": row["signal_id"],
             "message_id": row["message_id"],
             "lease_until": views.iso(row["lease_until"]),
+            "owner": row["owner"],
         }
 
 
@@ -389,6 +405,7 @@ def claim_read(namespace: str, claim_id: str) -> Answer:
                     "message_id": claim_row["message_id"],
                     "claimed_at": views.iso(claim_row["claimed_at"]),
                     "lease_until": views.iso(claim_row["lease_until"]),
+                    "owner": claim_row["owner"],
                     "ended_at": views.iso(claim_row["ended_at"]),
                     "receipt": views.receipt_view(receipt) if receipt else None,
                 },
@@ -400,4 +417,5 @@ def claim_read(namespace: str, claim_id: str) -> Answer:
         lease_until=claim_row["lease_until"],
         claims_left=signal["max_claims"] - signal["claims_used"],
         message=message,
+        owner=claim_row["owner"],
     )

@@ -71,6 +71,7 @@ def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
                     "require_run_marker": r["require_run_marker"],
                 },
                 "metadata": r["metadata"],
+                "expectation": _expectation(r, status),
                 "timings": {
                     "created_at": views.iso(r["created_at"]),
                     "received_after": views.iso(r["received_after"]),
@@ -110,6 +111,26 @@ def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
         "generated_at": views.iso(generated_at),
         "summary": {"signals": len(signals), "by_status": by_status},
         "signals": signals,
+    }
+
+
+def _expectation(row: Any, status: Status) -> dict[str, Any]:
+    """What the signal asserted and whether it held: for `none`, `held` is
+    True once `absent` (with the final look that saw none, begun at or after
+    the deadline), False once `arrived`; None while undecided or for the others
+    until they are found."""
+    held: bool | None = None
+    if row["expect"] == "none":
+        held = True if status is Status.ABSENT else False if status is Status.ARRIVED else None
+    elif status in (Status.FOUND, Status.CLAIMED, Status.CONSUMED):
+        held = True
+    elif status is Status.EXPIRED:
+        held = False
+    return {
+        "expect": row["expect"],
+        "settle_seconds": row["settle_seconds"],
+        "held": held,
+        "final_look_at": views.iso(row["last_look_at"]) if status is Status.ABSENT else None,
     }
 
 

@@ -20,6 +20,7 @@ from app.db import messages as messages_db
 from app.db import signals as signals_db
 from app.db.engine import transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
+from app.domain.expectations import duplicate_sentence
 from app.domain.ids import new_id
 from app.domain.masking import mask_subject
 from app.domain.states import CheckOutcome, ExpiryReason, Status
@@ -38,19 +39,26 @@ def expire_signal(
     expected: Status,
     reason: str,
     fence: int | None = None,
+    duplicates: Mapping[str, Any] | None = None,
 ) -> str | None:
     """`expected` → expired with `reason` and its dead letter, in the caller's
     transaction. Returns the new dead letter's id, or None if the signal had
-    already moved (someone else expired or found it first)."""
+    already moved (someone else expired or found it first). `duplicates`
+    (reason `duplicate_messages`): both messages and how far apart they came."""
     row = signals_db.signal_expire(
         session, signal_id, expected=expected.value, reason=reason, fence=fence
     )
     if row is None:
         return None
-    return _record_dead_letter(session, row, reason)
+    return _record_dead_letter(session, row, reason, duplicates)
 
 
-def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -> str | None:
+def _record_dead_letter(
+    session: Session,
+    row: Mapping[Any, Any],
+    reason: str,
+    duplicates: Mapping[str, Any] | None = None,
+) -> str | None:
     signal_id = row["id"]
     counts = checks_db.check_counts_by_outcome(session, [signal_id]).get(signal_id, {})
     by_outcome = {o.value: counts.get(o.value, 0) for o in CheckOutcome}
@@ -95,6 +103,8 @@ def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -
             subject_contains=row["subject_contains"],
         )
     )
+    if reason == ExpiryReason.DUPLICATE_MESSAGES and duplicates is not None:
+        sentence = duplicate_sentence(float(duplicates["seconds_apart"]), row["settle_seconds"])
     dead_letter_id = dead_letters_db.dead_letter_insert(
         session,
         {
@@ -110,6 +120,7 @@ def _record_dead_letter(session: Session, row: Mapping[Any, Any], reason: str) -
             "last_error_code": row["last_error_code"],
             "near_misses": [_near_miss_json(n) for n in near],
             "recommendation": sentence,
+            "duplicates": dict(duplicates) if duplicates is not None else None,
         },
     )
     webhooks.delivery_record(session, dead_letter_id)  # same transaction: none lost
@@ -150,9 +161,13 @@ def publish(dead_letter_ids: list[str]) -> None:
 
 def expire_overdue(limit: int = 500, *, grace_seconds: float = 60.0) -> int:
     """Expire waiting signals past their deadline (reason `deadline`) whose
-    final look ran, or was lost `grace_seconds` ago (no worker took it)."""
+    final look ran, or was lost `grace_seconds` ago (no worker took it).
+    An `expect: none` signal whose final look found nothing is `absent`
+    instead (the expectation held: no dead letter)."""
     created: list[str] = []
     with transaction() as session:
+        for signal_id in due_db.signal_absent_past_deadline(session, limit):
+            log.info("signal absent", extra={"event": "signal_absent", "signal_id": signal_id})
         for signal_id in due_db.signal_ids_past_deadline(session, limit, grace_seconds):
             dlq = expire_signal(session, signal_id, expected=Status.WAITING, reason="deadline")
             if dlq:

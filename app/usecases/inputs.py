@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from app.domain.expectations import MAX_SETTLE_SECONDS, MIN_SETTLE_SECONDS
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 # Provider and namespace names: a safe alphabet, never a NUL.
@@ -62,6 +64,16 @@ class SignalCreate(_Input):
     provider: str = Field(default="sink", min_length=1, max_length=128)
     require_run_marker: bool = False
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # What the signal asserts (docs/api.md, "Assertions").
+    expect: Literal["first", "exactly_one", "none"] = "first"
+    settle_seconds: int | None = Field(default=None, ge=MIN_SETTLE_SECONDS, le=MAX_SETTLE_SECONDS)
+
+    @field_validator("settle_seconds")
+    @classmethod
+    def _settle_only_for_exactly_one(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("expect", "first") != "exactly_one":
+            raise ValueError("applies only to expect 'exactly_one'")
+        return value
 
     @field_validator("recipient")
     @classmethod
@@ -96,6 +108,8 @@ class MailboxCreate(_Input):
 class ClaimCreate(_Input):
     run_id: RunId
     lease_seconds: int = Field(default=90, ge=5, le=900)
+    # Who holds the claim (a pod, a worker); default the token's name.
+    owner: str | None = Field(default=None, min_length=1, max_length=200)
 
 
 class ClaimExtend(_Input):

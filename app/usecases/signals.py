@@ -21,6 +21,7 @@ from app.db import mailboxes as mailboxes_db
 from app.db import signals as signals_db
 from app.db.engine import autocommit, transaction
 from app.domain import ownership
+from app.domain.expectations import Expect, effective_settle
 from app.domain.ids import new_id
 from app.domain.states import Status
 from app.errors import (
@@ -44,7 +45,15 @@ from app.usecases.inputs import MailboxCreate, SignalCreate, check_received_afte
 log = logging.getLogger("signalbox.signals")
 
 # Fields whose difference under the same key is a conflict (docs/api.md, "Signals").
-CONFLICT_FIELDS = ("recipient", "test_case", "subject_contains", "body_contains", "provider")
+CONFLICT_FIELDS = (
+    "recipient",
+    "test_case",
+    "subject_contains",
+    "body_contains",
+    "provider",
+    "expect",
+    "settle_seconds",
+)
 # Creates that count without the namespace's lock: exact unless more than this
 # many creates of one namespace are in flight at once while it is this close to
 # its quota (then it can be over by at most the number in flight).
@@ -102,6 +111,8 @@ def signal_create(
         "require_run_marker": req.require_run_marker,
         "metadata": req.metadata,
         "max_claims": settings.max_claims,
+        "expect": req.expect,
+        "settle_seconds": effective_settle(Expect(req.expect), req.settle_seconds),
     }
     # The common create is one statement, committed alone: the database
     # inserts only when its facts clear every check with room to spare.
@@ -150,7 +161,7 @@ def signal_create(
             row = signals_db.signal_view_by_key(session, namespace, key)
             if row is None:  # the key lapsed between the two statements
                 raise IdempotencyConflict("idempotency key changed hands; retry the request")
-            _raise_if_conflicting(row, req)
+            _raise_if_conflicting(row, values)
             return Created(view=views.signal_views(session, [row])[0], created=False)
     return _created(settings, namespace, req, view)
 
@@ -240,8 +251,9 @@ def _check_quota(
     )
 
 
-def _raise_if_conflicting(row: Any, req: SignalCreate) -> None:
-    differing = [f for f in CONFLICT_FIELDS if row[f] != getattr(req, f)]
+def _raise_if_conflicting(row: Any, values: dict[str, Any]) -> None:
+    """`values` are the create's, as stored (`settle_seconds` with its default)."""
+    differing = [f for f in CONFLICT_FIELDS if row[f] != values[f]]
     if differing:
         raise IdempotencyConflict(
             "this idempotency key already names a signal with a different " + ", ".join(differing),

@@ -39,7 +39,9 @@ log = logging.getLogger("signalbox.triage")
 BULK_BATCH = 100
 
 DeadLetterStateName = Literal["open", "redriven", "discarded"]
-ExpiryReasonName = Literal["deadline", "check_budget", "provider_errors", "claims_exhausted"]
+ExpiryReasonName = Literal[
+    "deadline", "check_budget", "provider_errors", "claims_exhausted", "duplicate_messages"
+]
 
 
 class DeadLetterFilter(BaseModel):

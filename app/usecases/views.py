@@ -19,6 +19,7 @@ from app.db import dead_letters as dead_letters_db
 from app.db import messages as messages_db
 from app.db import server as server_db
 from app.domain.backoff import retry_after_seconds
+from app.domain.expectations import arrived_sentence
 from app.domain.masking import mask_addresses, mask_subject
 from app.domain.states import Result, Status, result_of
 
@@ -119,7 +120,16 @@ def receipt_view(row: Mapping[Any, Any]) -> dict[str, Any]:
     return _columns(
         row,
         "receipt_id",
-        ("signal_id", "claim_id", "run_id", "message_id", "claimed_at", "consumed_at", "evidence"),
+        (
+            "signal_id",
+            "claim_id",
+            "run_id",
+            "owner",
+            "message_id",
+            "claimed_at",
+            "consumed_at",
+            "evidence",
+        ),
     )
 
 
@@ -136,6 +146,7 @@ def dead_letter_view(row: Mapping[Any, Any]) -> dict[str, Any]:
         "near_misses": [_masked_near_miss(n) for n in row["near_misses"] or []],
         "recommendation": row["recommendation"],
         "late_message": row.get("late_message"),
+        "duplicates": row.get("duplicates"),
         "note": row["note"],
     }
 
@@ -147,7 +158,7 @@ def _masked_near_miss(near: Any) -> Any:
 
 
 def claim_summary(row: Mapping[Any, Any]) -> dict[str, Any]:
-    return _columns(row, "claim_id", ("message_id", "claimed_at", "lease_until"))
+    return _columns(row, "claim_id", ("message_id", "claimed_at", "lease_until", "owner"))
 
 
 # Copied as they are into a signal's view, after its status and result.
@@ -163,6 +174,8 @@ _SIGNAL_COLUMNS = (
     "received_after",
     "expires_at",
     "found_at",
+    "expect",
+    "settle_seconds",
 )
 
 
@@ -246,9 +259,22 @@ def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[di
                 "claim": claim_summary(claim) if claim else None,
                 "receipt": receipt_view(receipt) if receipt else None,
                 "dead_letter": dead_letter_view(dead_letter) if dead_letter else None,
+                "recommendation": _arrived_recommendation(r, message)
+                if status is Status.ARRIVED
+                else None,
             }
         )
     return out
+
+
+def _arrived_recommendation(
+    row: Mapping[Any, Any], message: Mapping[Any, Any] | None
+) -> str | None:
+    """The sentence an `arrived` signal (`expect: none`) carries: no dead letter
+    is made for it, so its view says what to do."""
+    if message is None:
+        return None
+    return arrived_sentence((message["received_at"] - row["received_after"]).total_seconds())
 
 
 def _has_message(row: Mapping[Any, Any]) -> bool:

@@ -6,7 +6,7 @@ A near miss keeps the other rules it failed (`also`, in the order of its
 `chaos_rules` holds each namespace's rules for the SMTP sink.
 
 Revision ID: 0014
-Revises: 0011
+Revises: 0013
 Create Date: 2026-12-01 15:00:00
 """
 
@@ -19,7 +19,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import ARRAY
 
 revision: str = "0014"
-down_revision: str | None = "0011"
+down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,5 +1,9 @@
-"""The CHECK constraints of the models and of migration 0009 list exactly the
-values of the code's enums, so the code table and the database cannot drift."""
+"""The CHECK constraints of the models and of the migrations list exactly the
+values of the code's enums, so the code table and the database cannot drift.
+
+Migration 0009 froze every enumerated column; a later migration that writes
+a column's CHECK again freezes that column's values in its own `ENUMERATED`.
+Composed in revision order they must give the models' values."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from types import ModuleType
 
 from app.db.models import ENUMERATED, OTHER_CHECKS, Base
 from app.domain.chaos import ChaosStage
+from app.domain.expectations import Expect
 from app.domain.matching import Why
 from app.domain.states import (
     CheckOutcome,
@@ -23,18 +28,24 @@ from app.domain.states import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _migration(number: str) -> ModuleType:
-    (path,) = (ROOT / "migrations" / "versions").glob(f"*_{number}_*.py")
-    spec = importlib.util.spec_from_file_location(f"migration_{number}", path)
+def _migration(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"migration_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-# Migrations after 0009 that change or add enumerated columns, in order; each
-# freezes the lists it changes in its own ENUMERATED.
-LATER = ("0014",)
+def _frozen() -> dict[tuple[str, str], tuple[str, ...]]:
+    """Every migration's `ENUMERATED`, from 0009 on, applied in revision order."""
+    paths = sorted(
+        (ROOT / "migrations" / "versions").glob("*_00*_*.py"),
+        key=lambda p: int(p.stem.split("_")[1]),
+    )
+    frozen: dict[tuple[str, str], tuple[str, ...]] = {}
+    for path in paths:
+        frozen.update(getattr(_migration(path), "ENUMERATED", {}))
+    return frozen
 
 
 def test_the_models_list_the_enums_values() -> None:
@@ -42,6 +53,7 @@ def test_the_models_list_the_enums_values() -> None:
     assert ENUMERATED[("signals", "expiry_reason")] == tuple(ExpiryReason)
     assert ENUMERATED[("signals", "next_check_reason")] == tuple(CheckReason)
     assert ENUMERATED[("signals", "last_outcome")] == tuple(CheckOutcome)
+    assert ENUMERATED[("signals", "expect")] == tuple(Expect)
     assert ENUMERATED[("checks", "reason")] == tuple(CheckReason)
     assert ENUMERATED[("checks", "outcome")] == tuple(CheckOutcome)
     assert ENUMERATED[("near_misses", "why")] == tuple(Why)
@@ -53,9 +65,7 @@ def test_the_models_list_the_enums_values() -> None:
 
 
 def test_the_migrations_froze_the_models_values() -> None:
-    frozen = dict(_migration("0009").ENUMERATED)
-    for number in LATER:
-        frozen.update(_migration(number).ENUMERATED)
+    frozen = _frozen()
     assert {k: [str(v) for v in vs] for k, vs in ENUMERATED.items()} == {
         k: list(vs) for k, vs in frozen.items()
     }

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from app.domain.states import (
+    ABSENCE,
+    ARRIVAL,
     CLAIM,
     CONSUME,
     FIND,
@@ -24,7 +26,7 @@ DB = Path(__file__).resolve().parents[2] / "app" / "db"
 
 
 def test_every_named_transition_is_an_arrow_of_the_table() -> None:
-    for t in (FIND, CLAIM, GIVE_BACK, CONSUME, REDRIVE):
+    for t in (FIND, CLAIM, GIVE_BACK, CONSUME, REDRIVE, ABSENCE, ARRIVAL):
         assert (t.src, t.dst) in TRANSITIONS
 
 
@@ -36,6 +38,9 @@ def test_every_named_transition_is_an_arrow_of_the_table() -> None:
         (Status.FOUND, Status.EXPIRED),
         (Status.WAITING, Status.CLAIMED),
         (Status.EXPIRED, Status.FOUND),
+        (Status.ABSENT, Status.WAITING),
+        (Status.ARRIVED, Status.FOUND),
+        (Status.FOUND, Status.ARRIVED),
     ],
 )
 def test_a_move_the_table_does_not_draw_is_refused(src: Status, dst: Status) -> None:

@@ -7,10 +7,10 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from app.api.deps import Caller, Namespace
+from app.api.deps import AppSettings, Caller, Namespace
 from app.api.params import ClaimId, Cursor, Limit, SignalId
 from app.api.responses import V1, errors
-from app.usecases import claims, triage
+from app.usecases import claims, matches, triage
 
 router = APIRouter(prefix="/v1")
 
@@ -25,6 +25,14 @@ def list_checks(
     """The signal's checks, oldest first, across redrives (operators: any namespace)."""
     items, next_cursor = triage.check_list(caller, signal_id, limit=limit, cursor=cursor)
     return {"items": items, "next_cursor": next_cursor}
+
+
+@router.get("/signals/{signal_id}/matches", responses=errors(*V1, 404))
+def list_matches(signal_id: SignalId, caller: Caller, settings: AppSettings) -> dict[str, Any]:
+    """Every message matching the signal's filters in its window, oldest
+    first, with the signal that took it (operators: any namespace, subjects masked)."""
+    items = matches.match_list(settings, caller.scope(), signal_id, masked=caller.is_ops)
+    return {"items": items}
 
 
 @router.get("/claims/{claim_id}", responses=errors(*V1, 403, 404, state=(410,)))

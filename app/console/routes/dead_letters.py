@@ -28,7 +28,13 @@ from app.usecases.triage import BulkDiscard, BulkRedrive, DeadLetterFilter
 router = APIRouter(prefix="/console", include_in_schema=False)
 
 STATES = ("open", "redriven", "discarded")
-REASONS = ("deadline", "check_budget", "provider_errors", "claims_exhausted")
+REASONS = (
+    "deadline",
+    "check_budget",
+    "provider_errors",
+    "claims_exhausted",
+    "duplicate_messages",
+)
 
 
 @router.get("/dead-letters")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,6 +21,7 @@ from app.db import server as server_db
 from app.db.checks import CheckRecord
 from app.db.engine import transaction
 from app.domain.backoff import BackoffPolicy
+from app.domain.expectations import Expect
 from app.domain.matching import pick
 from app.domain.ownership import sees
 from app.domain.scheduling import Counters, after_check, spends_budget
@@ -30,6 +31,7 @@ from app.observability import metrics
 from app.settings import Settings
 from app.usecases.checks.call import ProviderAnswer
 from app.usecases.checks.criteria import candidates_for, criteria_for
+from app.usecases.checks.expectations import write_expectation
 from app.usecases.checks.observed import Observed, record_messages
 from app.usecases.expiry import expire_signal
 from app.usecases.visibility import belonging
@@ -187,7 +189,10 @@ class _Writer:
                 messages_seen=seen,
             )
 
-        if answer.outcome is CheckOutcome.NO_MATCH and observed:
+        if answer.outcome is CheckOutcome.NO_MATCH and row["expect"] != Expect.FIRST:
+            if self._expectation(row, observed, taken_by, check_record, log_extra, now):
+                return
+        elif answer.outcome is CheckOutcome.NO_MATCH and observed:
             record = check_record(
                 CheckOutcome.MATCHED, None, spends_budget(reason, CheckOutcome.MATCHED, None)
             )
@@ -240,6 +245,44 @@ class _Writer:
         )
         if dead_letter:
             effects.dead_letters.append(dead_letter)
+
+    def _expectation(
+        self,
+        row: _Row,
+        observed: list[Observed],
+        taken_by: dict[str, str],
+        check_record: Callable[[CheckOutcome, str | None, bool], CheckRecord],
+        log_extra: dict[str, Any],
+        now: datetime,
+    ) -> bool:
+        """An `exactly_one` or `none` signal after a look that saw the provider
+        (`app.usecases.checks.expectations`); False when the look decided
+        nothing and the usual schedule follows."""
+        effects, provider = self.effects, row["provider"]
+        written = write_expectation(
+            self.session,
+            row,
+            observed,
+            taken_by,
+            precision=self.batch.precision,
+            looked_at=self.batch.started_at,
+            record=lambda outcome, counted: check_record(outcome, None, counted),
+        )
+        effects.mismatches.extend((provider, why) for why in written.near_misses)
+        if not written.decided:
+            return False
+        if written.outcome is not None:
+            effects.checks.append((provider, written.outcome.value))
+        if written.found:
+            effects.found.append((provider, (now - row["created_at"]).total_seconds()))
+        if written.event is not None:
+            extra = {"event": written.event, **log_extra, "message_id": written.message_id}
+            effects.logs.append((written.event.replace("_", " "), extra))
+        if written.dead_letter:
+            effects.dead_letters.append(written.dead_letter)
+        if written.pushed:
+            effects.pushed.append(row["id"])
+        return True
 
     def _match(
         self,

@@ -265,3 +265,38 @@ def test_exit_code_mapping_covers_the_error_tree() -> None:
         errors.SignalNotReady(),
     ):
         assert cli.exit_code_for(exc) == 1
+
+
+def test_watch_expect_and_settle_and_claim_owner_reach_the_api() -> None:
+    api = (
+        FakeApi()
+        .on("POST", "/v1/signals", reply(201, signal_view()))
+        .on("POST", f"{SIG}/claim", reply(200, {**CLAIM, "owner": "pod-7"}))
+    )
+    args = ["--run-id", "r1", "--test-case", "t1", "--recipient", "a@sink.test"]
+    code, _, _ = run(api, "watch", *args, "--expect", "exactly_one", "--settle", "9")
+    assert code == 0
+    body = api.body(api.requests[0])
+    assert (body["expect"], body["settle_seconds"]) == ("exactly_one", 9)
+    code, out, _ = run(api, "claim", "sig_1", "--run-id", "r1", "--owner", "pod-7")
+    assert code == 0 and "pod-7" in out
+    assert api.body(api.requests[1])["owner"] == "pod-7"
+
+
+def test_watch_without_expect_sends_none_of_the_new_fields() -> None:
+    api = FakeApi().on("POST", "/v1/signals", reply(201, signal_view()))
+    run(api, "watch", "--run-id", "r1", "--test-case", "t1", "--recipient", "a@sink.test")
+    assert not {"expect", "settle_seconds"} & set(api.body(api.requests[0]))
+
+
+def test_an_unknown_expect_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--run-id", "r", "--test-case", "t", "--recipient", "a@x.test", "--expect", "two"]
+    code, _, _ = run(FakeApi(), "watch", *args)
+    assert code == 2
+
+
+def test_wait_for_an_arrived_signal_exits_1_with_the_recommendation() -> None:
+    view = {**signal_view("arrived"), "expect": "none", "recommendation": "A matching message …"}
+    api = FakeApi().on("GET", SIG, reply(200, view))
+    code, _, err = run(api, "wait", "sig_1", "--timeout", "5")
+    assert code == 1 and "A matching message" in err

@@ -108,15 +108,20 @@ def test_claim_email_reports_already_claimed_as_a_status() -> None:
     api = FakeApi().on(
         "POST",
         f"{SIG}/claim",
-        reply(409, {"status": "already_claimed", "claim_id": "clm_0", "lease_until": "x"}),
+        reply(
+            409,
+            {"status": "already_claimed", "claim_id": "clm_0", "lease_until": "x", "owner": "p7"},
+        ),
     )
-    out = call(api, "claim_email", {"signal_id": "sig_1", "run_id": "run-1"})
+    out = call(api, "claim_email", {"signal_id": "sig_1", "run_id": "run-1", "owner": "p8"})
     assert out == {
         "status": "already_claimed",
         "signal_id": "sig_1",
         "claim_id": "clm_0",
         "lease_until": "x",
+        "owner": "p7",
     }
+    assert api.body(api.requests[0])["owner"] == "p8"
 
 
 def test_consume_email_returns_receipt_ids_and_timings() -> None:

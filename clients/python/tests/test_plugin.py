@@ -213,3 +213,28 @@ def test_long_node_ids_are_cut_to_the_api_limit_and_stay_distinct() -> None:
     b = make_test_case("t.py::test_x[" + "a" * 299 + "b]")
     assert len(a) == len(b) == TEST_CASE_MAX and a != b
     assert make_test_case("t.py::test_short") == "t.py::test_short"
+
+
+def test_none_and_exactly_one_helpers_send_their_expectation(
+    pytester: pytest.Pytester, fake_api: FakeApiServer
+) -> None:
+    pytester.makepyfile(
+        test_quiet="""
+        def test_quiet(signalbox_watch, signalbox_expect_none, signalbox_expect_exactly_one):
+            signalbox_expect_none("a@sink.test", subject_contains="Newsletter")
+            signalbox_expect_exactly_one("b@sink.test", settle_seconds=3)
+            signalbox_watch.none("c@sink.test")
+            signalbox_watch.exactly_one("d@sink.test")
+        """
+    )
+    result = pytester.runpytest(
+        "--signalbox-url", fake_api.url, "--signalbox-token", "tok", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)
+    sent = [(b["recipient"], b.get("expect"), b.get("settle_seconds")) for b, _ in fake_api.created]
+    assert sent == [
+        ("a@sink.test", "none", None),
+        ("b@sink.test", "exactly_one", 3),
+        ("c@sink.test", "none", None),
+        ("d@sink.test", "exactly_one", None),
+    ]

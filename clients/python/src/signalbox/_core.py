@@ -28,15 +28,23 @@ from typing import Any, Generic, TypeVar
 from signalbox import _requests as rq
 from signalbox._requests import Call
 from signalbox._responses import Response, claim_from, dead_letter_page, decode, expired_message
-from signalbox.errors import ServiceUnavailable, SignalboxError, SignalExpired, WaitTimeout
+from signalbox.errors import (
+    EmailArrived,
+    ServiceUnavailable,
+    SignalboxError,
+    SignalExpired,
+    WaitTimeout,
+)
 from signalbox.models import (
     Claim,
     DeadLetter,
     Evidence,
     Mailbox,
+    Match,
     Page,
     Receipt,
     Signal,
+    matches_from,
     parse_time,
 )
 
@@ -180,6 +188,13 @@ class Core:
                 on_poll(signal)
             if signal.result == "expired":
                 raise (yield from self._expired(signal))
+            if signal.result == "arrived":
+                raise EmailArrived(
+                    f"signal {signal_id}: {signal.recommendation or 'an email arrived'}",
+                    code="arrived",
+                    body=signal.raw,
+                    signal=signal,
+                )
             if not signal.is_pending:
                 return signal
             remaining = deadline - time.monotonic()
@@ -215,9 +230,15 @@ class Core:
             signal=signal,
         )
 
-    def _claim(self, signal_id: str, run_id: str, lease_seconds: int) -> Operation[Claim]:
-        status, body = yield from self._send(rq.claim_call(signal_id, run_id, lease_seconds))
+    def _claim(
+        self, signal_id: str, run_id: str, lease_seconds: int, owner: str | None = None
+    ) -> Operation[Claim]:
+        call = rq.claim_call(signal_id, run_id, lease_seconds, owner)
+        status, body = yield from self._send(call)
         return claim_from(status, body, signal_id)
+
+    def _matches(self, signal_id: str) -> Operation[list[Match]]:
+        return matches_from((yield from self._body(rq.matches_call(signal_id))))
 
     def _consume(self, claim_id: str) -> Operation[Receipt]:
         receipt = Receipt.from_api((yield from self._body(rq.consume_call(claim_id))))
@@ -278,7 +299,7 @@ class HandleCore(Generic[C]):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.signal_id!r}, result={self.signal.result!r})"
 
-    def _keep_last_view(self, exc: SignalExpired | WaitTimeout) -> None:
+    def _keep_last_view(self, exc: SignalExpired | WaitTimeout | EmailArrived) -> None:
         # A failed wait still saw the signal: keep that view for the caller.
         if exc.signal is not None:
             self.signal = exc.signal

@@ -113,6 +113,8 @@ def watch_call(
     metadata: Mapping[str, Any] | None,
     idempotency_key: str | None,
     received_after: str | None = None,
+    expect: str | None = None,
+    settle_seconds: int | None = None,
 ) -> Call:
     body = _drop_none(
         {
@@ -126,6 +128,8 @@ def watch_call(
             "max_checks": max_checks,
             "provider": provider,
             "metadata": dict(metadata) if metadata is not None else None,
+            "expect": expect,
+            "settle_seconds": settle_seconds,
         }
     )
     if require_run_marker:
@@ -153,13 +157,17 @@ def long_poll_seconds(remaining: float) -> int:
     return max(1, min(SERVER_MAX_WAIT, math.ceil(remaining)))
 
 
-def claim_call(signal_id: str, run_id: str, lease_seconds: int) -> Call:
+def claim_call(signal_id: str, run_id: str, lease_seconds: int, owner: str | None = None) -> Call:
     # Never retried: a lost 200 would look like "already_claimed" on the second try.
     return Call(
         "POST",
         _id_path("/v1/signals/{}/claim", "signal", signal_id),
-        json={"run_id": run_id, "lease_seconds": lease_seconds},
+        json=_drop_none({"run_id": run_id, "lease_seconds": lease_seconds, "owner": owner}),
     )
+
+
+def matches_call(signal_id: str) -> Call:
+    return Call("GET", _id_path("/v1/signals/{}/matches", "signal", signal_id), retry=True)
 
 
 def consume_call(claim_id: str) -> Call:

@@ -127,6 +127,7 @@ _CONFLICTS: dict[str, type[errors.Conflict]] = {
     "already_consumed": errors.AlreadyConsumed,
     "lease_expired": errors.LeaseExpired,
     "run_mismatch": errors.RunMismatch,
+    "not_claimable": errors.NotClaimable,
     "idempotency_conflict": errors.IdempotencyConflict,
 }
 
@@ -156,7 +157,11 @@ def error_for(status: int, body: Any, what: str = "") -> errors.SignalboxError:
         # Only the two conflicts that carry more than a code take extra attributes.
         extra: dict[str, Any] = {}
         if cls is errors.AlreadyClaimed:
-            extra = {"claim_id": payload.get("claim_id"), "lease_until": payload.get("lease_until")}
+            extra = {
+                "claim_id": payload.get("claim_id"),
+                "lease_until": payload.get("lease_until"),
+                "owner": payload.get("owner"),
+            }
         elif cls is errors.AlreadyConsumed:
             extra = {"receipt": Receipt.maybe(payload.get("receipt"))}
         return cls(msg, status=status, code=kind or code, body=body, **extra)

@@ -22,8 +22,8 @@ from signalbox import _core
 from signalbox._core import Answer, HandleCore, Operation, Sleep
 from signalbox._requests import Call, watch_call
 from signalbox.client import http_request
-from signalbox.errors import SignalboxError, SignalExpired, WaitTimeout
-from signalbox.models import Claim, DeadLetter, Evidence, Mailbox, Page, Receipt, Signal
+from signalbox.errors import EmailArrived, SignalboxError, SignalExpired, WaitTimeout
+from signalbox.models import Claim, DeadLetter, Evidence, Mailbox, Match, Page, Receipt, Signal
 
 log = logging.getLogger("signalbox")
 
@@ -97,6 +97,8 @@ class AsyncSignalbox(_core.Core):
         require_run_marker: bool = False,
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        expect: str | None = None,
+        settle_seconds: int | None = None,
     ) -> AsyncSignalHandle:
         """Declare one expected email; see :meth:`signalbox.Signalbox.watch`."""
         call = watch_call(
@@ -111,9 +113,39 @@ class AsyncSignalbox(_core.Core):
             require_run_marker=require_run_marker,
             metadata=metadata,
             idempotency_key=idempotency_key,
+            expect=expect,
+            settle_seconds=settle_seconds,
         )
         signal, created = await self._run(self._watch(call))
         return AsyncSignalHandle(self, signal, created=created)
+
+    async def expect_none(
+        self, run_id: str, test_case: str, recipient: str, **filters: Any
+    ) -> AsyncSignalHandle:
+        """See :meth:`signalbox.Signalbox.expect_none`."""
+        return await self.watch(run_id, test_case, recipient, expect="none", **filters)
+
+    async def expect_exactly_one(
+        self,
+        run_id: str,
+        test_case: str,
+        recipient: str,
+        settle_seconds: int | None = None,
+        **filters: Any,
+    ) -> AsyncSignalHandle:
+        """See :meth:`signalbox.Signalbox.expect_exactly_one`."""
+        return await self.watch(
+            run_id,
+            test_case,
+            recipient,
+            expect="exactly_one",
+            settle_seconds=settle_seconds,
+            **filters,
+        )
+
+    async def matches(self, signal_id: str) -> list[Match]:
+        """See :meth:`signalbox.Signalbox.matches`."""
+        return await self._run(self._matches(signal_id))
 
     async def get_signal(self, signal_id: str, wait: int = 0) -> Signal:
         return await self._run(self._get_signal(signal_id, wait))
@@ -133,9 +165,11 @@ class AsyncSignalbox(_core.Core):
         """See :meth:`signalbox.Signalbox.wait`."""
         return await self._run(self._wait(signal_id, timeout, on_poll))
 
-    def claim(self, signal_id: str, run_id: str, lease_seconds: int = 90) -> AsyncClaimLease:
+    def claim(
+        self, signal_id: str, run_id: str, lease_seconds: int = 90, owner: str | None = None
+    ) -> AsyncClaimLease:
         """Lease the message: ``await sb.claim(...)`` or ``async with sb.claim(...) as c``."""
-        return AsyncClaimLease(self, signal_id, run_id, lease_seconds)
+        return AsyncClaimLease(self, signal_id, run_id, lease_seconds, owner)
 
     async def consume(self, claim_id: str) -> Receipt:
         return await self._run(self._consume(claim_id))
@@ -190,13 +224,16 @@ class AsyncSignalHandle(HandleCore["AsyncSignalbox"]):
     ) -> Signal:
         try:
             self.signal = await self._client.wait(self.signal_id, timeout, on_poll)
-        except (SignalExpired, WaitTimeout) as exc:
+        except (SignalExpired, WaitTimeout, EmailArrived) as exc:
             self._keep_last_view(exc)
             raise
         return self.signal
 
-    def claim(self, lease_seconds: int = 90) -> AsyncClaimLease:
-        return self._client.claim(self.signal_id, self.run_id, lease_seconds)
+    def claim(self, lease_seconds: int = 90, owner: str | None = None) -> AsyncClaimLease:
+        return self._client.claim(self.signal_id, self.run_id, lease_seconds, owner)
+
+    async def matches(self) -> list[Match]:
+        return await self._client.matches(self.signal_id)
 
 
 class AsyncClaimLease:
@@ -208,10 +245,15 @@ class AsyncClaimLease:
     """
 
     def __init__(
-        self, client: AsyncSignalbox, signal_id: str, run_id: str, lease_seconds: int
+        self,
+        client: AsyncSignalbox,
+        signal_id: str,
+        run_id: str,
+        lease_seconds: int,
+        owner: str | None = None,
     ) -> None:
         self._client = client
-        self._request = (signal_id, run_id, lease_seconds)
+        self._request = (signal_id, run_id, lease_seconds, owner)
         self._claim: Claim | None = None
         self.receipt: Receipt | None = None
         self._done = False

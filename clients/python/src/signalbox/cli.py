@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from signalbox import _core, render
 from signalbox.client import Signalbox
 from signalbox.errors import (
+    EmailArrived,
     InvalidRequest,
     ServiceUnavailable,
     SignalboxError,
@@ -114,6 +115,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-checks", type=int, metavar="N")
     p.add_argument("--provider", metavar="P")
     p.add_argument("--require-run-marker", action="store_true")
+    p.add_argument(
+        "--expect",
+        choices=("first", "exactly_one", "none"),
+        help="first (default): the first match; exactly_one: one and no second within"
+        " --settle; none: no match before the deadline (wait exits 1 if one arrives)",
+    )
+    p.add_argument(
+        "--settle",
+        type=int,
+        metavar="SECONDS",
+        help="with --expect exactly_one: how long a second match is waited for (default 5)",
+    )
 
     p = command("wait", "block until the signal is found, expires, or --timeout passes")
     p.add_argument("signal_id", metavar="SIGNAL_ID")
@@ -129,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("signal_id", metavar="SIGNAL_ID")
     p.add_argument("--run-id", required=True)
     p.add_argument("--lease", type=int, default=90, metavar="SECONDS")
+    p.add_argument(
+        "--owner", metavar="NAME", help="who holds the claim (default: the token's name)"
+    )
 
     p = command("consume", "consume a claim and print its receipt")
     p.add_argument("claim_id", metavar="CLAIM_ID")
@@ -226,6 +242,8 @@ def _run(args: argparse.Namespace, client: Signalbox, out: _Output, err: TextIO)
             max_checks=args.max_checks,
             provider=args.provider,
             require_run_marker=args.require_run_marker,
+            expect=args.expect,
+            settle_seconds=args.settle,
         )
         out.emit(h.signal.raw, render.signal(h.signal))
     elif cmd == "wait":
@@ -233,7 +251,7 @@ def _run(args: argparse.Namespace, client: Signalbox, out: _Output, err: TextIO)
             s = client.wait(args.signal_id, timeout=args.timeout, on_poll=spinner.update)
         out.emit(s.raw, render.signal(s))
     elif cmd == "claim":
-        lease = client.claim(args.signal_id, args.run_id, args.lease)
+        lease = client.claim(args.signal_id, args.run_id, args.lease, owner=args.owner)
         out.emit(lease.claim.raw, render.claim(lease.claim))
     elif cmd == "consume":
         r = client.consume(args.claim_id)
@@ -266,7 +284,7 @@ def _report(exc: SignalboxError, out: _Output, err: TextIO) -> int:
         err.write(render.printable(render.dead_letter(exc.dead_letter)) + "\n")
     if out.as_json:
         body = exc.body
-        if isinstance(exc, SignalExpired | WaitTimeout) and exc.signal is not None:
+        if isinstance(exc, SignalExpired | WaitTimeout | EmailArrived) and exc.signal is not None:
             body = exc.signal.raw
         if isinstance(body, dict):
             out.emit(body, "")

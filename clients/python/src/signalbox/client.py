@@ -23,8 +23,8 @@ import httpx
 from signalbox import _core
 from signalbox._core import Answer, HandleCore, Operation, Sleep
 from signalbox._requests import Call, watch_call
-from signalbox.errors import SignalboxError, SignalExpired, WaitTimeout
-from signalbox.models import Claim, DeadLetter, Evidence, Mailbox, Page, Receipt, Signal
+from signalbox.errors import EmailArrived, SignalboxError, SignalExpired, WaitTimeout
+from signalbox.models import Claim, DeadLetter, Evidence, Mailbox, Match, Page, Receipt, Signal
 
 log = logging.getLogger("signalbox")
 
@@ -111,12 +111,18 @@ class Signalbox(_core.Core):
         require_run_marker: bool = False,
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        expect: str | None = None,
+        settle_seconds: int | None = None,
     ) -> SignalHandle:
         """Declare one expected email for ``run_id`` and return a handle to wait on.
 
         Idempotent: the same key (``idempotency_key``, else ``run_id:test_case``)
         returns the existing signal; with different filters it raises
         :class:`~signalbox.errors.IdempotencyConflict`.
+
+        ``expect`` is ``"first"`` (the default), ``"exactly_one"`` (with
+        ``settle_seconds``) or ``"none"``; see :meth:`expect_none` and
+        :meth:`expect_exactly_one`.
         """
         call = watch_call(
             run_id=run_id,
@@ -130,9 +136,48 @@ class Signalbox(_core.Core):
             require_run_marker=require_run_marker,
             metadata=metadata,
             idempotency_key=idempotency_key,
+            expect=expect,
+            settle_seconds=settle_seconds,
         )
         signal, created = self._run(self._watch(call))
         return SignalHandle(self, signal, created=created)
+
+    def expect_none(
+        self, run_id: str, test_case: str, recipient: str, **filters: Any
+    ) -> SignalHandle:
+        """Assert that no matching email arrives before the deadline
+        (``expires_in_seconds``, default 120): ``handle.wait()`` returns the
+        ``absent`` signal once a look at or after the deadline found none, and
+        raises :class:`~signalbox.errors.EmailArrived` as soon as one comes.
+        ``filters`` are :meth:`watch`'s keywords."""
+        return self.watch(run_id, test_case, recipient, expect="none", **filters)
+
+    def expect_exactly_one(
+        self,
+        run_id: str,
+        test_case: str,
+        recipient: str,
+        settle_seconds: int | None = None,
+        **filters: Any,
+    ) -> SignalHandle:
+        """Assert that exactly one matching email arrives: ``handle.wait()``
+        returns the ``found`` signal once no second one came within
+        ``settle_seconds`` (default 5) after it, and raises
+        :class:`~signalbox.errors.SignalExpired` with reason
+        ``duplicate_messages`` (``exc.dead_letter.duplicates``) when one did."""
+        return self.watch(
+            run_id,
+            test_case,
+            recipient,
+            expect="exactly_one",
+            settle_seconds=settle_seconds,
+            **filters,
+        )
+
+    def matches(self, signal_id: str) -> list[Match]:
+        """Every message matching the signal's filters in its window, oldest
+        first, with the signal that took each."""
+        return self._run(self._matches(signal_id))
 
     def get_signal(self, signal_id: str, wait: int = 0) -> Signal:
         """The signal's current view; with ``wait`` (≤ 60) a long poll."""
@@ -163,14 +208,18 @@ class Signalbox(_core.Core):
 
     # --- claims ---------------------------------------------------------------
 
-    def claim(self, signal_id: str, run_id: str, lease_seconds: int = 90) -> ClaimLease:
-        """Lease the signal's message; raises ``AlreadyClaimed``, ``AlreadyConsumed``,
-        ``RunMismatch``, ``SignalNotReady`` (no match yet) or ``SignalExpired``.
+    def claim(
+        self, signal_id: str, run_id: str, lease_seconds: int = 90, owner: str | None = None
+    ) -> ClaimLease:
+        """Lease the signal's message to ``owner`` (default: the token's name);
+        raises ``AlreadyClaimed`` (with the holder's ``owner``), ``AlreadyConsumed``,
+        ``RunMismatch``, ``NotClaimable`` (``expect="none"``), ``SignalNotReady``
+        (no match yet) or ``SignalExpired``.
 
         The returned lease is a context manager yielding the :class:`Claim`:
         it consumes on a clean exit and releases on an exception.
         """
-        return ClaimLease(self, self._run(self._claim(signal_id, run_id, lease_seconds)))
+        return ClaimLease(self, self._run(self._claim(signal_id, run_id, lease_seconds, owner)))
 
     def consume(self, claim_id: str) -> Receipt:
         """Consume a claim for its receipt (repeating returns the same receipt).
@@ -252,14 +301,18 @@ class SignalHandle(HandleCore["Signalbox"]):
         """See :meth:`Signalbox.wait`."""
         try:
             self.signal = self._client.wait(self.signal_id, timeout, on_poll)
-        except (SignalExpired, WaitTimeout) as exc:
+        except (SignalExpired, WaitTimeout, EmailArrived) as exc:
             self._keep_last_view(exc)
             raise
         return self.signal
 
-    def claim(self, lease_seconds: int = 90) -> ClaimLease:
+    def claim(self, lease_seconds: int = 90, owner: str | None = None) -> ClaimLease:
         """Lease the message; use as ``with handle.claim() as claim: ...``."""
-        return self._client.claim(self.signal_id, self.run_id, lease_seconds)
+        return self._client.claim(self.signal_id, self.run_id, lease_seconds, owner)
+
+    def matches(self) -> list[Match]:
+        """See :meth:`Signalbox.matches`."""
+        return self._client.matches(self.signal_id)
 
 
 class ClaimLease:

@@ -82,11 +82,14 @@ class AlreadyClaimed(Conflict):
         *,
         claim_id: str | None = None,
         lease_until: str | None = None,
+        owner: str | None = None,
         **kw: Any,
     ) -> None:
         super().__init__(message, **kw)
         self.claim_id = claim_id
         self.lease_until = lease_until
+        #: Who holds the active claim.
+        self.owner = owner
 
 
 class AlreadyConsumed(Conflict):
@@ -111,6 +114,12 @@ class RunMismatch(Conflict):
     default_message = "run mismatch"
 
 
+class NotClaimable(Conflict):
+    """The signal expects no email (``expect="none"``): there is nothing to claim."""
+
+    default_message = "not claimable"
+
+
 class IdempotencyConflict(Conflict):
     """The idempotency key exists with a different recipient, test case, filters or provider."""
 
@@ -133,7 +142,8 @@ class SignalExpired(SignalboxError):
     """The signal ended without a usable message; carries the dead letter's diagnosis.
 
     ``reason`` is one of ``deadline``, ``check_budget``, ``provider_errors``,
-    ``claims_exhausted``; ``recommendation`` is the server's one actionable
+    ``claims_exhausted``, ``duplicate_messages`` (``expect="exactly_one"``: see
+    ``dead_letter.duplicates``); ``recommendation`` is the server's one actionable
     sentence; ``near_misses`` are messages to the recipient that failed one rule.
     """
 
@@ -162,6 +172,25 @@ class SignalExpired(SignalboxError):
     @property
     def near_misses(self) -> list[NearMiss]:
         return list(self.dead_letter.near_misses) if self.dead_letter else []
+
+
+class EmailArrived(SignalboxError, AssertionError):
+    """A signal that expected no email (``expect="none"``) saw one arrive.
+
+    ``signal`` is its view: ``signal.message`` is the message that came and
+    ``recommendation`` the server's sentence. An ``AssertionError`` too, so a
+    test that expected silence fails as an assertion.
+    """
+
+    default_message = "an email arrived where none was expected"
+
+    def __init__(self, message: str | None = None, *, signal: Signal | None = None, **kw: Any):
+        super().__init__(message, **kw)
+        self.signal = signal
+
+    @property
+    def recommendation(self) -> str | None:
+        return self.signal.recommendation if self.signal else None
 
 
 class WaitTimeout(SignalboxError):

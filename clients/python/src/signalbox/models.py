@@ -43,6 +43,10 @@ def _int(value: Any, default: int = 0) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
+def _optional_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _float(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
@@ -76,6 +80,8 @@ _TEXT = _reads(lambda data, name: str(data.get(name, "")))
 _OPTIONAL_TEXT = _reads(lambda data, name: _str(data.get(name)))
 _TIME = _reads(lambda data, name: parse_time(data.get(name)))
 _COUNT = _reads(lambda data, name: _int(data.get(name)))
+#: A whole number or ``None``.
+_OPTIONAL_COUNT = _reads(lambda data, name: _optional_int(data.get(name)))
 _SECONDS = _reads(lambda data, name: _float(data.get(name)))
 _STRINGS = _reads(lambda data, name: _str_list(data.get(name)))
 
@@ -141,6 +147,8 @@ class ClaimState:
 
     claim_id: str | None = field(metadata=_OPTIONAL_TEXT)
     lease_until: datetime | None = field(metadata=_TIME)
+    #: Who holds it (the claim's ``owner``).
+    owner: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -174,6 +182,8 @@ class Receipt:
     claimed_at: datetime | None = field(metadata=_TIME)
     consumed_at: datetime | None = field(metadata=_TIME)
     evidence: ReceiptEvidence = field(metadata=_nested(ReceiptEvidence.from_api))
+    #: Who held the claim that consumed it.
+    owner: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -215,6 +225,10 @@ class DeadLetter:
     last_error_code: str | None = field(metadata=_OPTIONAL_TEXT)
     near_misses: tuple[NearMiss, ...]
     recommendation: str | None = field(metadata=_OPTIONAL_TEXT)
+    #: Reason ``duplicate_messages``: ``{"messages": [...], "seconds_apart": …}``.
+    duplicates: dict[str, Any] | None = field(
+        default=None, metadata=_reads(lambda data, name: _dict(data.get(name)) or None)
+    )
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -254,7 +268,9 @@ class Signal:
     """One expected email for one run, as the server sees it now.
 
     ``result`` is what to act on: ``waiting``/``provider_error`` (keep waiting,
-    see ``retry_after_seconds``), ``found``, ``claimed``, ``consumed``, ``expired``.
+    see ``retry_after_seconds``), ``found``, ``claimed``, ``consumed``, ``expired``;
+    for ``expect="none"``, ``absent`` (no email came: the expectation held) or
+    ``arrived`` (one came: ``message`` shows it, ``recommendation`` says what to do).
     """
 
     signal_id: str = field(metadata=_TEXT)
@@ -275,6 +291,12 @@ class Signal:
     claim: ClaimState | None = field(metadata=_nested(ClaimState.from_api))
     receipt: Receipt | None = field(metadata=_nested(Receipt.maybe))
     dead_letter: DeadLetter | None = field(metadata=_nested(_dead_letter_or_id))
+    #: What the signal asserts: ``first``, ``exactly_one`` or ``none``.
+    expect: str = field(
+        default="first", metadata=_reads(lambda data, name: str(data.get(name) or "first"))
+    )
+    settle_seconds: int | None = field(default=None, metadata=_OPTIONAL_COUNT)
+    recommendation: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -308,11 +330,35 @@ class Claim:
     body_excerpt: str = field(metadata=_reads(lambda data, name: str(data.get(name) or "")))
     links: tuple[str, ...] = field(metadata=_STRINGS)
     codes: tuple[str, ...] = field(metadata=_STRINGS)
+    #: Who holds the claim (the ``owner`` given, else the token's name).
+    owner: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any], signal_id: str = "") -> Claim:
         return _read(cls, data, signal_id=str(data.get("signal_id") or signal_id))
+
+
+@dataclass(frozen=True)
+class Match:
+    """A message matching a signal's filters in its window (``handle.matches()``);
+    ``taken_by`` is the signal that took it, or ``None``."""
+
+    message_id: str = field(metadata=_TEXT)
+    received_at: datetime | None = field(metadata=_TIME)
+    subject: str | None = field(metadata=_OPTIONAL_TEXT)
+    taken_by: str | None = field(metadata=_OPTIONAL_TEXT)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> Match:
+        return _read(cls, data)
+
+
+def matches_from(body: Any) -> list[Match]:
+    """The items of ``GET /v1/signals/{id}/matches``."""
+    items = body.get("items") if isinstance(body, Mapping) else None
+    return [Match.from_api(i) for i in items or [] if isinstance(i, Mapping)]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,14 @@ Fixtures:
   ``$SIGNALBOX_RUN_ID``, else ``pytest-<uuid>``);
 - ``signalbox_test_case`` — the test's node id (cut to the API's 200 characters);
 - ``signalbox_watch`` — ``watch(recipient, ...)`` with run id and test case bound,
-  taking defaults from ``@pytest.mark.signalbox(provider=..., expires_in_seconds=...)``.
+  taking defaults from ``@pytest.mark.signalbox(provider=..., expires_in_seconds=...)``;
+  ``signalbox_watch.none(recipient, ...)`` and
+  ``signalbox_watch.exactly_one(recipient, settle_seconds=..., ...)`` assert
+  that no email, or exactly one, arrives;
+- ``signalbox_expect_none`` / ``signalbox_expect_exactly_one`` — the same two
+  as fixtures of their own: ``signalbox_expect_none(address, subject_contains=...).wait()``
+  returns once the deadline passed with no such email and fails the test
+  (``EmailArrived``, an ``AssertionError``) as soon as one arrives.
 
 Configuration, first found wins: ``--signalbox-url``/``--signalbox-token``, the
 ini keys ``signalbox_url``/``signalbox_token``, ``$SIGNALBOX_URL``/``$SIGNALBOX_TOKEN``.
@@ -26,7 +33,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +57,8 @@ MARKER_KEYS = frozenset(
         "metadata",
         "subject_contains",
         "body_contains",
+        "expect",
+        "settle_seconds",
     }
 )
 
@@ -264,6 +273,18 @@ class Watch:
             options["idempotency_key"] = f"{self.run_id}:{self.test_case}#{self.calls}"
         return self.client.watch(self.run_id, self.test_case, recipient, **options)
 
+    def none(self, recipient: str, **kwargs: Any) -> SignalHandle:
+        """Assert that no matching email arrives before the deadline (see
+        :meth:`Signalbox.expect_none`)."""
+        return self(recipient, expect="none", **kwargs)
+
+    def exactly_one(
+        self, recipient: str, settle_seconds: int | None = None, **kwargs: Any
+    ) -> SignalHandle:
+        """Assert that exactly one matching email arrives (see
+        :meth:`Signalbox.expect_exactly_one`)."""
+        return self(recipient, expect="exactly_one", settle_seconds=settle_seconds, **kwargs)
+
 
 @pytest.fixture
 def signalbox_watch(
@@ -274,6 +295,19 @@ def signalbox_watch(
 ) -> Watch:
     """Create signals for this test: ``signalbox_watch(address, subject_contains=...)``."""
     return Watch(signalbox, signalbox_run_id, signalbox_test_case, _marker_defaults(request.node))
+
+
+@pytest.fixture
+def signalbox_expect_none(signalbox_watch: Watch) -> Callable[..., SignalHandle]:
+    """``signalbox_expect_none(address, ...)``: ``signalbox_watch.none``."""
+    return signalbox_watch.none
+
+
+@pytest.fixture
+def signalbox_expect_exactly_one(signalbox_watch: Watch) -> Callable[..., SignalHandle]:
+    """``signalbox_expect_exactly_one(address, settle_seconds=..., ...)``:
+    ``signalbox_watch.exactly_one``."""
+    return signalbox_watch.exactly_one
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -86,6 +86,8 @@ def signal(s: Signal) -> str:
         ("run_id", s.run_id),
         ("test_case", s.test_case),
         ("result", s.result),
+        *([("expect", s.expect)] if s.expect != "first" else []),
+        *([("settle_seconds", s.settle_seconds)] if s.settle_seconds else []),
         ("recipient", s.recipient),
         ("subject_contains", s.subject_contains),
         ("created_at", s.created_at),
@@ -110,8 +112,12 @@ def signal(s: Signal) -> str:
         ]
     if s.claim:
         pairs += [("claim_id", s.claim.claim_id), ("lease_until", s.claim.lease_until)]
+        if s.claim.owner:
+            pairs.append(("owner", s.claim.owner))
     if s.receipt:
         pairs.append(("receipt_id", s.receipt.receipt_id))
+    if s.recommendation:
+        pairs.append(("recommendation", s.recommendation))
     out = fields(pairs)
     if s.dead_letter:
         out += "\n\n" + dead_letter(s.dead_letter)
@@ -119,13 +125,15 @@ def signal(s: Signal) -> str:
 
 
 def claim(c: Claim) -> str:
-    head = fields(_attrs(c, "claim_id", "message_id", "lease_until", "received_at"))
+    head = fields(_attrs(c, "claim_id", "message_id", "lease_until", "owner", "received_at"))
     body = fields(_attrs(c, "subject", "links", "codes", "body_excerpt"))
     return f"{head}\n{UNTRUSTED_BANNER}\n{body}\n{'-' * len(UNTRUSTED_BANNER)}"
 
 
 def receipt(r: Receipt) -> str:
-    ids = _attrs(r, "receipt_id", "signal_id", "run_id", "message_id", "claimed_at", "consumed_at")
+    ids = _attrs(
+        r, "receipt_id", "signal_id", "run_id", "owner", "message_id", "claimed_at", "consumed_at"
+    )
     why = _attrs(r.evidence, "recipient", "subject", "run_marker", "received_at", "received_after")
     return fields(ids + why)
 
@@ -140,6 +148,13 @@ def dead_letter(d: DeadLetter) -> str:
             *_attrs(d, "last_error_code", "recommendation"),
         ]
     )
+    if d.duplicates:
+        shown = [m for m in d.duplicates.get("messages", []) if isinstance(m, dict)]
+        out += f"\n\nduplicate messages ({fmt(d.duplicates.get('seconds_apart'))} s apart):\n"
+        out += table(
+            ["message_id", "received_at", "subject"],
+            [(m.get("message_id"), m.get("received_at"), m.get("subject")) for m in shown],
+        )
     if d.near_misses:
         out += "\n\nnear misses:\n" + table(
             ["message_id", "received_at", "why", "subject"],
