@@ -72,6 +72,7 @@ def claim_take(
             "lease": lease_seconds,
             **CLAIM.params,
         },
+        binary=True,  # the raw bytes cross once, not as hex twice their size
     )
 
 

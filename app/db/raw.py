@@ -66,9 +66,11 @@ def _execute(
     return cursor
 
 
-def rows(session: Session, query: Query, params: Mapping[str, Any]) -> list[Mapping[Any, Any]]:
-    """Every row, as dicts."""
-    with _execute(session, query, params) as cursor:
+def rows(
+    session: Session, query: Query, params: Mapping[str, Any], *, binary: bool = False
+) -> list[Mapping[Any, Any]]:
+    """Every row, as dicts (``binary``: see :func:`row`)."""
+    with _execute(session, query, params, binary) as cursor:
         return list(cursor.fetchall())
 
 

@@ -63,7 +63,10 @@ def test_the_whole_message_comes_back_field_for_field_and_byte_for_byte(stack: S
         ]  # fmt: skip
         assert ["List-Unsubscribe", "<https://brand.test/unsubscribe?u=1>"] in body["headers"]
         assert ["Subject", "Your invoice ✓ is ready"] in body["headers"]
-        assert body["text"] == "Hello Jürgen,\nyour code is 493817.\nPay at https://brand.test/pay?invoice=9\n"
+        assert (
+            body["text"]
+            == "Hello Jürgen,\nyour code is 493817.\nPay at https://brand.test/pay?invoice=9\n"
+        )
         assert body["html"] == mail.html + "\n"  # as sent (the encoder ended it with a newline)
         assert body["links"] == [{"url": "https://brand.test/pay?invoice=9", "text": "Pay now"}]
         assert body["codes"] == ["493817"] == claim["codes"]

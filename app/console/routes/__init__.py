@@ -3,8 +3,9 @@
 Every page works without JavaScript; every POST carries the session's CSRF
 token (else 403). Content (bodies, links, codes) is shown only on a
 message's own page (``messages``), to a tenant whose namespace may see it,
-never to an operator; everywhere else subjects are masked. One module per group of pages; ``common`` holds what
-they share, the session dependency among it.
+never to an operator; everywhere else subjects are masked. One module per
+group of pages; ``common`` holds what they share, the session dependency
+among it.
 """
 
 from __future__ import annotations

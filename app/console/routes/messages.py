@@ -52,9 +52,7 @@ def _tenant(request: Request, session: sessions.Session) -> str:
     namespace = session.principal.namespace
     if session.principal.is_ops or namespace is None:
         raise PageAnswer(
-            error_page(
-                request, session, 403, "Refused", "Operators never read message content."
-            )
+            error_page(request, session, 403, "Refused", "Operators never read message content.")
         )
     return namespace
 
@@ -115,4 +113,3 @@ async def message_raw(request: Request, message_id: str, session: SignedIn) -> R
     namespace = _tenant(request, session)
     loaded = await call(request, session, message_content.visible_message, namespace, message_id)
     return raw_response(loaded.raw, loaded.message_id)
-

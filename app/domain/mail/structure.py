@@ -233,9 +233,7 @@ def _read_headers(raw: bytes, start: int, end: int) -> tuple[list[tuple[str, byt
     return pairs, end
 
 
-_MIME_HEADER_RE = re.compile(
-    rb"(?im)^(content-(?:type|transfer-encoding|disposition|id))[ \t]*+:"
-)
+_MIME_HEADER_RE = re.compile(rb"(?im)^(content-(?:type|transfer-encoding|disposition|id))[ \t]*+:")
 
 
 def _mime_headers_after(
