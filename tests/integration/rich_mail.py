@@ -46,11 +46,13 @@ def rich_mail(
     remote: str = "http://127.0.0.1:9/pixel.png",
     pdf_bytes: int = 20_000,
     run: str | None = None,
+    cc: str | None = "copy@example.test",
 ) -> RichMail:
     msg = EmailMessage(policy=email.policy.SMTP)
     msg["From"] = '"Brand Bäckerei" <noreply@brand.test>'
     msg["To"] = f"User One <{recipient}>"
-    msg["Cc"] = "copy@example.test"
+    if cc:
+        msg["Cc"] = cc
     msg["Reply-To"] = "Support <support@brand.test>"
     msg["Subject"] = "Your invoice ✓ is ready"
     msg["Date"] = "Tue, 01 Dec 2026 10:00:00 +0100"
