@@ -23,6 +23,15 @@ from signalbox.errors import (
     Unauthorized,
     WaitTimeout,
 )
+from signalbox.message import (
+    Address,
+    AsyncAttachment,
+    AsyncBoundClaim,
+    Attachment,
+    BoundClaim,
+    Link,
+    Message,
+)
 from signalbox.models import (
     Claim,
     DeadLetter,
@@ -37,11 +46,16 @@ from signalbox.models import (
 )
 
 __all__ = [
+    "Address",
     "AlreadyClaimed",
     "AlreadyConsumed",
+    "AsyncAttachment",
+    "AsyncBoundClaim",
     "AsyncClaimLease",
     "AsyncSignalHandle",
     "AsyncSignalbox",
+    "Attachment",
+    "BoundClaim",
     "Claim",
     "ClaimLease",
     "Conflict",
@@ -52,7 +66,9 @@ __all__ = [
     "InvalidId",
     "InvalidRequest",
     "LeaseExpired",
+    "Link",
     "Mailbox",
+    "Message",
     "MessageSummary",
     "NearMiss",
     "NotFound",
