@@ -324,9 +324,10 @@ class Message:
 
 
 def safe_filename(name: str | None, fallback: str) -> str:
-    """A base name safe to create in a directory: no path separators, no
-    control characters, no leading dots, at most 200 characters."""
-    cleaned = _UNSAFE.sub("_", name or "").strip().lstrip(".").strip()
+    """A base name safe to create in a directory: the last path component,
+    no control characters or colons, no leading dots, at most 200 characters."""
+    base = re.split(r"[/\\]", name or "")[-1]  # the last path component only
+    cleaned = _UNSAFE.sub("_", base).strip().lstrip(".").strip()
     return cleaned[:200] or fallback
 
 
