@@ -54,7 +54,10 @@ def tracker() -> Iterator[tuple[str, list[str]]]:
 
 @pytest.mark.timeout(300)
 def test_the_message_page_renders_the_html_without_its_script_or_remote_image(
-    stack: Stack, browser: Any, tracker: tuple[str, list[str]], tmp_path: Path  # noqa: F811
+    stack: Stack,
+    browser: Any,  # noqa: F811 - the fixture imported above
+    tracker: tuple[str, list[str]],
+    tmp_path: Path,
 ) -> None:
     remote, hits = tracker
     recipient = f"buyer-{uuid.uuid4().hex[:8]}@example.test"
