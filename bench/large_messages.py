@@ -15,8 +15,8 @@ The resident set (VmRSS) of the API and of the sink is sampled every 20 ms,
 for each one's process tree (the API's uvicorn workers under `up`; the sink's
 parse processes) and for its largest process; the figures are the resting
 size before the load, the peak, and the peak above rest in copies of one
-message (all connections together: divide by `--connections` for one). A benchmark prints figures; it asserts
-nothing about them.
+message (all connections together: divide by `--connections` for one). A
+benchmark prints figures; it asserts nothing about them.
 """
 
 from __future__ import annotations
