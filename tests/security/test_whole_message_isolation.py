@@ -117,6 +117,11 @@ def test_the_console_page_is_the_owners_alone(tenancy_stack: Stack, claimed: Cla
         assert "sandbox" in download.headers["content-security-policy"]
         raw = owner.get(console_pages(claimed)[2])
         assert raw.status_code == 200 and raw.headers["content-type"] == "message/rfc822"
+        for odd in ("msg_%00x", "msg_\u2603", "x" * 200):
+            r = owner.get(f"/console/messages/{odd}")
+            assert r.status_code == 404, odd
+        r = owner.get(f"/console/messages/{claimed.message_id}/attachments/att_%00")
+        assert r.status_code == 404
     with httpx.Client(base_url=tenancy_stack.api_url, timeout=60) as other:
         sign_in(other, TOKEN_B)
         for path in console_pages(claimed):

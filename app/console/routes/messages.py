@@ -13,12 +13,14 @@ Inline images (``cid:``) are put in as ``data:`` URIs, up to a budget.
 from __future__ import annotations
 
 import base64
+import re
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.api.downloads import attachment_response, raw_response
+from app.api.params import ID_PATTERN
 from app.console import session as sessions
 from app.console.routes.common import (
     SECURITY_HEADERS,
@@ -29,6 +31,7 @@ from app.console.routes.common import (
     render,
 )
 from app.domain import whole_message
+from app.domain.whole_message import ATTACHMENT_ID_PATTERN
 from app.usecases import message_content
 
 router = APIRouter(prefix="/console", include_in_schema=False)
@@ -47,19 +50,30 @@ FRAME_HEADERS = {
 INLINE_IMAGES_MAX_BYTES = 5 * 1024 * 1024
 
 
-def _tenant(request: Request, session: sessions.Session) -> str:
-    """The session's namespace; an operator gets the 403 page instead."""
+_MESSAGE_ID = re.compile(ID_PATTERN)
+_ATTACHMENT_ID = re.compile(ATTACHMENT_ID_PATTERN)
+
+
+def _tenant(
+    request: Request, session: sessions.Session, message_id: str, attachment_id: str | None = None
+) -> str:
+    """The session's namespace; an operator gets the 403 page instead, and an
+    id of the wrong shape (nothing the database could hold) the 404 page."""
     namespace = session.principal.namespace
     if session.principal.is_ops or namespace is None:
         raise PageAnswer(
             error_page(request, session, 403, "Refused", "Operators never read message content.")
         )
+    if not _MESSAGE_ID.fullmatch(message_id) or (
+        attachment_id is not None and not _ATTACHMENT_ID.fullmatch(attachment_id)
+    ):
+        raise PageAnswer(error_page(request, session, 404, "Not found"))
     return namespace
 
 
 @router.get("/messages/{message_id}")
 async def message(request: Request, message_id: str, session: SignedIn) -> Response:
-    namespace = _tenant(request, session)
+    namespace = _tenant(request, session, message_id)
     loaded = await call(request, session, message_content.visible_message, namespace, message_id)
     view = await run_in_threadpool(message_content.message_view, loaded)
     response = render(request, "message.html", session=session, m=view)
@@ -69,7 +83,7 @@ async def message(request: Request, message_id: str, session: SignedIn) -> Respo
 
 @router.get("/messages/{message_id}/html")
 async def message_html(request: Request, message_id: str, session: SignedIn) -> Response:
-    namespace = _tenant(request, session)
+    namespace = _tenant(request, session, message_id)
     loaded = await call(request, session, message_content.visible_message, namespace, message_id)
     html = await run_in_threadpool(_frame_document, loaded)
     return HTMLResponse(html, headers=FRAME_HEADERS)
@@ -96,7 +110,7 @@ def _frame_document(loaded: message_content.Loaded) -> str:
 async def message_attachment(
     request: Request, message_id: str, attachment_id: str, session: SignedIn
 ) -> Response:
-    namespace = _tenant(request, session)
+    namespace = _tenant(request, session, message_id, attachment_id)
     body = await call(
         request,
         session,
@@ -110,6 +124,6 @@ async def message_attachment(
 
 @router.get("/messages/{message_id}/raw")
 async def message_raw(request: Request, message_id: str, session: SignedIn) -> Response:
-    namespace = _tenant(request, session)
+    namespace = _tenant(request, session, message_id)
     loaded = await call(request, session, message_content.visible_message, namespace, message_id)
     return raw_response(loaded.raw, loaded.message_id)
