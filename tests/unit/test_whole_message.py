@@ -16,12 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.domain.extract import extract
 from app.domain.mail import parse_mail
 from app.domain.mail import structure as structure_mod
 from app.domain.mail.html import html_anchors
 from app.domain.mail.structure import MAX_PARTS, Part, decoded_chunks, scan
 from app.domain.whole_message import (
     attachment_id,
+    claim_content,
     digest,
     find_attachment,
     read_message,
@@ -94,9 +96,36 @@ def test_attachments_and_bodies_agree_with_the_stdlib(
     ]
     parsed = parse_mail(raw)
     assert (whole.text, whole.html) == (parsed.text, parsed.html)
+    assert claim_content(raw) == extract(parsed)
     for att in whole.attachments:
         found = find_attachment(raw, "msg_1", att.attachment_id)
         assert found is not None and found.sha256 == att.sha256
+
+
+CLAIM_SAMPLES = {
+    "html only, quoted-printable": (
+        b"Subject: =?utf-8?q?Code_=E2=9C=93?=\r\nContent-Type: text/html; charset=utf-8\r\n"
+        b"Content-Transfer-Encoding: quoted-printable\r\n\r\n"
+        b'<p>Your code is <b>493817</b>. <a href=3D"https://x.test/v?t=3D1">Verify</a></p>\r\n'
+    ),
+    "latin-1 text": (
+        b"Content-Type: text/plain; charset=iso-8859-1\r\n\r\nCaf\xe9 code 739204 "
+        b"\x93quoted\x94 https://x.test/a.\r\n"
+    ),
+    "no charset, 8-bit": b"Subject: x\r\n\r\nGr\xc3\xbc\xc3\x9fe 4821 https://y.test/\r\n",
+    "alternative with attachment text": (
+        b"Content-Type: multipart/mixed; boundary=m\r\n\r\n--m\r\n"
+        b"Content-Type: text/plain\r\nContent-Disposition: attachment; filename=a.txt\r\n\r\n"
+        b"not this 111111\r\n--m\r\nContent-Type: text/plain\r\n\r\nbut this 222222\r\n--m--\r\n"
+    ),
+    "bogus charset": b"Content-Type: text/plain; charset=x-bogus\r\n\r\ncode 5309 \xff\r\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLAIM_SAMPLES))
+def test_the_claims_content_equals_the_matching_parse(name: str) -> None:
+    raw = CLAIM_SAMPLES[name]
+    assert claim_content(raw) == extract(parse_mail(raw))
 
 
 def test_attachment_ids_are_stable_and_opaque() -> None:
