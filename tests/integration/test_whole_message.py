@@ -10,11 +10,13 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import pytest
 
-from tests.integration.helpers import create_signal, wait_result
+from tests.integration.helpers import create_signal, db_scalar, wait_result
 from tests.integration.rich_mail import PDF_NAME, TXT_NAME, RichMail, rich_mail
-from tests.stack import Stack
+from tests.security.test_console_hardening import sign_in
+from tests.stack import TOKENS, Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -208,3 +210,39 @@ def test_hostile_structure_is_answered_bounded(stack: Stack) -> None:
         got = api.get(f"/v1/claims/{claim['claim_id']}/attachments/{first['attachment_id']}")
         assert got.status_code == 200 and len(got.content) == first["size"]
         assert api.get(f"/v1/claims/{claim['claim_id']}/raw").content == raw
+
+
+def test_the_signal_page_and_each_near_miss_link_to_the_message_page(stack: Stack) -> None:
+    recipient = fresh_recipient()
+    mail = rich_mail(recipient)  # subject "Your invoice ✓ is ready": not what is awaited
+    signal = create_signal(
+        stack, recipient=recipient, subject_contains="password reset", expires_in_seconds=3
+    )
+    stack.send(mail.raw, [recipient])
+    wait_until(
+        lambda: db_scalar(
+            stack, "SELECT count(*) FROM dead_letters WHERE signal_id = %s", signal["signal_id"]
+        ),
+        30,
+        what="the dead letter",
+    )
+    with stack.client() as api:
+        view = api.get(f"/v1/signals/{signal['signal_id']}").json()
+    dead = view["dead_letter"]
+    with stack.client() as api:
+        near = api.get(f"/v1/dead-letters/{dead['dead_letter_id']}").json()["near_misses"]
+    assert near and near[0]["why"] == "subject_mismatch"
+    with httpx.Client(base_url=stack.api_url, timeout=60) as console:
+        sign_in(console, TOKENS["default"])
+        page = console.get(f"/console/dead-letters/{dead['dead_letter_id']}").text
+        link = f'href="/console/messages/{near[0]["message_id"]}"'
+        assert link in page
+        shown = console.get(f"/console/messages/{near[0]['message_id']}")
+        assert shown.status_code == 200 and "Rechnung für Jürgen.txt" in shown.text
+
+    found_recipient = fresh_recipient()
+    _, claim = claimed(stack, rich_mail(found_recipient).raw, found_recipient)
+    with httpx.Client(base_url=stack.api_url, timeout=60) as console:
+        sign_in(console, TOKENS["default"])
+        page = console.get(f"/console/signals/{claim['signal_id']}").text
+        assert f'href="/console/messages/{claim["message_id"]}"' in page
