@@ -42,7 +42,7 @@ class Settings(BaseSettings):
     smtp_port: int = Field(2525, ge=0, le=65535)
     # Empty means: accept mail for any domain.
     smtp_domains: str = ""
-    smtp_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    smtp_max_bytes: int = Field(25 * 1024 * 1024, ge=1024)
     # Hostile senders: RCPTs past this get 452, connections past that get 421.
     smtp_max_recipients: int = Field(100, ge=1)
     smtp_max_connections: int = Field(64, ge=1)

@@ -76,6 +76,7 @@ def claim_take(
             "owner": owner,
             **CLAIM.params,
         },
+        binary=True,  # the raw bytes cross once, not as hex twice their size
     )
 
 

@@ -137,6 +137,15 @@ def message_with_raw(session: Session, message_id: str) -> Row | None:
     )
 
 
+_RAW = raw.Query("SELECT id, received_at, subject, size, raw FROM messages WHERE id = :id")
+
+
+def message_raw(session: Session, message_id: str) -> Row | None:
+    """One message's summary and raw bytes (None once purged), read in binary
+    format: the bytes cross once, not as hex twice their size."""
+    return raw.row(session, _RAW, {"id": message_id}, binary=True)
+
+
 def near_miss_record_many(
     session: Session,
     signal_id: str,

@@ -47,13 +47,15 @@ def query(sql: str) -> Query:
     return Query(sql)
 
 
-def _execute(session: Session, query: Query, params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
+def _execute(
+    session: Session, query: Query, params: Mapping[str, Any], binary: bool = False
+) -> psycopg.Cursor[Any]:
     connection = session.connection()  # begins the session's transaction if needed
     driver = connection.connection.driver_connection
     assert driver is not None
     cursor = driver.cursor(row_factory=dict_row)
     try:
-        cursor.execute(query.psycopg_sql, params)  # type: ignore[call-overload]
+        cursor.execute(query.psycopg_sql, params, binary=binary)  # type: ignore[call-overload]
     except psycopg.Error as error:
         try:
             # SQLAlchemy's own handling: wrap the error, and on a lost
@@ -64,15 +66,20 @@ def _execute(session: Session, query: Query, params: Mapping[str, Any]) -> psyco
     return cursor
 
 
-def rows(session: Session, query: Query, params: Mapping[str, Any]) -> list[Mapping[Any, Any]]:
-    """Every row, as dicts."""
-    with _execute(session, query, params) as cursor:
+def rows(
+    session: Session, query: Query, params: Mapping[str, Any], *, binary: bool = False
+) -> list[Mapping[Any, Any]]:
+    """Every row, as dicts (``binary``: see :func:`row`)."""
+    with _execute(session, query, params, binary) as cursor:
         return list(cursor.fetchall())
 
 
-def row(session: Session, query: Query, params: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The first row as a dict, or None."""
-    with _execute(session, query, params) as cursor:
+def row(
+    session: Session, query: Query, params: Mapping[str, Any], *, binary: bool = False
+) -> dict[str, Any] | None:
+    """The first row as a dict, or None. ``binary``: results in PostgreSQL's
+    binary format (a ``bytea`` arrives as its bytes, not as twice as much hex)."""
+    with _execute(session, query, params, binary) as cursor:
         return cursor.fetchone()
 
 

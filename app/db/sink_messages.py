@@ -108,6 +108,7 @@ def sink_message_page(
             + _BY_RECEIPT.page(limit, params)
         ),
         params,
+        binary=True,  # the raw bytes as they are, not as hex twice their size
     )
 
 
@@ -153,6 +154,7 @@ def sink_message_before_windows(
             "lookback": lookback_seconds,
             "per": per_recipient,
         },
+        binary=True,
     )
 
 

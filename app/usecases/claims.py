@@ -21,11 +21,11 @@ from app.db import messages as messages_db
 from app.db import server as server_db
 from app.db import signals as signals_db
 from app.db.engine import transaction
+from app.domain import whole_message
 from app.domain.backoff import retry_after_seconds
 from app.domain.expectations import Expect
-from app.domain.extract import extract
 from app.domain.ids import new_id
-from app.domain.mail import parse_mail
+from app.domain.masking import mask_subject
 from app.domain.states import ExpiryReason, Status
 from app.errors import Conflict, LeaseExpired, NotFound
 from app.infra.keys import recipient_hash
@@ -163,7 +163,9 @@ def _claim_answer(
     """The 200 of a live claim, content included (the same for the claim and
     for reading it again)."""
     raw = bytes(message["raw"]) if message["raw"] is not None else None
-    content = extract(parse_mail(raw)) if raw is not None else None
+    # The linear scan, not the stdlib's tree: a 25 MiB message costs little
+    # more than its bytes (docs/api.md, "Large messages").
+    content = whole_message.claim_content(raw) if raw is not None else None
     return Answer(
         200,
         {
@@ -283,6 +285,14 @@ def _require_live(claim_row: Mapping[Any, Any]) -> None:
 def consume(namespace: str, claim_id: str) -> dict[str, Any]:
     """Consume the claimed message; consuming again returns the same receipt."""
     with transaction() as session:
+        # The message's hashes are read before the rows are locked: hashing a
+        # large message must not hold the signal meanwhile.
+        unlocked = claims_db.claim_get(session, claim_id)
+        pinned = (
+            _message_digest(session, unlocked["message_id"])
+            if unlocked is not None and unlocked["state"] == "active"
+            else {}
+        )
         claim_row = _live_claim(session, namespace, claim_id)
         if claim_row["state"] == "consumed":
             kept = claims_db.receipt_by_claim(session, claim_id)
@@ -290,7 +300,9 @@ def consume(namespace: str, claim_id: str) -> dict[str, Any]:
             return views.receipt_view(kept)
         _require_live(claim_row)
         receipt = claims_db.claim_consume(
-            session, claim_row, {"id": new_id("rcp"), "evidence": _evidence(claim_row)}
+            session,
+            claim_row,
+            {"id": new_id("rcp"), "evidence": {**_evidence(claim_row), **pinned}},
         )
         if receipt is None:  # a guard failed: the transaction rolls back
             raise LeaseExpired(claim_id=claim_id)
@@ -338,6 +350,18 @@ def _evidence(claim_row: Mapping[Any, Any]) -> dict[str, Any]:
     }
 
 
+def _message_digest(session: Session, message_id: str) -> dict[str, Any]:
+    """`message_sha256` and `attachments` for the evidence: hashes, types,
+    sizes and masked file names, never content (None and [] once purged)."""
+    row = messages_db.message_raw(session, message_id)
+    if row is None or row["raw"] is None:
+        return {"message_sha256": None, "attachments": []}
+    pinned = whole_message.digest(bytes(row["raw"]), message_id)
+    for item in pinned["attachments"]:
+        item["filename"] = mask_subject(item["filename"]) if item["filename"] else None
+    return pinned
+
+
 def release(namespace: str, claim_id: str) -> dict[str, Any]:
     """Give the message back: `found` again while claims are left, else the
     signal expires with `claims_exhausted` (a release spends its claim)."""
@@ -380,36 +404,9 @@ def claim_read(namespace: str, claim_id: str) -> Answer:
     the answer recovers it without waiting out the lease; once it ended, 410
     with its state (`consumed` with the receipt, `released`, `lapsed`)."""
     with transaction() as session:
-        claim_row = claims_db.claim_get(session, claim_id)
-        signal = (
-            signals_db.signal_get(session, claim_row["signal_id"], namespace) if claim_row else None
-        )
-        if claim_row is None or signal is None:
-            raise NotFound(f"no claim {claim_id}")
-        now = server_db.db_now(session)
-        live = (
-            claim_row["state"] == "active"
-            and claim_row["lease_until"] > now
-            and claim_row["fence"] == signal["claim_fence"]
-        )
-        if not live:
-            # An active row past its lease is lapsed, whether or not the sweep wrote it yet.
-            state = "lapsed" if claim_row["state"] == "active" else claim_row["state"]
-            receipt = claims_db.receipt_by_claim(session, claim_id)
-            return Answer(
-                410,
-                {
-                    "status": state,
-                    "claim_id": claim_id,
-                    "signal_id": signal["id"],
-                    "message_id": claim_row["message_id"],
-                    "claimed_at": views.iso(claim_row["claimed_at"]),
-                    "lease_until": views.iso(claim_row["lease_until"]),
-                    "owner": claim_row["owner"],
-                    "ended_at": views.iso(claim_row["ended_at"]),
-                    "receipt": views.receipt_view(receipt) if receipt else None,
-                },
-            )
+        claim_row, signal, ended = claim_live_or_ended(session, namespace, claim_id)
+        if ended is not None:
+            return ended
         message = _message_of(session, claim_row["message_id"])
     return _claim_answer(
         claim_id=claim_row["id"],
@@ -418,4 +415,48 @@ def claim_read(namespace: str, claim_id: str) -> Answer:
         claims_left=signal["max_claims"] - signal["claims_used"],
         message=message,
         owner=claim_row["owner"],
+    )
+
+
+def claim_live_or_ended(
+    session: Session, namespace: str, claim_id: str
+) -> tuple[Mapping[Any, Any], Mapping[Any, Any], Answer | None]:
+    """The claim and its signal, and, once the claim ended (or its lease
+    lapsed, or another claim took over), the 410 that says so; NotFound when
+    it is not this namespace's. The routes that read a claim's content answer
+    only while the third item is None."""
+    claim_row = claims_db.claim_get(session, claim_id)
+    signal = (
+        signals_db.signal_get(session, claim_row["signal_id"], namespace) if claim_row else None
+    )
+    if claim_row is None or signal is None:
+        raise NotFound(f"no claim {claim_id}")
+    now = server_db.db_now(session)
+    live = (
+        claim_row["state"] == "active"
+        and claim_row["lease_until"] > now
+        and claim_row["fence"] == signal["claim_fence"]
+    )
+    if live:
+        return claim_row, signal, None
+    # An active row past its lease is lapsed, whether or not the sweep wrote it yet.
+    state = "lapsed" if claim_row["state"] == "active" else claim_row["state"]
+    receipt = claims_db.receipt_by_claim(session, claim_id)
+    return (
+        claim_row,
+        signal,
+        Answer(
+            410,
+            {
+                "status": state,
+                "claim_id": claim_id,
+                "signal_id": signal["id"],
+                "message_id": claim_row["message_id"],
+                "claimed_at": views.iso(claim_row["claimed_at"]),
+                "lease_until": views.iso(claim_row["lease_until"]),
+                "owner": claim_row["owner"],
+                "ended_at": views.iso(claim_row["ended_at"]),
+                "receipt": views.receipt_view(receipt) if receipt else None,
+            },
+        ),
     )

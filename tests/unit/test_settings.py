@@ -34,7 +34,7 @@ def test_defaults_are_the_contracts(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var, raising=False)
     s = load_settings()
     assert (s.api_host, s.api_port, s.smtp_port) == ("127.0.0.1", 8040, 2525)
-    assert s.smtp_max_bytes == 10 * 1024 * 1024 and s.flower_port == 5555
+    assert s.smtp_max_bytes == 25 * 1024 * 1024 and s.flower_port == 5555
     assert s.idempotency_ttl_hours == 24
 
 

@@ -82,3 +82,40 @@ def strip_html(html: str) -> str:
         return ""
     text = "".join(value for kind, value in html_events(html) if kind != "href")
     return normalize_whitespace(text)
+
+
+def html_anchors(html: str) -> list[tuple[str, str]]:
+    """Each ``<a href>`` of an HTML document with its visible text, in document
+    order: ``(url, text)``, the URL as :func:`html_events` gives it, the text
+    whitespace-normalised (``""`` for an image-only link). An anchor ends at
+    ``</a>``, at the next ``<a``, or at the end. Linear time, never raises."""
+    found: list[tuple[str, str]] = []
+    href: str | None = None
+    words: list[str] = []
+    pos = 0
+
+    def close() -> None:
+        nonlocal href
+        if href is not None:
+            found.append((href, normalize_whitespace("".join(words))))
+        href = None
+        words.clear()
+
+    for match in _HTML_TOKEN_RE.finditer(html):
+        if href is not None and match.start() > pos:
+            words.append(html_lib.unescape(html[pos : match.start()]))
+        pos = match.end()
+        name = (match.group("name") or "").lower()
+        if href is not None and name in _BLOCK_TAGS:
+            words.append(" ")
+        if name != "a":
+            continue
+        close()
+        if not match.group("end"):
+            target = _HREF_RE.search(match.group("attrs") or "")
+            if target:
+                href = html_lib.unescape(next(g for g in target.groups() if g is not None)).strip()
+    if href is not None and pos < len(html):
+        words.append(html_lib.unescape(html[pos:]))
+    close()
+    return found

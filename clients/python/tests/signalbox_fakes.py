@@ -62,6 +62,7 @@ MCP_TOOLS = (
     "claim_email",
     "consume_email",
     "get_evidence",
+    "get_message",
 )
 
 

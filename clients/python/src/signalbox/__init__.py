@@ -25,6 +25,15 @@ from signalbox.errors import (
     Unauthorized,
     WaitTimeout,
 )
+from signalbox.message import (
+    Address,
+    AsyncAttachment,
+    AsyncBoundClaim,
+    Attachment,
+    BoundClaim,
+    Link,
+    Message,
+)
 from signalbox.models import (
     Claim,
     DeadLetter,
@@ -40,11 +49,16 @@ from signalbox.models import (
 )
 
 __all__ = [
+    "Address",
     "AlreadyClaimed",
     "AlreadyConsumed",
+    "AsyncAttachment",
+    "AsyncBoundClaim",
     "AsyncClaimLease",
     "AsyncSignalHandle",
     "AsyncSignalbox",
+    "Attachment",
+    "BoundClaim",
     "Claim",
     "ClaimLease",
     "Conflict",
@@ -56,8 +70,10 @@ __all__ = [
     "InvalidId",
     "InvalidRequest",
     "LeaseExpired",
+    "Link",
     "Mailbox",
     "Match",
+    "Message",
     "MessageSummary",
     "NearMiss",
     "NotClaimable",

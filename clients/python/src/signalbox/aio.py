@@ -23,14 +23,15 @@ from signalbox._core import Answer, HandleCore, Operation, Sleep
 from signalbox._requests import Call, watch_call
 from signalbox.client import http_request
 from signalbox.errors import EmailArrived, SignalboxError, SignalExpired, WaitTimeout
-from signalbox.models import Claim, DeadLetter, Evidence, Mailbox, Match, Page, Receipt, Signal
+from signalbox.message import AsyncBoundClaim, AsyncMessageMethods, Message, bind_async_claim
+from signalbox.models import DeadLetter, Evidence, Mailbox, Match, Page, Receipt, Signal
 
 log = logging.getLogger("signalbox")
 
 T = TypeVar("T")
 
 
-class AsyncSignalbox(_core.Core):
+class AsyncSignalbox(_core.Core, AsyncMessageMethods):
     """Asynchronous Signalbox API client; see :class:`signalbox.Signalbox`."""
 
     def __init__(
@@ -254,12 +255,12 @@ class AsyncClaimLease:
     ) -> None:
         self._client = client
         self._request = (signal_id, run_id, lease_seconds, owner)
-        self._claim: Claim | None = None
+        self._claim: AsyncBoundClaim | None = None
         self.receipt: Receipt | None = None
         self._done = False
 
     @property
-    def claim(self) -> Claim:
+    def claim(self) -> AsyncBoundClaim:
         if self._claim is None:
             raise RuntimeError("not claimed yet: await the lease or use `async with`")
         return self._claim
@@ -270,7 +271,8 @@ class AsyncClaimLease:
 
     async def acquire(self) -> AsyncClaimLease:
         if self._claim is None:
-            self._claim = await self._client._run(self._client._claim(*self._request))
+            claim = await self._client._run(self._client._claim(*self._request))
+            self._claim = bind_async_claim(claim, self._client)
         return self
 
     def __await__(self) -> Generator[Any, None, AsyncClaimLease]:
@@ -288,9 +290,13 @@ class AsyncClaimLease:
     async def extend(self, lease_seconds: int = 90) -> datetime | None:
         return await self._client.extend(self.claim_id, lease_seconds)
 
-    async def __aenter__(self) -> Claim:
+    async def __aenter__(self) -> AsyncBoundClaim:
         await self.acquire()
         return self.claim
+
+    async def message(self) -> Message:
+        """The whole message of this claim (see :mod:`signalbox.message`)."""
+        return await self._client.message(self.claim_id)
 
     async def __aexit__(
         self,

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from signalbox import _core, render
+from signalbox import _core, message_cli, render
 from signalbox.client import Signalbox
 from signalbox.errors import (
     EmailArrived,
@@ -145,6 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--owner", metavar="NAME", help="who holds the claim (default: the token's name)"
     )
+    p.add_argument(
+        "--save-attachments",
+        metavar="DIR",
+        help="also read the whole message and save its attachments into DIR",
+    )
+
+    p = command("message", "print a claim's whole message (untrusted email content)")
+    p.add_argument("claim_id", metavar="CLAIM_ID")
+    p.add_argument("--save-attachments", metavar="DIR", help="save its attachments into DIR")
 
     p = command("consume", "consume a claim and print its receipt")
     p.add_argument("claim_id", metavar="CLAIM_ID")
@@ -252,7 +261,19 @@ def _run(args: argparse.Namespace, client: Signalbox, out: _Output, err: TextIO)
         out.emit(s.raw, render.signal(s))
     elif cmd == "claim":
         lease = client.claim(args.signal_id, args.run_id, args.lease, owner=args.owner)
-        out.emit(lease.claim.raw, render.claim(lease.claim))
+        if args.save_attachments:
+            saved = message_cli.save_attachments(lease.message(), args.save_attachments)
+            raw = {**lease.claim.raw, "saved_attachments": [str(p) for p in saved]}
+            text = render.claim(lease.claim) + "\nsaved:\n" + "\n".join(map(str, saved))
+            out.emit(raw, text)
+        else:
+            out.emit(lease.claim.raw, render.claim(lease.claim))
+    elif cmd == "message":
+        whole = client.message(args.claim_id)
+        where = args.save_attachments
+        saved = message_cli.save_attachments(whole, where) if where else []
+        raw = {**whole.raw, "saved_attachments": [str(p) for p in saved]} if saved else whole.raw
+        out.emit(raw, message_cli.render_message(whole, saved))
     elif cmd == "consume":
         r = client.consume(args.claim_id)
         out.emit(r.raw, render.receipt(r))

@@ -24,6 +24,7 @@ from signalbox import _core
 from signalbox._core import Answer, HandleCore, Operation, Sleep
 from signalbox._requests import Call, watch_call
 from signalbox.errors import EmailArrived, SignalboxError, SignalExpired, WaitTimeout
+from signalbox.message import BoundClaim, Message, MessageMethods, bind_claim
 from signalbox.models import Claim, DeadLetter, Evidence, Mailbox, Match, Page, Receipt, Signal
 
 log = logging.getLogger("signalbox")
@@ -31,7 +32,7 @@ log = logging.getLogger("signalbox")
 T = TypeVar("T")
 
 
-class Signalbox(_core.Core):
+class Signalbox(_core.Core, MessageMethods):
     """Synchronous Signalbox API client.
 
     ``url`` and ``token`` fall back to ``SIGNALBOX_URL`` / ``SIGNALBOX_TOKEN``
@@ -322,7 +323,8 @@ class ClaimLease:
 
     def __init__(self, client: Signalbox, claim: Claim) -> None:
         self._client = client
-        self.claim = claim
+        #: The claim; ``claim.message()`` reads the whole message.
+        self.claim: BoundClaim = bind_claim(claim, client)
         self.receipt: Receipt | None = None
         self._done = False
 
@@ -345,8 +347,12 @@ class ClaimLease:
     def extend(self, lease_seconds: int = 90) -> datetime | None:
         return self._client.extend(self.claim_id, lease_seconds)
 
-    def __enter__(self) -> Claim:
+    def __enter__(self) -> BoundClaim:
         return self.claim
+
+    def message(self) -> Message:
+        """The whole message of this claim (see :mod:`signalbox.message`)."""
+        return self._client.message(self.claim_id)
 
     def __exit__(
         self,

@@ -5,7 +5,8 @@ Fixtures:
 - ``signalbox`` — a :class:`signalbox.Signalbox` client; the signals a test
   creates are recorded and, at the end of the test, attached to the JUnit XML
   as properties (``signalbox_run_id``, ``signalbox_signal_ids``,
-  ``signalbox_receipt_ids``);
+  ``signalbox_receipt_ids``, and ``signalbox_attachment_sha256``: the SHA-256
+  of each attachment of the messages it consumed, as their receipts pin them);
 - ``signalbox_run_id`` — one run id per session (``--signalbox-run-id``, else
   ``$SIGNALBOX_RUN_ID``, else ``pytest-<uuid>``);
 - ``signalbox_test_case`` — the test's node id (cut to the API's 200 characters);
@@ -71,6 +72,8 @@ class _State:
     current: str | None = None
     signals: dict[str, list[str]] = field(default_factory=dict)
     receipts: dict[str, str] = field(default_factory=dict)  # signal_id -> receipt_id
+    # signal_id -> the SHA-256 of each attachment its receipt's evidence pins
+    attachments: dict[str, list[str]] = field(default_factory=dict)
     evidence_path: Path | None = None
     evidence_error: str | None = None
 
@@ -81,6 +84,7 @@ class _State:
                 ids.append(obj.signal_id)
         elif event == "receipt" and isinstance(obj, Receipt):
             self.receipts[obj.signal_id] = obj.receipt_id
+            self.attachments[obj.signal_id] = attachment_hashes(obj.raw)
 
 
 _STATE = pytest.StashKey[_State]()
@@ -207,8 +211,24 @@ def signalbox(
             record_property("signalbox_signal_ids", ",".join(ids))
             receipts, error = _receipt_ids(_signalbox_session, ids, state)
             record_property("signalbox_receipt_ids", ",".join(receipts))
+            hashes = [h for signal_id in ids for h in state.attachments.get(signal_id, [])]
+            if hashes:
+                record_property("signalbox_attachment_sha256", ",".join(hashes))
             if error:
                 record_property("signalbox_evidence_error", error)
+
+
+def attachment_hashes(receipt: Mapping[str, object]) -> list[str]:
+    """The SHA-256 of each attachment a receipt's evidence pins (no content)."""
+    evidence = receipt.get("evidence")
+    items = evidence.get("attachments") if isinstance(evidence, Mapping) else None
+    if not isinstance(items, list):
+        return []
+    return [
+        str(i["sha256"])
+        for i in items
+        if isinstance(i, Mapping) and isinstance(i.get("sha256"), str)
+    ]
 
 
 def _receipt_ids(client: Signalbox, ids: list[str], state: _State) -> tuple[list[str], str | None]:
