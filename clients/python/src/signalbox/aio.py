@@ -2,7 +2,7 @@
 
 >>> async with AsyncSignalbox() as sb:
 ...     handle = await sb.watch("ci-4711", "test_signup", "a@sink.test")
-...     await handle.wait(timeout=60)
+...     await handle.wait()
 ...     async with handle.claim() as claim:       # consumes on success
 ...         ...
 """
@@ -127,7 +127,7 @@ class AsyncSignalbox(_core.Core):
     async def wait(
         self,
         signal_id: str,
-        timeout: float = _core.DEFAULT_WAIT_TIMEOUT,
+        timeout: float | None = _core.DEFAULT_WAIT_TIMEOUT,
         on_poll: Callable[[Signal], None] | None = None,
     ) -> Signal:
         """See :meth:`signalbox.Signalbox.wait`."""
@@ -185,7 +185,7 @@ class AsyncSignalHandle(HandleCore["AsyncSignalbox"]):
 
     async def wait(
         self,
-        timeout: float = _core.DEFAULT_WAIT_TIMEOUT,
+        timeout: float | None = _core.DEFAULT_WAIT_TIMEOUT,
         on_poll: Callable[[Signal], None] | None = None,
     ) -> Signal:
         try:
