@@ -107,6 +107,9 @@ def _banner(settings: Settings, ready: bool, flower: bool, token: str | None) ->
         lines.append(f"  Dev token  {token}   (namespace '{DEV_NAMESPACE}')")
         url = f"http://{settings.api_host}:{settings.api_port}"
         lines.append(f"  export SIGNALBOX_URL={url} SIGNALBOX_TOKEN={token}")
+    cli = Path(sys.executable).parent / "signalbox"
+    if cli.exists():
+        lines.append(f"  CLI        {cli}   (signalbox dlq list, signalbox evidence RUN_ID, …)")
     lines.append("Ctrl-C stops everything.")
     return "\n".join(lines)
 
