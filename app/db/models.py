@@ -151,6 +151,8 @@ class Message(Base):
     recipients: Mapped[list[str]] = mapped_column(ARRAY(Text))
     run_marker: Mapped[str | None] = mapped_column(String(256))
     size: Mapped[int] = mapped_column(Integer, server_default="0")
+    # A line of the raw message ended in a bare LF (kept as received).
+    bare_lf: Mapped[bool] = mapped_column(Boolean, server_default="false")
     # Purged (NULL) when the mailbox is deleted; the summary above stays.
     raw: Mapped[bytes | None] = mapped_column(LargeBinary)
     __table_args__ = (

@@ -240,6 +240,7 @@ def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[di
                         "subject": message["subject"],
                         "recipient": r["recipient"],
                         "run_marker": message["run_marker"],
+                        "bare_lf": bool(message.get("bare_lf")),
                     }
                     if message
                     else None
@@ -263,4 +264,5 @@ def _joined_message(row: Mapping[Any, Any]) -> dict[str, Any]:
         "received_at": row["view_message_received_at"],
         "subject": row["view_message_subject"],
         "run_marker": row["view_message_run_marker"],
+        "bare_lf": row["view_message_bare_lf"],
     }

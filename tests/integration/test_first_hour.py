@@ -1,16 +1,19 @@
 """What a new user meets in the first hour, on the real stack: the polling
-hint of a waiting signal, `signalbox-server demo` as the banner says to run it."""
+hint of a waiting signal, `signalbox-server demo` as the banner says to run it,
+mail sent with bare LF line ends."""
 
 from __future__ import annotations
 
 import os
+import smtplib
 import subprocess
 import sys
+from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import create_signal, signal_view
+from tests.integration.helpers import create_signal, db_scalar, signal_view, wait_result
 from tests.servers import free_port
 from tests.stack import ROOT, Stack, wait_until
 
@@ -77,3 +80,61 @@ def test_demo_names_the_token_when_the_api_refuses_it(stack: Stack, tmp_path: Pa
     done = _demo({"SIGNALBOX_URL": stack.api_url, "SIGNALBOX_TOKEN": "sbx_wrong"}, tmp_path)
     assert done.returncode == 3 and "Traceback" not in done.stderr
     assert "401" in done.stderr and "SIGNALBOX_TOKEN" in done.stderr
+
+
+def _long_bare_lf_mail(to: str) -> bytes:
+    msg = EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = "app@example.test", to, "Verify your account"
+    # Over 1,000 bytes in all, a line that starts with a dot (smtplib stuffs it).
+    body = "".join(f"line {i}: your code is 493817, keep it to yourself\n" for i in range(40))
+    msg.set_content(body + ".hidden dot line\n")
+    raw = msg.as_bytes()  # line ends: bare LF, as the email package writes them
+    assert len(raw) > 1000 and b"\r\n" not in raw
+    return raw
+
+
+def test_a_long_message_with_bare_lf_line_ends_is_accepted_as_received_and_flagged(
+    stack: Stack,
+) -> None:
+    signal = create_signal(stack, subject_contains="Verify")
+    raw = _long_bare_lf_mail(signal["recipient"])
+    with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=30) as smtp:
+        refused = smtp.sendmail("app@example.test", [signal["recipient"]], raw)
+    assert refused == {}
+    view = wait_result(stack, signal["signal_id"])
+    assert view["result"] == "found"
+    assert view["message"]["bare_lf"] is True
+    message_id = view["message"]["message_id"]
+    # The bytes as received: bare LFs kept, the dot-stuffing undone; smtplib ends
+    # the data with the CRLF before its final ".".
+    stored = db_scalar(stack, "SELECT raw FROM messages WHERE id = %s", message_id)
+    assert bytes(stored) == raw + b"\r\n"
+    with stack.client() as api:
+        evidence = api.get(f"/v1/runs/{signal['run_id']}/evidence").json()
+    assert evidence["signals"][0]["message"]["bare_lf"] is True
+
+
+def test_a_message_with_crlf_line_ends_is_not_flagged(stack: Stack) -> None:
+    signal = create_signal(stack, subject_contains="Verify")
+    raw = _long_bare_lf_mail(signal["recipient"]).replace(b"\n", b"\r\n")
+    with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=30) as smtp:
+        smtp.sendmail("app@example.test", [signal["recipient"]], raw)
+    view = wait_result(stack, signal["signal_id"])
+    assert view["result"] == "found" and view["message"]["bare_lf"] is False
+    stored = db_scalar(
+        stack, "SELECT raw FROM messages WHERE id = %s", view["message"]["message_id"]
+    )
+    assert bytes(stored) == raw
+
+
+def test_a_bare_lf_line_over_the_limit_is_still_refused_as_too_long(stack: Stack) -> None:
+    signal = create_signal(stack)
+    raw = b"Subject: long\nTo: " + signal["recipient"].encode() + b"\n\n" + b"x" * 1200 + b"\n"
+    with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=30) as smtp:
+        try:
+            smtp.sendmail("app@example.test", [signal["recipient"]], raw)
+        except smtplib.SMTPDataError as exc:
+            assert exc.smtp_code == 500 and b"Line too long" in exc.smtp_error
+        else:
+            raise AssertionError("a 1,200-byte line was accepted")
+        assert smtp.noop()[0] == 250  # the session goes on
