@@ -28,7 +28,13 @@ from typing import Any, Generic, TypeVar
 from signalbox import _requests as rq
 from signalbox._requests import Call
 from signalbox._responses import Response, claim_from, dead_letter_page, decode, expired_message
-from signalbox.errors import ServiceUnavailable, SignalboxError, SignalExpired, WaitTimeout
+from signalbox.errors import (
+    ServiceUnavailable,
+    SignalboxError,
+    SignalExpired,
+    WaitTimeout,
+    hide_client_frames,
+)
 from signalbox.models import (
     Claim,
     DeadLetter,
@@ -39,6 +45,9 @@ from signalbox.models import (
     Signal,
     parse_time,
 )
+
+# pytest: a Signalbox error's traceback leaves this module's frames out.
+__tracebackhide__ = hide_client_frames
 
 DEFAULT_URL = "http://127.0.0.1:8040"
 URL_ENV = "SIGNALBOX_URL"

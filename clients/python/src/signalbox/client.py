@@ -23,8 +23,11 @@ import httpx
 from signalbox import _core
 from signalbox._core import Answer, HandleCore, Operation, Sleep
 from signalbox._requests import Call, watch_call
-from signalbox.errors import SignalboxError, SignalExpired, WaitTimeout
+from signalbox.errors import SignalboxError, SignalExpired, WaitTimeout, hide_client_frames
 from signalbox.models import Claim, DeadLetter, Evidence, Mailbox, Page, Receipt, Signal
+
+# pytest: a Signalbox error's traceback leaves this module's frames out.
+__tracebackhide__ = hide_client_frames
 
 log = logging.getLogger("signalbox")
 

@@ -13,6 +13,14 @@ if TYPE_CHECKING:
     from signalbox.models import DeadLetter, NearMiss, Receipt, Signal
 
 
+def hide_client_frames(excinfo: Any) -> bool:
+    """The ``__tracebackhide__`` of the client's modules: pytest leaves their
+    frames out of a failure's traceback when the error is a Signalbox error (the
+    test's own line and the exception say it all); any other exception, a bug
+    of the client, keeps them."""
+    return isinstance(getattr(excinfo, "value", None), SignalboxError)
+
+
 class SignalboxError(Exception):
     """Root of every error raised by the Signalbox client."""
 
