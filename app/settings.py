@@ -9,7 +9,7 @@ import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
@@ -97,6 +97,8 @@ class Settings(BaseSettings):
     mailbox_ttl_hours: float = Field(24.0, gt=0)
     mailbox_domain: str = "signalbox.test"
     log_level: str = "INFO"
+    # `auto`: readable lines when the log stream (stderr) is a terminal, else JSON.
+    log_format: Literal["auto", "json", "text"] = "auto"
 
     # Running on many machines (deploy/kubernetes, docker-compose).
     # Each long-running process serves its own Prometheus metrics on this

@@ -48,19 +48,30 @@ def configure(app: Celery, settings: Settings) -> Celery:
                 "schedule": timedelta(seconds=settings.late_watch_interval_seconds),
                 "options": {"expires": settings.late_watch_interval_seconds},
             },
-            "webhooks": {
-                "task": queue.WEBHOOK_DUE_TASK,
-                "schedule": timedelta(seconds=settings.webhook_poll_seconds),
-                "options": {"expires": max(5.0, settings.webhook_poll_seconds * 5)},
-            },
             "retention": {
                 "task": queue.RETENTION_TASK,
                 "schedule": timedelta(minutes=10),
                 "options": {"expires": 300},
             },
+            **webhook_schedule(settings),
         },
     )
     return app
+
+
+def webhook_schedule(settings: Settings) -> dict[str, dict[str, object]]:
+    """The webhook outbox's beat entry, only when a webhook is configured:
+    without one there is nothing to send, and a task every few seconds would
+    only fill the logs and Flower's task list."""
+    if not settings.dead_letter_webhook_url:
+        return {}
+    return {
+        "webhooks": {
+            "task": queue.WEBHOOK_DUE_TASK,
+            "schedule": timedelta(seconds=settings.webhook_poll_seconds),
+            "options": {"expires": max(5.0, settings.webhook_poll_seconds * 5)},
+        }
+    }
 
 
 def get_celery() -> Celery:

@@ -37,7 +37,7 @@ from app.observability import metrics
 # isort: on
 from celery import signals
 
-from app.observability.logs import JsonFormatter, configure_logging
+from app.observability.logs import configure_logging, formatter_for
 
 
 def _component() -> str:
@@ -49,13 +49,23 @@ def _component() -> str:
     return "celery"
 
 
+def _log_format() -> str | None:
+    """SIGNALBOX_LOG_FORMAT from the settings (None: the environment decides)."""
+    try:
+        from app.settings import get_settings
+
+        return get_settings().log_format
+    except Exception:  # a bad setting fails elsewhere, with its name; logging still works
+        return None
+
+
 def _setup_logging(loglevel: Any = None, **_: Any) -> None:
     # SIGNALBOX_LOG_LEVEL wins over Celery's --loglevel, so that every process
     # of a deployment logs alike; Celery's is the fallback for `celery ...` runs.
     level = os.environ.get("SIGNALBOX_LOG_LEVEL")
     if not level and isinstance(loglevel, int):
         level = logging.getLevelName(loglevel)
-    configure_logging(_component(), level or None)
+    configure_logging(_component(), level or None, _log_format())
     # Beat logs every task it sends (a sweep a second): keep its warnings only;
     # `_beat_started` says that it runs.
     logging.getLogger("celery.beat").setLevel(logging.WARNING)
@@ -71,7 +81,7 @@ def _json_task_logger(logger: Any = None, **_: Any) -> None:
     # Only reached if Celery configured its task logger itself (someone
     # disconnected `_setup_logging`): keep its lines JSON as well.
     for handler in getattr(logger, "handlers", []):
-        handler.setFormatter(JsonFormatter(_component()))
+        handler.setFormatter(formatter_for(_component(), getattr(handler, "stream", None)))
 
 
 def _early_worker_setup(instance: Any = None, **_: Any) -> None:

@@ -55,8 +55,25 @@ def cmd_worker(args: argparse.Namespace) -> int:
         argv += ["--concurrency", str(args.concurrency)]
     # The pool processes' bulkhead (app/providers/bulkhead.py) is sized from this.
     os.environ[PROCESSES_ENV] = str(args.concurrency or os.cpu_count() or 1)
+    _quiet_root_warning()
     _celery(argv)
     return 0
+
+
+def _quiet_root_warning() -> None:
+    """No SecurityWarning at start when the worker runs as root (a developer's
+    `up`, a root container). What Celery warns of, a pickled message running
+    code with root's rights, cannot happen here: the worker accepts JSON only
+    (app.infra.queue), and Celery itself refuses to start as root when pickle is
+    accepted. Run the worker unprivileged in production (docs/operations.md)."""
+    import warnings
+
+    from celery.exceptions import SecurityWarning
+
+    from app.infra.queue import get_celery
+
+    if "pickle" not in get_celery().conf.accept_content:
+        warnings.filterwarnings("ignore", category=SecurityWarning)
 
 
 def cmd_beat(args: argparse.Namespace) -> int:
@@ -90,7 +107,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
     from app.observability.logs import configure_logging
 
     settings, _ = resolve_services(get_settings())
-    configure_logging("flower", settings.log_level)
+    configure_logging("flower", settings.log_level, settings.log_format)
     # --quiet and --logging=none: no banner and no tornado log format; Flower
     # writes JSON lines through the handler configured above.
     argv = [
@@ -99,6 +116,9 @@ def cmd_flower(args: argparse.Namespace) -> int:
         f"--port={settings.flower_port}",
         f"--address={settings.flower_host}",
         "--logging=none",
+        # Flower asks the workers for their state as it starts; a busy machine's
+        # worker may take more than Flower's default second to answer.
+        "--inspect_timeout=3000",
     ]
     if settings.flower_basic_auth:
         argv.append(f"--basic-auth={settings.flower_basic_auth}")

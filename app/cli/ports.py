@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from app.errors import ConfigurationError
 from app.settings import Settings
@@ -20,6 +20,24 @@ def wait_port(host: str, port: int, timeout: float) -> bool:
                 return True
         except OSError:
             time.sleep(0.1)
+    return False
+
+
+def wait_ready(url: str, timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
+    """Poll `url` (the API's /readyz) until it answers 200; False after
+    `timeout` seconds, or as soon as `alive()` says to stop waiting."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and alive():
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass  # 503 while a part warms up, or not listening yet
+        time.sleep(0.5)
     return False
 
 

@@ -24,7 +24,7 @@ def api_factory() -> Any:
     from app.observability.logs import configure_logging
 
     settings = get_settings()
-    configure_logging("api", settings.log_level)
+    configure_logging("api", settings.log_level, settings.log_format)
     return create_app(settings)
 
 
@@ -66,7 +66,7 @@ def cmd_smtp(args: argparse.Namespace) -> int:
 
     check_ports(get_settings(), ["smtp", "metrics"])
     settings, _handles = resolve_services(get_settings())
-    configure_logging("smtp", settings.log_level)
+    configure_logging("smtp", settings.log_level, settings.log_format)
     serve_metrics_port(settings, "smtp")
     controller = make_controller(settings)
     controller.start()

@@ -10,15 +10,19 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from app.cli.ports import check_ports, wait_port
+from app.cli.ports import check_ports, wait_port, wait_ready
 from app.cli.services import resolve_services
 from app.settings import Settings, get_settings
 
 DEV_TOKEN_FILE = "dev-token"
 DEV_NAMESPACE = "default"
 CHILDREN = ("api", "smtp", "worker", "beat", "flower")
+# How long `up` waits for /readyz to answer 200 before its banner says it is not
+# ready yet (a cold start on a busy machine: first migrations, workers warming).
+READY_TIMEOUT_SECONDS = 180
 
 
 def _ensure_dev_token(settings: Settings) -> str | None:
@@ -85,10 +89,15 @@ def _child_env(name: str, settings: Settings) -> dict[str, str]:
 
 
 def _banner(settings: Settings, ready: bool, flower: bool, token: str | None) -> str:
+    """What `up` prints once /readyz answers 200 (`ready`), or once it gave up waiting."""
     lines = [
         "Signalbox is up."
         if ready
-        else "Signalbox started, but the API or SMTP did not answer yet.",
+        else (
+            f"Signalbox started, but /readyz did not answer 200 within"
+            f" {READY_TIMEOUT_SECONDS} s: see the parts it names"
+            f" (curl http://{settings.api_host}:{settings.api_port}/readyz)."
+        ),
         f"  API        http://{settings.api_host}:{settings.api_port}  (docs at /docs)",
         f"  SMTP sink  {settings.smtp_host}:{settings.smtp_port}",
     ]
@@ -98,6 +107,9 @@ def _banner(settings: Settings, ready: bool, flower: bool, token: str | None) ->
         lines.append(f"  Dev token  {token}   (namespace '{DEV_NAMESPACE}')")
         url = f"http://{settings.api_host}:{settings.api_port}"
         lines.append(f"  export SIGNALBOX_URL={url} SIGNALBOX_TOKEN={token}")
+    cli = Path(sys.executable).parent / "signalbox"
+    if cli.exists():
+        lines.append(f"  CLI        {cli}   (signalbox dlq list, signalbox evidence RUN_ID, …)")
     lines.append("Ctrl-C stops everything.")
     return "\n".join(lines)
 
@@ -133,6 +145,39 @@ def _stop(procs: dict[str, subprocess.Popen[bytes]]) -> None:
             proc.kill()
 
 
+def _parent_death_signal() -> Callable[[], None] | None:
+    """On Linux, what makes a child get SIGTERM when `up` dies (even of
+    SIGKILL): in their own process groups, they no longer die with its group."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded here, not after the fork
+    pr_set_pdeathsig = 1
+
+    def set_it() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+    return set_it
+
+
+def _start(name: str, args: argparse.Namespace, settings: Settings) -> subprocess.Popen[bytes]:
+    """Start one child in a process group of its own: Ctrl-C at the terminal
+    reaches `up` alone, which then stops each child with SIGTERM (a clean
+    shutdown, no KeyboardInterrupt tracebacks from the children's own
+    processes)."""
+    cmd = [sys.executable, "-m", "app.cli", name]
+    if name == "worker" and args.concurrency:
+        cmd += ["--concurrency", str(args.concurrency)]
+    return subprocess.Popen(
+        cmd,
+        env=_child_env(name, settings),
+        process_group=0,
+        # preexec_fn is safe here: `up` runs no threads of its own.
+        preexec_fn=_parent_death_signal(),
+    )
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from app.db.migrate import upgrade
 
@@ -157,14 +202,22 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop_all)
     signal.signal(signal.SIGTERM, stop_all)
     for name in wanted:
-        cmd = [sys.executable, "-m", "app.cli", name]
-        if name == "worker" and args.concurrency:
-            cmd += ["--concurrency", str(args.concurrency)]
-        procs[name] = subprocess.Popen(cmd, env=_child_env(name, settings))
-    ready = wait_port(settings.api_host, settings.api_port, 120) and wait_port(
-        settings.smtp_host, settings.smtp_port, 120
+        if name != "flower":
+            procs[name] = _start(name, args, settings)
+    # "up" only once every part answers: the API's /readyz checks the
+    # database, the broker, the sink, the worker's and beat's heartbeats.
+    ready = wait_port(settings.smtp_host, settings.smtp_port, READY_TIMEOUT_SECONDS) and wait_ready(
+        f"http://{settings.api_host}:{settings.api_port}/readyz",
+        READY_TIMEOUT_SECONDS,
+        alive=lambda: not stopping.is_set() and all(p.poll() is None for p in procs.values()),
     )
-    print(_banner(settings, ready, "flower" in procs, token), flush=True)
+    if "flower" in wanted and not stopping.is_set():
+        # Last: Flower asks the workers for their state once, as it starts;
+        # started before them it would only log that none answered.
+        procs["flower"] = _start("flower", args, settings)
+        wait_port(settings.flower_host, settings.flower_port, 60)
+    if not stopping.is_set():
+        print(_banner(settings, ready, "flower" in procs, token), flush=True)
     exit_code = _supervise(procs, stopping)
     _stop(procs)
     if handles is not None:

@@ -27,13 +27,13 @@ def message_record_many(session: Session, rows: Sequence[Mapping[Any, Any]]) -> 
         text(
             """
             INSERT INTO messages (id, provider, provider_message_id, received_at, subject,
-                                  recipients, delivered_to, run_marker, size, raw)
+                                  recipients, delivered_to, run_marker, size, bare_lf, raw)
             VALUES (:id, :provider, :provider_message_id, :received_at, :subject,
-                    :recipients, :delivered_to, :run_marker, :size, :raw)
+                    :recipients, :delivered_to, :run_marker, :size, :bare_lf, :raw)
             ON CONFLICT (provider, provider_message_id) DO NOTHING
             """
         ),
-        [{"delivered_to": None, **r} for r in rows],
+        [{"delivered_to": None, "bare_lf": False, **r} for r in rows],
     )
     return affected(result)
 
@@ -105,7 +105,7 @@ def message_get_many(session: Session, message_ids: Sequence[str]) -> dict[str, 
     return by_column(
         session,
         "SELECT id, provider, provider_message_id, received_at, subject, recipients,"
-        " run_marker, size FROM messages WHERE id = ANY(:ids)",
+        " run_marker, size, bare_lf FROM messages WHERE id = ANY(:ids)",
         {"ids": list(message_ids)},
         "id",
     )

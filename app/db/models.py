@@ -181,6 +181,8 @@ class Message(Base):
     # The recipients it belongs by (ownership): the envelope's where the
     # provider knows it, else To and Cc; NULL (rows from before): `recipients`.
     delivered_to: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    # A line of the raw message ended in a bare LF (kept as received).
+    bare_lf: Mapped[bool] = mapped_column(Boolean, server_default="false")
     # Purged (NULL) when the mailbox is deleted; the summary above stays.
     raw: Mapped[bytes | None] = mapped_column(LargeBinary)
     __table_args__ = (

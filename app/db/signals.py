@@ -72,13 +72,14 @@ def signal_create_facts(session: Session, namespace: str, address: str) -> Creat
 _VIEW_COLUMNS = """
     clock_timestamp() AS view_now,
     m.id AS view_message_id, m.received_at AS view_message_received_at,
-    m.subject AS view_message_subject, m.run_marker AS view_message_run_marker
+    m.subject AS view_message_subject, m.run_marker AS view_message_run_marker,
+    m.bare_lf AS view_message_bare_lf
 """
 # ... and the same columns for a signal that has no message yet.
 _NEW_VIEW_COLUMNS = """
     clock_timestamp() AS view_now, NULL::text AS view_message_id,
     NULL::timestamptz AS view_message_received_at, NULL::text AS view_message_subject,
-    NULL::text AS view_message_run_marker
+    NULL::text AS view_message_run_marker, NULL::boolean AS view_message_bare_lf
 """
 
 # The idempotency key, bound to the new signal unless a live binding exists.

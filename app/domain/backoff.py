@@ -13,13 +13,20 @@ from datetime import datetime, timedelta
 
 __all__ = [
     "MIN_DELAY_SECONDS",
+    "PUSH_POLL_HINT_SECONDS",
     "BackoffPolicy",
     "next_check_at",
+    "poll_hint_seconds",
     "retry_after_seconds",
 ]
 
 # Below this a "backoff" is a busy loop against the provider.
 MIN_DELAY_SECONDS = 0.2
+
+# The longest a caller is told to wait before looking again at a signal on a
+# provider that pushes its arrivals (the sink): such a signal's next scheduled
+# check is its deadline, yet its mail is matched the moment it arrives.
+PUSH_POLL_HINT_SECONDS = 5
 
 
 @dataclass(frozen=True)
@@ -109,3 +116,16 @@ def retry_after_seconds(now: datetime, next_check_at: datetime | None) -> int:
     # Integer arithmetic on timedeltas: float seconds would round 2.000001 s down.
     whole = -(-wait // timedelta(seconds=1))
     return max(int(whole), 1)
+
+
+def poll_hint_seconds(now: datetime, next_check_at: datetime | None, *, pushes: bool) -> int:
+    """The view's ``retry_after_seconds``: when a caller's next look is due.
+
+    The wait for the next scheduled check (`retry_after_seconds`), at most
+    ``PUSH_POLL_HINT_SECONDS`` for a provider that pushes its arrivals: there
+    the next check is scheduled at the deadline, and telling a caller to sleep
+    until then would have it sleep through the mail. Never the time left to
+    the deadline as such.
+    """
+    wait = retry_after_seconds(now, next_check_at)
+    return min(wait, PUSH_POLL_HINT_SECONDS) if pushes else wait

@@ -1,4 +1,6 @@
-"""Structured logs: one JSON object a line, with content kept out.
+"""Structured logs: one JSON object a line, with content kept out; for a
+person at a terminal, one readable line each instead (`SIGNALBOX_LOG_FORMAT`,
+default `auto`: readable when the log stream is a TTY, JSON otherwise).
 
 Log calls pass identifiers in `extra` (event, run_id, signal_id,
 recipient_hash, ...). The formatter writes only the message, the level, the
@@ -129,7 +131,8 @@ class JsonFormatter(logging.Formatter):
         self.component = component
         self.hash_key = hash_key
 
-    def format(self, record: logging.LogRecord) -> str:
+    def entry(self, record: logging.LogRecord) -> dict[str, Any]:
+        """The line's fields: what is allowed out of `record`, scrubbed."""
         try:
             message = record.getMessage()
         except Exception:  # a bad %-format in a library must not lose the line
@@ -148,7 +151,42 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = record.__dict__[key]
         if record.exc_info and record.exc_info[0] is not None:
             entry["exc_type"] = record.exc_info[0].__name__
-        return json.dumps(entry, default=str)
+        return entry
+
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(self.entry(record), default=str)
+
+
+# Fields a readable line shows in its fixed columns, not as key=value.
+_COLUMNS = frozenset({"ts", "level", "logger", "component", "pid", "msg"})
+
+
+class TextFormatter(JsonFormatter):
+    """The same fields as `JsonFormatter`, as one line a person reads:
+    ``13:45:43.952 INFO  worker   signalbox.checks  signal found  event=signal_found signal_id=…``.
+    Multi-line messages (a library's warning) are joined with ` | `."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = self.entry(record)
+        clock = datetime.fromtimestamp(record.created).strftime("%H:%M:%S.%f")[:-3]
+        message = " | ".join(part.strip() for part in str(entry["msg"]).splitlines() if part)
+        extras = " ".join(f"{k}={entry[k]}" for k in sorted(entry) if k not in _COLUMNS)
+        line = f"{clock} {record.levelname:<7} {self.component:<6} {record.name}: {message}"
+        return f"{line}  {extras}" if extras else line
+
+
+LOG_FORMATS = ("auto", "json", "text")
+
+
+def formatter_for(component: str, stream: Any, log_format: str | None = None) -> JsonFormatter:
+    """The formatter of `component`'s lines on `stream`: `text` (readable) or
+    `json`, or for `auto` (the default, `SIGNALBOX_LOG_FORMAT`) readable
+    exactly when `stream` is a terminal."""
+    chosen = (log_format or os.environ.get("SIGNALBOX_LOG_FORMAT") or "auto").lower()
+    if chosen == "auto":
+        isatty = getattr(stream, "isatty", None)
+        chosen = "text" if callable(isatty) and isatty() else "json"
+    return TextFormatter(component) if chosen == "text" else JsonFormatter(component)
 
 
 def warn_unreachable(
@@ -160,10 +198,13 @@ def warn_unreachable(
     )
 
 
-def configure_logging(component: str, level: str | None = None) -> None:
-    """JSON lines on stderr for every logger of this process."""
+def configure_logging(
+    component: str, level: str | None = None, log_format: str | None = None
+) -> None:
+    """Log lines on stderr for every logger of this process: JSON, or readable
+    ones at a terminal (`formatter_for`)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter(component))
+    handler.setFormatter(formatter_for(component, sys.stderr, log_format))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

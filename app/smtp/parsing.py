@@ -20,6 +20,7 @@ import asyncio
 import functools
 import logging
 import multiprocessing
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -32,6 +33,13 @@ HARD_TIMEOUT_SECONDS = 60.0
 
 def _ready() -> bool:
     return True
+
+
+def _ignore_interrupts() -> None:
+    """In each parse process: Ctrl-C is the sink's to handle. It closes the
+    pool, and the process ends then, instead of printing a KeyboardInterrupt
+    traceback from wherever it waited."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class ParsePool:
@@ -127,7 +135,9 @@ class ParsePool:
             # spawn, not fork: the sink runs threads (its event loop, the
             # store executor), and forking a threaded process is unsafe.
             self._executor = ProcessPoolExecutor(
-                max_workers=self.workers, mp_context=multiprocessing.get_context("spawn")
+                max_workers=self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_ignore_interrupts,
             )
         return self._executor
 

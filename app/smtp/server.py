@@ -8,10 +8,11 @@ import re
 from typing import Any, cast
 
 from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import SMTP, syntax
+from aiosmtpd.smtp import MISSING, SMTP, syntax
 
 from app.domain.mail import PLAIN_ADDR_SPEC
 from app.settings import Settings
+from app.smtp.data import TOO_LONG, read_data
 from app.smtp.handler import SinkHandler
 
 log = logging.getLogger("signalbox.smtp")
@@ -119,10 +120,34 @@ class _CappedSMTP(SMTP):
         self._in_data = True
         self._heard_at = self.loop.time()  # the DATA command itself
         try:
-            await super().smtp_DATA(arg)
+            await self._data(arg)
         finally:
             self._in_data = False
         self._rearm()
+
+    async def _data(self, arg: str) -> None:
+        """aiosmtpd's DATA command, but with lines read by `app.smtp.data`
+        (a bare LF ends a line; the bytes are kept as received)."""
+        if await self.check_helo_needed() or await self.check_auth_needed("DATA"):
+            return
+        assert self.envelope is not None
+        if not self.envelope.rcpt_tos:
+            await self.push("503 Error: need RCPT command")
+            return
+        if arg:
+            await self.push("501 Syntax: DATA")
+            return
+        await self.push("354 End data with <CR><LF>.<CR><LF>")
+        read = await read_data(self._reader, self.data_size_limit, self.line_length_limit)
+        if read.content is None:
+            self._set_post_data_state()
+            await self.push(read.reply or TOO_LONG)
+            return
+        self.envelope.content = read.content
+        self.envelope.original_content = read.content
+        status = await self._call_handler_hook("DATA")
+        self._set_post_data_state()
+        await self.push("250 OK" if status is MISSING else status)
 
     def _rearm(self, duration: float | None = None) -> None:
         if self.transport is not None:  # else connection_lost has cancelled the timer

@@ -22,7 +22,6 @@ from app.db import server as server_db
 from app.db import signals as signals_db
 from app.db.engine import transaction
 from app.domain import whole_message
-from app.domain.backoff import retry_after_seconds
 from app.domain.expectations import Expect
 from app.domain.ids import new_id
 from app.domain.masking import mask_subject
@@ -225,7 +224,7 @@ def _refusal(session: Session, signal: Mapping[Any, Any]) -> Answer:
             202,
             "waiting",
             signal,
-            retry_after_seconds=retry_after_seconds(now, signal["next_check_at"]),
+            retry_after_seconds=views.poll_hint(now, signal),
         )
     if status is Status.EXPIRED:
         dl = dead_letters_db.dead_letter_latest_many(session, [signal["id"]]).get(signal["id"])

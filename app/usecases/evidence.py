@@ -98,6 +98,7 @@ def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
                         # Evidence leaves the signal's own view: no code or link token.
                         "subject": mask_subject(message["subject"] or ""),
                         "run_marker": message["run_marker"],
+                        "bare_lf": bool(message.get("bare_lf")),
                     }
                     if message
                     else None

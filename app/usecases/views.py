@@ -18,7 +18,7 @@ from app.db import claims as claims_db
 from app.db import dead_letters as dead_letters_db
 from app.db import messages as messages_db
 from app.db import server as server_db
-from app.domain.backoff import retry_after_seconds
+from app.domain.backoff import poll_hint_seconds
 from app.domain.expectations import arrived_sentence
 from app.domain.masking import mask_addresses, mask_subject
 from app.domain.states import Result, Status, result_of
@@ -179,6 +179,17 @@ _SIGNAL_COLUMNS = (
 )
 
 
+def poll_hint(now: datetime, row: Mapping[Any, Any]) -> int:
+    """A pending signal's `retry_after_seconds`: when the caller's next look is
+    due (docs/api.md, "Signals"), short for a provider that pushes (the sink)."""
+    from app.providers.runtime import pushes
+    from app.settings import get_settings
+
+    return poll_hint_seconds(
+        now, row["next_check_at"], pushes=pushes(get_settings(), row["provider"])
+    )
+
+
 def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:
     """Views of several signals, asking the database only for what their
     statuses show: the clock for pending ones (retry_after_seconds), the
@@ -232,7 +243,7 @@ def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[di
                 "checks": r["checks_count"],
                 "max_checks": r["max_checks"],
                 "retry_after_seconds": (
-                    retry_after_seconds(now, r["next_check_at"])
+                    poll_hint(now, r)
                     if now is not None and result in (Result.WAITING, Result.PROVIDER_ERROR)
                     else None
                 ),
@@ -252,6 +263,7 @@ def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[di
                         "subject": message["subject"],
                         "recipient": r["recipient"],
                         "run_marker": message["run_marker"],
+                        "bare_lf": bool(message.get("bare_lf")),
                     }
                     if message
                     else None
@@ -288,4 +300,5 @@ def _joined_message(row: Mapping[Any, Any]) -> dict[str, Any]:
         "received_at": row["view_message_received_at"],
         "subject": row["view_message_subject"],
         "run_marker": row["view_message_run_marker"],
+        "bare_lf": row["view_message_bare_lf"],
     }

@@ -81,14 +81,19 @@ def test_up_runs_the_whole_stack_on_the_embedded_default_and_keeps_data(tmp_path
     try:
         banner = read_banner(proc)
         assert "Signalbox is up." in banner
+        # "up" means ready: /readyz answers 200 by the time the banner says so.
+        assert ready(f"http://127.0.0.1:{ports['api']}")
         assert f"http://127.0.0.1:{ports['api']}" in banner
         assert f"127.0.0.1:{ports['smtp']}" in banner
         token = (data / "dev-token").read_text().strip()
         assert token in banner
+        # What the banner says to export, and nothing of up's own settings
+        # (no data directory with the dev token, no API port).
+        exported = banner.split("export ")[1].splitlines()[0].split()
         demo_env = {
-            **os.environ,
-            "SIGNALBOX_DATA_DIR": str(data),
-            "SIGNALBOX_API_PORT": str(ports["api"]),
+            **{k: v for k, v in os.environ.items() if not k.startswith("SIGNALBOX_")},
+            **dict(pair.split("=", 1) for pair in exported),
+            "SIGNALBOX_DATA_DIR": str(tmp_path / "elsewhere"),
             "SIGNALBOX_SMTP_PORT": str(ports["smtp"]),
         }
         demo = subprocess.run(
@@ -106,6 +111,7 @@ def test_up_runs_the_whole_stack_on_the_embedded_default_and_keeps_data(tmp_path
         assert flower.status_code == 200
     finally:
         assert stop(proc) == 0
+    quiet_start_and_stop(tmp_path / "up-stderr.log")
 
     # Restart on the same data directory: the run's evidence is still there.
     proc = up(data, ports)
@@ -131,6 +137,16 @@ def test_up_runs_the_whole_stack_on_the_embedded_default_and_keeps_data(tmp_path
         wait_until(lambda: readyz_failing(api) == [], 30, what="ready again")
     finally:
         assert stop(proc) == 0
+
+
+def quiet_start_and_stop(stderr_log: Path) -> None:
+    """What `up` printed on stderr from start to Ctrl-C: no warning that is
+    noise on a developer's machine, no idle task, no traceback."""
+    text = stderr_log.read_text()
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text
+    assert "SecurityWarning" not in text  # Celery's, when run as root
+    assert "Inspect method" not in text  # Flower's, when no worker answers yet
+    assert "webhook_due" not in text  # no webhook configured: no outbox task
 
 
 def ready(api: str) -> bool:

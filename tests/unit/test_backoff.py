@@ -13,6 +13,7 @@ from app.domain.backoff import (
     MIN_DELAY_SECONDS,
     BackoffPolicy,
     next_check_at,
+    poll_hint_seconds,
     retry_after_seconds,
 )
 
@@ -163,3 +164,15 @@ def test_retry_after_is_a_whole_second_count_covering_the_wait(micros: int) -> N
     assert seconds >= 1
     assert timedelta(seconds=seconds) >= wait
     assert seconds == 1 or timedelta(seconds=seconds - 1) < wait
+
+
+def test_the_poll_hint_of_a_pushing_provider_is_at_most_five_seconds() -> None:
+    # A sink signal's next scheduled check is its deadline: 117 s away is no hint.
+    deadline = NOW + timedelta(seconds=117)
+    assert poll_hint_seconds(NOW, deadline, pushes=True) == 5
+    assert poll_hint_seconds(NOW, NOW + timedelta(seconds=2), pushes=True) == 2
+    assert poll_hint_seconds(NOW, None, pushes=True) == 1
+
+
+def test_the_poll_hint_of_a_polled_provider_is_its_next_check() -> None:
+    assert poll_hint_seconds(NOW, NOW + timedelta(seconds=17), pushes=False) == 17

@@ -104,3 +104,42 @@ def test_exception_text_is_reduced_to_its_type() -> None:
     line = JsonFormatter("worker").format(record)
     assert json.loads(line)["exc_type"] == "ValueError"
     assert "493817" not in line and "alice" not in line
+
+
+class _Stream:
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_logs_are_readable_lines_at_a_terminal_and_json_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.observability.logs import TextFormatter, formatter_for
+
+    monkeypatch.delenv("SIGNALBOX_LOG_FORMAT", raising=False)
+    assert type(formatter_for("api", _Stream(tty=True))) is TextFormatter
+    assert type(formatter_for("api", _Stream(tty=False))) is JsonFormatter
+    assert type(formatter_for("api", _Stream(tty=True), "json")) is JsonFormatter
+    assert type(formatter_for("api", _Stream(tty=False), "text")) is TextFormatter
+    monkeypatch.setenv("SIGNALBOX_LOG_FORMAT", "json")
+    assert type(formatter_for("api", _Stream(tty=True))) is JsonFormatter
+
+
+def test_a_readable_line_keeps_the_allow_list_and_the_scrubbing() -> None:
+    from app.observability.logs import TextFormatter
+
+    record = _record(
+        "mail for alice@example.test\nsecond line",
+        event="signal_found",
+        signal_id="sig_1",
+        body="Your code is 493817",
+    )
+    line = TextFormatter("worker", hash_key=KEY).format(record)
+    assert "\n" not in line and not line.startswith("{")
+    assert "INFO" in line and "worker" in line and "event=signal_found" in line
+    assert "signal_id=sig_1" in line and "second line" in line
+    assert "alice@example.test" not in line and "<addr:" in line
+    assert "493817" not in line

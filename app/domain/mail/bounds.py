@@ -345,3 +345,10 @@ def cpu_budget(seconds: float | None) -> _CpuBudget:
     time when this is a main thread whose virtual timer is free or set to fire
     later; else do nothing. The timer and handler are restored on exit."""
     return _CpuBudget(seconds)
+
+
+def has_bare_lf(raw: bytes) -> bool:
+    """Whether any line of `raw` ends in a bare LF (no CR before it): mail
+    that the sink accepts as received but that real mail servers may refuse
+    (docs/api.md, `bare_lf`). Two linear counts, nothing built."""
+    return raw.count(b"\n") != raw.count(b"\r\n")

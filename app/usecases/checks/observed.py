@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from app.db import messages as messages_db
 from app.domain.ids import new_id
 from app.domain.mail import ParsedMail, parse_mail
+from app.domain.mail.bounds import has_bare_lf
 from app.providers.base import ProviderMessage
 
 
@@ -91,6 +92,7 @@ def record_messages(
                 "delivered_to": delivered_to(m, p),
                 "run_marker": p.run_marker,
                 "size": len(m.raw),
+                "bare_lf": has_bare_lf(m.raw),
                 "raw": m.raw,
             }
             for m, p in parsed

@@ -94,3 +94,48 @@ def test_async_claim_is_not_retried_but_get_is() -> None:
     asyncio.run(scenario())
     assert len(api.calls("POST", f"{SIG}/claim")) == 1
     assert len(api.calls("GET", SIG)) == 2
+
+
+def test_async_handle_wait_without_timeout_lasts_until_expiry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import signalbox
+    from test_client import FakeClock, ScriptedLongPoll
+
+    clock = FakeClock()
+    monkeypatch.setattr(signalbox._core.time, "monotonic", clock)
+    expired = signal_view("expired", dead_letter=DEAD_LETTER)
+    api = (
+        FakeApi()
+        .on("POST", "/v1/signals", reply(201, signal_view()))
+        .on("GET", SIG, ScriptedLongPoll(clock, 180, expired))
+    )
+
+    async def scenario() -> None:
+        async with api.aclient() as sb:
+            handle = await sb.watch("run-1", "t1", "a@sink.test")
+            await handle.wait()
+
+    with pytest.raises(SignalExpired) as info:
+        asyncio.run(scenario())
+    assert info.value.reason == "deadline" and clock.now >= 1180
+
+
+def test_async_wait_timeout_carries_the_view_and_the_expiry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import signalbox
+    from signalbox import WaitTimeout
+    from test_client import FakeClock
+
+    clock = FakeClock()
+    monkeypatch.setattr(signalbox._core.time, "monotonic", clock)
+    api = FakeApi().on("GET", SIG, clock.long_poll())
+
+    async def scenario() -> None:
+        async with api.aclient() as sb:
+            await sb.wait("sig_1", timeout=10)
+
+    with pytest.raises(WaitTimeout) as info:
+        asyncio.run(scenario())
+    assert info.value.signal is not None and info.value.expires_at is not None

@@ -321,3 +321,62 @@ def test_listeners_see_created_signals_and_receipts() -> None:
     with sb.watch("run-1", "t1", "a@sink.test").claim():
         pass
     assert events == [("signal", "Signal"), ("receipt", "Receipt")]
+
+
+class ScriptedLongPoll:
+    """A long poll that answers `waiting` for `waiting_seconds` of (fake) time, then
+    `then`; each poll advances the fake clock by the wait it asked for."""
+
+    def __init__(self, clock: FakeClock, waiting_seconds: float, then: dict[str, object]) -> None:
+        self.clock, self.until, self.then = clock, clock.now + waiting_seconds, then
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if self.clock.now >= self.until:
+            return reply(200, self.then)
+        self.clock.now += float(request.url.params.get("wait", "0"))
+        return reply(200, signal_view("waiting"))
+
+
+def test_handle_wait_without_timeout_lasts_until_expiry_and_raises_the_diagnosis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The README's first-hour case: a signal that ends after 3 minutes (past the old
+    # 120 s client default) must end the wait with its diagnosis, not a WaitTimeout.
+    clock = FakeClock()
+    monkeypatch.setattr(signalbox._core.time, "monotonic", clock)
+    expired = signal_view("expired", dead_letter=DEAD_LETTER)
+    api = (
+        FakeApi()
+        .on("POST", "/v1/signals", reply(201, signal_view()))
+        .on("GET", SIG, ScriptedLongPoll(clock, 180, expired))
+    )
+    handle = api.client().watch("run-1", "t1", "a@sink.test")
+    with pytest.raises(SignalExpired) as info:
+        handle.wait()
+    assert info.value.reason == "deadline"
+    assert [m.why for m in info.value.near_misses] == ["received_before_window"]
+    assert clock.now >= 1180
+    assert handle.signal.result == "expired"
+
+
+def test_a_shorter_timeout_raises_wait_timeout_with_the_view_and_the_expiry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(signalbox._core.time, "monotonic", clock)
+    api = FakeApi().on("GET", SIG, clock.long_poll())
+    with pytest.raises(WaitTimeout) as info:
+        api.client().wait("sig_1", timeout=30)
+    err = info.value
+    assert err.signal is not None and err.signal.result == "waiting"
+    assert err.expires_at is not None and err.expires_at.isoformat() == "2030-01-01T00:02:00+00:00"
+    assert "expires at 2030-01-01T00:02:00Z" in str(err)
+
+
+def test_wait_without_timeout_gives_up_on_a_signal_long_past_its_deadline() -> None:
+    # Nothing expires it (no worker): waiting on would be forever.
+    stale = signal_view("waiting", expires_at="2020-01-01T00:00:00Z")
+    api = FakeApi().on("GET", SIG, reply(200, stale))
+    with pytest.raises(WaitTimeout) as info:
+        api.client().wait("sig_1")
+    assert "after its deadline" in str(info.value) and "worker" in str(info.value)

@@ -34,6 +34,17 @@ def test_lists_the_six_contract_tools() -> None:
     assert sorted(asyncio.run(go())) == sorted(MCP_TOOLS)
 
 
+def test_the_server_reports_the_clients_version() -> None:
+    from importlib.metadata import version
+
+    async def go() -> str | None:
+        async with Client(mcp_server.build_server(FakeApi().aclient)) as client:
+            info = client.server_info
+            return info.version if info is not None else None
+
+    assert asyncio.run(go()) == version("signalbox") != ""
+
+
 def test_watch_email_returns_a_small_summary() -> None:
     api = FakeApi().on("POST", "/v1/signals", reply(201, signal_view()))
     out = call(

@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 from signalbox.pytest_plugin import TEST_CASE_MAX, make_test_case
-from signalbox_fakes import CLAIM, RECEIPT, signal_view
+from signalbox_fakes import CLAIM, DEAD_LETTER, MAILBOX, RECEIPT, signal_view
 
 
 class FakeApiServer:
     def __init__(self) -> None:
         self.created: list[tuple[dict[str, Any], str | None]] = []
+        self.expiring: set[str] = set()  # signals created for an "expire…" recipient
+        self.deleted: list[str] = []
         self.evidence_doc = {
             "run_id": "run-7",
             "signals": [{"signal_id": "sig_1", "receipt": RECEIPT}],
@@ -45,7 +47,11 @@ class FakeApiServer:
                 if self.path == "/v1/signals":
                     outer.created.append((body, self.headers.get("Idempotency-Key")))
                     n = len(outer.created)
+                    if body["recipient"].startswith("expire"):
+                        outer.expiring.add(f"sig_{n}")
                     self._send(201, signal_view(signal_id=f"sig_{n}", run_id=body["run_id"]))
+                elif self.path == "/v1/mailboxes":
+                    self._send(201, {**MAILBOX, "address": f"box+{body['run_id']}@sink.test"})
                 elif self.path.endswith("/claim"):
                     self._send(200, CLAIM)
                 elif self.path.endswith("/consume"):
@@ -53,9 +59,21 @@ class FakeApiServer:
                 else:
                     self._send(404, {"error": {"code": "not_found", "message": self.path}})
 
+            def do_DELETE(self) -> None:
+                outer.deleted.append(self.path)
+                self.send_response(204)
+                self.end_headers()
+
             def do_GET(self) -> None:
                 if self.path.startswith("/v1/signals/"):
-                    self._send(200, signal_view(signal_id=self.path.rsplit("/", 1)[-1]))
+                    signal_id = self.path.split("?")[0].rsplit("/", 1)[-1]
+                    if signal_id in outer.expiring:
+                        dead = {**DEAD_LETTER, "signal_id": signal_id}
+                        self._send(
+                            200, signal_view("expired", signal_id=signal_id, dead_letter=dead)
+                        )
+                    else:
+                        self._send(200, signal_view(signal_id=signal_id))
                 elif self.path == "/v1/runs/run-7/evidence":
                     self._send(200, outer.evidence_doc)
                 else:
@@ -238,3 +256,83 @@ def test_none_and_exactly_one_helpers_send_their_expectation(
         ("c@sink.test", "none", None),
         ("d@sink.test", "exactly_one", None),
     ]
+
+
+def test_an_expiry_fails_with_the_exception_not_the_clients_source_and_junit_names_the_dead_letter(
+    pytester: pytest.Pytester, fake_api: FakeApiServer
+) -> None:
+    pytester.makepyfile(
+        test_signup="""
+        def test_expired(signalbox_watch):
+            signalbox_watch("expire@sink.test", subject_contains="Verify").wait()
+        """
+    )
+    result = pytester.runpytest(
+        "--signalbox-url", fake_api.url, "--junitxml", "out.xml", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    # The test's line and the exception, not the client's frames.
+    assert "_core.py" not in out and "client.py" not in out and "def _wait" not in out
+    failures = out.split("= FAILURES =")[1].split("short test summary")[0]
+    assert len(failures.strip().splitlines()) < 15, failures
+    result.stdout.fnmatch_lines(["FAILED test_signup.py::test_expired - signalbox.SignalExpired*"])
+    case = next(ET.parse(pytester.path / "out.xml").iter("testcase"))
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["signalbox_dead_letter_ids"] == "dlq_1"
+    assert props["signalbox_signal_ids"] == "sig_1"
+
+
+def test_the_mailbox_fixture_gives_each_test_a_fresh_address_and_deletes_it(
+    pytester: pytest.Pytester, fake_api: FakeApiServer
+) -> None:
+    pytester.makepyfile(
+        """
+        def test_one(mailbox, signalbox_run_id):
+            assert mailbox.address == f"box+{signalbox_run_id}@sink.test"
+            assert mailbox.mailbox_id == "mbx_1"
+        """
+    )
+    result = pytester.runpytest("--signalbox-url", fake_api.url, "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert fake_api.deleted == ["/v1/mailboxes/mbx_1"]
+
+
+XDIST_TESTS = """
+    import pytest
+
+    @pytest.mark.parametrize("n", range(6))
+    def test_record(signalbox_run_id, n):
+        import os, pathlib
+        out = pathlib.Path(os.environ["RUN_IDS_DIR"])
+        out.mkdir(exist_ok=True)
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        (out / f"{worker}-{n}").write_text(signalbox_run_id)
+"""
+
+
+def _run_ids(pytester: pytest.Pytester, *args: str) -> tuple[set[str], set[str]]:
+    out = pytester.path / f"ids-{len(args)}"
+    pytester.makepyfile(test_xdist=XDIST_TESTS)
+    import os
+
+    os.environ["RUN_IDS_DIR"] = str(out)
+    try:
+        result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", *args)
+    finally:
+        del os.environ["RUN_IDS_DIR"]
+    result.assert_outcomes(passed=6)
+    files = list(out.iterdir())
+    return {f.read_text() for f in files}, {f.name.split("-")[0] for f in files}
+
+
+def test_xdist_workers_share_one_run_id(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("xdist")
+    monkeypatch.delenv("SIGNALBOX_RUN_ID", raising=False)
+    ids, workers = _run_ids(pytester)
+    assert len(workers) == 2, workers  # the tests did run on two workers
+    assert len(ids) == 1 and next(iter(ids)).startswith("pytest-")
+    given, _ = _run_ids(pytester, "--signalbox-run-id", "ci-4711")
+    assert given == {"ci-4711"}

@@ -91,3 +91,17 @@ __all__ = [
     "Unauthorized",
     "WaitTimeout",
 ]
+
+
+def _name_errors_here() -> None:
+    """Exported errors read as ``signalbox.SignalExpired: …`` in a traceback and in
+    pytest's one-line summary, where ``signalbox.errors.`` pushed the name out."""
+    pending: list[type] = [SignalboxError]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls.__module__ == "signalbox.errors" and globals().get(cls.__name__) is cls:
+            cls.__module__ = __name__
+
+
+_name_errors_here()

@@ -34,6 +34,7 @@ from signalbox.errors import (
     SignalboxError,
     SignalExpired,
     WaitTimeout,
+    hide_client_frames,
 )
 from signalbox.models import (
     Claim,
@@ -48,12 +49,19 @@ from signalbox.models import (
     parse_time,
 )
 
+# pytest: a Signalbox error's traceback leaves this module's frames out.
+__tracebackhide__ = hide_client_frames
+
 DEFAULT_URL = "http://127.0.0.1:8040"
 URL_ENV = "SIGNALBOX_URL"
 TOKEN_ENV = "SIGNALBOX_TOKEN"
 
-#: Default client-side wait: the server's default signal lifetime.
-DEFAULT_WAIT_TIMEOUT = 120.0
+#: Default client-side wait: none. ``wait()`` lasts until the signal ends
+#: (found, or expired with its diagnosis), however long its deadline is.
+DEFAULT_WAIT_TIMEOUT: float | None = None
+#: Without a client timeout, how long past the signal's deadline a still
+#: pending view is trusted before the wait gives up (no worker expires it).
+OVERDUE_GRACE_SECONDS = 120.0
 DEFAULT_HTTP_TIMEOUT = 30.0
 #: Retries after the first attempt, for calls where a retry is safe.
 DEFAULT_RETRIES = 2
@@ -176,11 +184,11 @@ class Core:
                 return out
 
     def _wait(
-        self, signal_id: str, timeout: float, on_poll: Callable[[Signal], None] | None
+        self, signal_id: str, timeout: float | None, on_poll: Callable[[Signal], None] | None
     ) -> Operation[Signal]:
-        deadline = time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = rq.SERVER_MAX_WAIT if deadline is None else deadline - time.monotonic()
             n = rq.long_poll_seconds(remaining) if remaining > 0 else 0
             started = time.monotonic()
             signal = yield from self._get_signal(signal_id, wait=n)
@@ -197,12 +205,13 @@ class Core:
                 )
             if not signal.is_pending:
                 return signal
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise WaitTimeout(
-                    f"signal {signal_id} still {signal.result} after {timeout:g}s",
-                    signal=signal,
-                )
+            if deadline is None:
+                _check_not_overdue(signal)
+                remaining = float(rq.SERVER_MAX_WAIT)
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise WaitTimeout(wait_timeout_message(signal, timeout), signal=signal)
             if time.monotonic() - started < n - 0.5:
                 # The server answered early without a change: do not spin.
                 yield Sleep(min(signal.retry_after_seconds or 1.0, remaining))
@@ -277,6 +286,34 @@ class Core:
 
     def _discard(self, dead_letter_id: str, note: str | None) -> Operation[DeadLetter | None]:
         return DeadLetter.maybe((yield from self._body(rq.discard_call(dead_letter_id, note))))
+
+
+def wait_timeout_message(signal: Signal, timeout: float | None) -> str:
+    """What a :class:`WaitTimeout` says: how long it waited and when the signal ends."""
+    ends = (
+        f"; the signal expires at {signal.expires_at.isoformat().replace('+00:00', 'Z')}"
+        if signal.expires_at
+        else ""
+    )
+    return (
+        f"signal {signal.signal_id} still {signal.result} after {timeout:g}s{ends}"
+        " (wait() without a timeout lasts until it ends, with the diagnosis if it expires)"
+    )
+
+
+def _check_not_overdue(signal: Signal) -> None:
+    """Raise :class:`WaitTimeout` when a pending signal is long past its deadline:
+    nothing is expiring it (no worker or beat running), so waiting on is forever."""
+    if signal.expires_at is None:
+        return
+    overdue = time.time() - signal.expires_at.timestamp()
+    if overdue > OVERDUE_GRACE_SECONDS:
+        raise WaitTimeout(
+            f"signal {signal.signal_id} still {signal.result} {overdue:.0f}s after its deadline"
+            f" ({signal.expires_at.isoformat().replace('+00:00', 'Z')}): is a Signalbox worker"
+            " running to expire it?",
+            signal=signal,
+        )
 
 
 class HandleCore(Generic[C]):

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from signalbox.errors import InvalidId
+from signalbox.errors import InvalidId, hide_client_frames
+
+# pytest: a Signalbox error's traceback leaves this module's frames out.
+__tracebackhide__ = hide_client_frames
 
 #: The server answers a long poll after at most this many seconds.
 SERVER_MAX_WAIT = 60

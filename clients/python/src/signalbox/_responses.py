@@ -14,6 +14,9 @@ from signalbox import errors
 from signalbox._requests import Call
 from signalbox.models import Claim, DeadLetter, Page, Receipt
 
+# pytest: a Signalbox error's traceback leaves this module's frames out.
+__tracebackhide__ = errors.hide_client_frames
+
 
 class Response(Protocol):
     """What a transport received for one request (``httpx.Response`` is one)."""

@@ -2,7 +2,7 @@
 
 >>> async with AsyncSignalbox() as sb:
 ...     handle = await sb.watch("ci-4711", "test_signup", "a@sink.test")
-...     await handle.wait(timeout=60)
+...     await handle.wait()
 ...     async with handle.claim() as claim:       # consumes on success
 ...         ...
 """
@@ -22,9 +22,18 @@ from signalbox import _core
 from signalbox._core import Answer, HandleCore, Operation, Sleep
 from signalbox._requests import Call, watch_call
 from signalbox.client import http_request
-from signalbox.errors import EmailArrived, SignalboxError, SignalExpired, WaitTimeout
+from signalbox.errors import (
+    EmailArrived,
+    SignalboxError,
+    SignalExpired,
+    WaitTimeout,
+    hide_client_frames,
+)
 from signalbox.message import AsyncBoundClaim, AsyncMessageMethods, Message, bind_async_claim
 from signalbox.models import DeadLetter, Evidence, Mailbox, Match, Page, Receipt, Signal
+
+# pytest: a Signalbox error's traceback leaves this module's frames out.
+__tracebackhide__ = hide_client_frames
 
 log = logging.getLogger("signalbox")
 
@@ -160,7 +169,7 @@ class AsyncSignalbox(_core.Core, AsyncMessageMethods):
     async def wait(
         self,
         signal_id: str,
-        timeout: float = _core.DEFAULT_WAIT_TIMEOUT,
+        timeout: float | None = _core.DEFAULT_WAIT_TIMEOUT,
         on_poll: Callable[[Signal], None] | None = None,
     ) -> Signal:
         """See :meth:`signalbox.Signalbox.wait`."""
@@ -220,7 +229,7 @@ class AsyncSignalHandle(HandleCore["AsyncSignalbox"]):
 
     async def wait(
         self,
-        timeout: float = _core.DEFAULT_WAIT_TIMEOUT,
+        timeout: float | None = _core.DEFAULT_WAIT_TIMEOUT,
         on_poll: Callable[[Signal], None] | None = None,
     ) -> Signal:
         try:

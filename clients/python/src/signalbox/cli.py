@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=_core.DEFAULT_WAIT_TIMEOUT,
         metavar="SECONDS",
-        help=f"client-side limit (default {_core.DEFAULT_WAIT_TIMEOUT:g})",
+        help="client-side limit (default: until the signal ends, found or expired)",
     )
 
     p = command("claim", "lease the signal's message (prints untrusted email content)")

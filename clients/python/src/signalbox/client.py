@@ -4,7 +4,7 @@
 >>> box = sb.mailbox("ci-4711")
 >>> handle = sb.watch("ci-4711", "test_signup", box.address, subject_contains="Verify")
 >>> # ... make the application send the email ...
->>> handle.wait(timeout=60)                           # raises SignalExpired / WaitTimeout
+>>> handle.wait()                                     # until found; else SignalExpired
 >>> with handle.claim() as claim:                     # consumes on success, releases on error
 ...     follow(claim.links[0])
 """
@@ -23,9 +23,18 @@ import httpx
 from signalbox import _core
 from signalbox._core import Answer, HandleCore, Operation, Sleep
 from signalbox._requests import Call, watch_call
-from signalbox.errors import EmailArrived, SignalboxError, SignalExpired, WaitTimeout
+from signalbox.errors import (
+    EmailArrived,
+    SignalboxError,
+    SignalExpired,
+    WaitTimeout,
+    hide_client_frames,
+)
 from signalbox.message import BoundClaim, Message, MessageMethods, bind_claim
 from signalbox.models import Claim, DeadLetter, Evidence, Mailbox, Match, Page, Receipt, Signal
+
+# pytest: a Signalbox error's traceback leaves this module's frames out.
+__tracebackhide__ = hide_client_frames
 
 log = logging.getLogger("signalbox")
 
@@ -195,15 +204,18 @@ class Signalbox(_core.Core, MessageMethods):
     def wait(
         self,
         signal_id: str,
-        timeout: float = _core.DEFAULT_WAIT_TIMEOUT,
+        timeout: float | None = _core.DEFAULT_WAIT_TIMEOUT,
         on_poll: Callable[[Signal], None] | None = None,
     ) -> Signal:
-        """Block until the signal leaves ``waiting``/``provider_error`` or ``timeout`` passes.
+        """Block until the signal leaves ``waiting``/``provider_error``.
 
-        Resumes the server's long poll (≤ 60 s per request) until ``timeout``.
-        Returns the signal once ``found`` (or ``claimed``/``consumed``); raises
-        :class:`SignalExpired` with the dead letter's diagnosis if it expired,
-        :class:`WaitTimeout` if the client's timeout passed first.
+        Resumes the server's long poll (≤ 60 s per request). Returns the signal
+        once ``found`` (or ``claimed``/``consumed``); raises
+        :class:`SignalExpired` with the dead letter's diagnosis if it expired.
+        Without ``timeout`` (the default) the wait lasts until the signal ends,
+        so an expiry always comes with its diagnosis; with a shorter
+        ``timeout``, :class:`WaitTimeout` carries the last view (``signal``)
+        and when the signal will expire (``expires_at``).
         """
         return self._run(self._wait(signal_id, timeout, on_poll))
 
@@ -296,7 +308,7 @@ class SignalHandle(HandleCore["Signalbox"]):
 
     def wait(
         self,
-        timeout: float = _core.DEFAULT_WAIT_TIMEOUT,
+        timeout: float | None = _core.DEFAULT_WAIT_TIMEOUT,
         on_poll: Callable[[Signal], None] | None = None,
     ) -> Signal:
         """See :meth:`Signalbox.wait`."""

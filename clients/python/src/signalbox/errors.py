@@ -6,10 +6,19 @@ there was one) so a caller can log or print exactly what the server said.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from signalbox.models import DeadLetter, NearMiss, Receipt, Signal
+
+
+def hide_client_frames(excinfo: Any) -> bool:
+    """The ``__tracebackhide__`` of the client's modules: pytest leaves their
+    frames out of a failure's traceback when the error is a Signalbox error (the
+    test's own line and the exception say it all); any other exception, a bug
+    of the client, keeps them."""
+    return isinstance(getattr(excinfo, "value", None), SignalboxError)
 
 
 class SignalboxError(Exception):
@@ -194,9 +203,12 @@ class EmailArrived(SignalboxError, AssertionError):
 
 
 class WaitTimeout(SignalboxError):
-    """The client's own timeout passed while the signal was still waiting.
+    """The client's own ``timeout`` passed while the signal was still waiting.
 
-    The signal itself is not expired; ``signal`` is its last view.
+    The signal itself is not expired: ``signal`` is its last view and
+    ``expires_at`` when it will expire (then ``wait()`` again, without a
+    timeout, ends with the found view or :class:`SignalExpired` and its
+    diagnosis).
     """
 
     default_message = "timed out waiting for the signal"
@@ -204,6 +216,10 @@ class WaitTimeout(SignalboxError):
     def __init__(self, message: str | None = None, *, signal: Signal | None = None, **kw: Any):
         super().__init__(message, **kw)
         self.signal = signal
+
+    @property
+    def expires_at(self) -> datetime | None:
+        return self.signal.expires_at if self.signal is not None else None
 
 
 class ServiceUnavailable(SignalboxError):

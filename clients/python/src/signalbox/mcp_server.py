@@ -188,9 +188,21 @@ def _message_summary(m: Message) -> dict[str, Any]:
     }
 
 
+def client_version() -> str:
+    """This distribution's version, which the server reports to the agent."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("signalbox")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "0+unknown"
+
+
 def build_server(client_factory: Callable[[], AsyncSignalbox]) -> MCPServer:
     """The MCP server; ``client_factory`` makes the API client on first use."""
-    server: MCPServer = MCPServer(name="signalbox", instructions=INSTRUCTIONS)
+    server: MCPServer = MCPServer(
+        name="signalbox", version=client_version(), instructions=INSTRUCTIONS
+    )
     holder: list[AsyncSignalbox] = []
 
     def client() -> AsyncSignalbox:

@@ -5,10 +5,14 @@ Fixtures:
 - ``signalbox`` — a :class:`signalbox.Signalbox` client; the signals a test
   creates are recorded and, at the end of the test, attached to the JUnit XML
   as properties (``signalbox_run_id``, ``signalbox_signal_ids``,
-  ``signalbox_receipt_ids``, and ``signalbox_attachment_sha256``: the SHA-256
-  of each attachment of the messages it consumed, as their receipts pin them);
+  ``signalbox_receipt_ids``, ``signalbox_dead_letter_ids`` for those that
+  expired, and ``signalbox_attachment_sha256``: the SHA-256 of each attachment
+  of the messages it consumed, as their receipts pin them);
 - ``signalbox_run_id`` — one run id per session (``--signalbox-run-id``, else
-  ``$SIGNALBOX_RUN_ID``, else ``pytest-<uuid>``);
+  ``$SIGNALBOX_RUN_ID``, else ``pytest-<uuid>``); with pytest-xdist (``-n 8``)
+  the controller chooses it and every worker uses the same one: one run is one run;
+- ``mailbox`` — a fresh :class:`signalbox.models.Mailbox` (an address no earlier
+  message can match) for this test, deleted after it;
 - ``signalbox_test_case`` — the test's node id (cut to the API's 200 characters);
 - ``signalbox_watch`` — ``watch(recipient, ...)`` with run id and test case bound,
   taking defaults from ``@pytest.mark.signalbox(provider=..., expires_in_seconds=...)``;
@@ -24,6 +28,9 @@ Configuration, first found wins: ``--signalbox-url``/``--signalbox-token``, the
 ini keys ``signalbox_url``/``signalbox_token``, ``$SIGNALBOX_URL``/``$SIGNALBOX_TOKEN``.
 ``--signalbox-evidence DIR`` writes the run's evidence to ``DIR/<run_id>.json``
 at the end of the session.
+
+A test that fails with a Signalbox error shows the exception and the test's
+own line, not the client's frames.
 
 The plugin is inert in sessions that use none of its fixtures: no network, no files.
 """
@@ -43,10 +50,14 @@ import pytest
 
 from signalbox._core import TOKEN_ENV, URL_ENV
 from signalbox.client import Signalbox, SignalHandle
-from signalbox.errors import SignalboxError
-from signalbox.models import Receipt, Signal
+from signalbox.errors import SignalboxError, SignalExpired
+from signalbox.models import Mailbox, Receipt, Signal
 
 RUN_ID_ENV = "SIGNALBOX_RUN_ID"
+#: pytest-xdist's id of one test run, the same in the controller and every worker.
+XDIST_RUN_ENV = "PYTEST_XDIST_TESTRUNUID"
+#: The key of the run id in xdist's ``workerinput`` (the controller sets it).
+WORKER_RUN_ID = "signalbox_run_id"
 TEST_CASE_MAX = 200
 #: Keyword arguments of ``@pytest.mark.signalbox`` passed on to ``watch``.
 MARKER_KEYS = frozenset(
@@ -74,6 +85,7 @@ class _State:
     receipts: dict[str, str] = field(default_factory=dict)  # signal_id -> receipt_id
     # signal_id -> the SHA-256 of each attachment its receipt's evidence pins
     attachments: dict[str, list[str]] = field(default_factory=dict)
+    dead_letters: dict[str, str] = field(default_factory=dict)  # signal_id -> dead_letter_id
     evidence_path: Path | None = None
     evidence_error: str | None = None
 
@@ -126,7 +138,41 @@ def pytest_configure(config: pytest.Config) -> None:
         "signalbox(**defaults): defaults for the signalbox_watch fixture "
         "(provider=, expires_in_seconds=, max_checks=, require_run_marker=, ...)",
     )
-    config.stash[_STATE] = _State()
+    state = _State()
+    # An xdist worker: the controller chose the session's run id.
+    workerinput = getattr(config, "workerinput", None)
+    if isinstance(workerinput, dict) and workerinput.get(WORKER_RUN_ID):
+        state.run_id = str(workerinput[WORKER_RUN_ID])
+    config.stash[_STATE] = state
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist, in the controller: every worker gets the session's run id."""
+    node.workerinput[WORKER_RUN_ID] = session_run_id(node.config)
+
+
+def session_run_id(config: pytest.Config) -> str:
+    """The run id of this session: ``--signalbox-run-id``, else ``$SIGNALBOX_RUN_ID``,
+    else the one the xdist controller chose (or derived from xdist's run uid),
+    else ``pytest-<uuid>``, chosen once."""
+    state = config.stash[_STATE]
+    if state.run_id is None:
+        xdist_run = os.environ.get(XDIST_RUN_ENV)
+        state.run_id = (
+            config.getoption("signalbox_run_id")
+            or os.environ.get(RUN_ID_ENV)
+            or (f"pytest-{_as_uuid(xdist_run)}" if xdist_run else None)
+            or f"pytest-{uuid.uuid4()}"
+        )
+    return state.run_id
+
+
+def _as_uuid(value: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return value[:80]
 
 
 def _setting(config: pytest.Config, name: str, env: str) -> str | None:
@@ -144,15 +190,8 @@ def make_test_case(nodeid: str) -> str:
 
 @pytest.fixture(scope="session")
 def signalbox_run_id(pytestconfig: pytest.Config) -> str:
-    """The run id shared by every test of this session."""
-    state = pytestconfig.stash[_STATE]
-    if state.run_id is None:
-        state.run_id = (
-            pytestconfig.getoption("signalbox_run_id")
-            or os.environ.get(RUN_ID_ENV)
-            or f"pytest-{uuid.uuid4()}"
-        )
-    return state.run_id
+    """The run id shared by every test of this session (every xdist worker's too)."""
+    return session_run_id(pytestconfig)
 
 
 @pytest.fixture(scope="session")
@@ -209,11 +248,13 @@ def signalbox(
         if ids:
             record_property("signalbox_run_id", signalbox_run_id)
             record_property("signalbox_signal_ids", ",".join(ids))
-            receipts, error = _receipt_ids(_signalbox_session, ids, state)
+            receipts, dead, error = _outcome_ids(_signalbox_session, ids, state)
             record_property("signalbox_receipt_ids", ",".join(receipts))
             hashes = [h for signal_id in ids for h in state.attachments.get(signal_id, [])]
             if hashes:
                 record_property("signalbox_attachment_sha256", ",".join(hashes))
+            if dead:
+                record_property("signalbox_dead_letter_ids", ",".join(dead))
             if error:
                 record_property("signalbox_evidence_error", error)
 
@@ -231,12 +272,18 @@ def attachment_hashes(receipt: Mapping[str, object]) -> list[str]:
     ]
 
 
-def _receipt_ids(client: Signalbox, ids: list[str], state: _State) -> tuple[list[str], str | None]:
+def _outcome_ids(
+    client: Signalbox, ids: list[str], state: _State
+) -> tuple[list[str], list[str], str | None]:
+    """The receipts and dead letters of the test's signals (looked up when the
+    test itself did not see them), and the first lookup error."""
     receipts: list[str] = []
+    dead: list[str] = []
     error: str | None = None
     for signal_id in ids:
         receipt_id = state.receipts.get(signal_id)
-        if receipt_id is None and error is None:
+        dead_letter_id = state.dead_letters.get(signal_id)
+        if receipt_id is None and dead_letter_id is None and error is None:
             try:
                 signal = client.get_signal(signal_id)
             except SignalboxError as exc:
@@ -244,9 +291,28 @@ def _receipt_ids(client: Signalbox, ids: list[str], state: _State) -> tuple[list
                 error = f"{signal_id}: {exc.message}"
             else:
                 receipt_id = signal.receipt.receipt_id if signal.receipt else None
+                if signal.dead_letter is not None and signal.dead_letter.dead_letter_id:
+                    dead_letter_id = signal.dead_letter.dead_letter_id
         if receipt_id:
             receipts.append(receipt_id)
-    return receipts, error
+        if dead_letter_id:
+            dead.append(dead_letter_id)
+    return receipts, dead, error
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """An expiry's dead letter is remembered for the JUnit properties. (The
+    client's own frames are left out of a Signalbox error's traceback by the
+    ``__tracebackhide__`` of its modules, see :func:`signalbox.errors.hide_client_frames`.)"""
+    excinfo = call.excinfo
+    if excinfo is not None and isinstance(excinfo.value, SignalboxError):
+        error = excinfo.value
+        if isinstance(error, SignalExpired) and error.dead_letter and error.signal:
+            state = item.config.stash.get(_STATE, None)
+            if state is not None and error.dead_letter.dead_letter_id:
+                state.dead_letters[error.signal.signal_id] = error.dead_letter.dead_letter_id
+    return (yield)
 
 
 @pytest.fixture
@@ -328,6 +394,24 @@ def signalbox_expect_exactly_one(signalbox_watch: Watch) -> Callable[..., Signal
     """``signalbox_expect_exactly_one(address, settle_seconds=..., ...)``:
     ``signalbox_watch.exactly_one``."""
     return signalbox_watch.exactly_one
+
+
+@pytest.fixture
+def mailbox(
+    signalbox: Signalbox, signalbox_run_id: str, request: pytest.FixtureRequest
+) -> Iterator[Mailbox]:
+    """A fresh address for this test alone (``@pytest.mark.signalbox(provider=...)``
+    chooses the provider, default the sink), deleted after the test."""
+    provider = _marker_defaults(request.node).get("provider") or "sink"
+    box = signalbox.mailbox(signalbox_run_id, provider)
+    try:
+        yield box
+    finally:
+        try:
+            signalbox.delete_mailbox(box.mailbox_id)
+        except SignalboxError as exc:
+            # The mailbox expires on its own; a failed clean-up must not fail the test.
+            request.node.user_properties.append(("signalbox_mailbox_error", exc.message))
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
