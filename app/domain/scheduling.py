@@ -38,6 +38,9 @@ class Counters:
     max_checks: int
     consecutive_errors: int
     expires_at: datetime
+    # When the signal's own next check was due (a look that began earlier
+    # rode along with another signal's check); None: unknown.
+    due_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,16 @@ def after_check(
     looked_at = looked_at if looked_at is not None else now
     rate_limited = outcome is CheckOutcome.PROVIDER_ERROR and retry_after is not None
     counts = spends_budget(reason, outcome, retry_after)
+    if (
+        counts
+        and counters.due_at is not None
+        and looked_at < counters.due_at
+        and looked_at < counters.expires_at
+        and counters.max_checks - counters.checks_count == 1
+    ):
+        # A look that rode along with another signal's check, before this
+        # one's own was due, never spends the check kept for the deadline.
+        counts = False
     checks_done = counters.checks_count + (1 if counts else 0)
     if outcome is CheckOutcome.NO_MATCH:
         errors = 0

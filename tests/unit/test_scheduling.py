@@ -329,3 +329,29 @@ def test_a_pushing_provider_that_failed_is_retried_on_the_backoff() -> None:
         pushes=True,
     )
     assert s.next_check_at < deadline and s.next_reason is CheckReason.ERROR_RETRY
+
+
+def test_a_ride_along_look_never_spends_the_check_kept_for_the_deadline() -> None:
+    """The budget's last check is the deadline's. Another signal's check may
+    take this one along up to the coalesce window early: that look must not
+    spend it, or the signal would expire by check budget before its deadline."""
+    deadline = NOW + timedelta(seconds=1.5)
+    early = counters(checks_count=29, expires_at=deadline, due_at=deadline)
+    s = step(early, CheckOutcome.NO_MATCH)
+    assert not s.counts and s.expiry is None
+    assert s.next_check_at >= deadline
+    # Its own look at the deadline spends it and ends the signal.
+    own = after_check(
+        early,
+        CheckOutcome.NO_MATCH,
+        looked_at=deadline,
+        now=deadline,
+        retry_after=None,
+        policy=POLICY,
+        max_provider_errors=5,
+        rand=0.5,
+    )
+    assert own.counts and own.expiry is ExpiryReason.DEADLINE
+    # A look on time (not a ride-along) still spends the last check.
+    on_time = counters(checks_count=29, due_at=NOW - timedelta(seconds=1))
+    assert step(on_time, CheckOutcome.NO_MATCH).expiry is ExpiryReason.CHECK_BUDGET

@@ -211,6 +211,7 @@ class _Writer:
                 max_checks=row["max_checks"],
                 consecutive_errors=row["consecutive_errors"],
                 expires_at=row["expires_at"],
+                due_at=row["next_check_at"],
             ),
             answer.outcome,
             reason=reason,
