@@ -35,8 +35,8 @@ from app.infra.keys import recipient_hash
 from app.infra.redis import client_for, is_redis_url, redis_url
 from app.settings import Settings
 from app.usecases import views
+from app.usecases.holds import hold_for_rule
 from app.usecases.inputs import _Input, normalise_address
-from app.usecases.visibility import may_use_address
 
 log = logging.getLogger("signalbox.chaos")
 
@@ -113,7 +113,7 @@ def chaos_put(settings: Settings, namespace: str, req: ChaosPut) -> dict[str, An
             if rule.recipient.startswith("*@"):
                 allowed = rule.recipient[2:] in owned_domains
             else:
-                allowed = may_use_address(session, settings, namespace, rule.recipient)
+                allowed = hold_for_rule(settings, session, namespace, rule.recipient)
             if not allowed:
                 raise RecipientNotOwned(
                     "a chaos rule may name only an address this namespace owns or holds, "

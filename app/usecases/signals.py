@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -38,7 +38,7 @@ from app.infra.keys import recipient_hash
 from app.observability import metrics
 from app.providers.runtime import provider_configs
 from app.settings import Settings
-from app.usecases import views
+from app.usecases import holds, views
 from app.usecases.checks import BATCH_LIMIT, InProcessCheck, try_check_in_process
 from app.usecases.inputs import MailboxCreate, SignalCreate, check_received_after
 
@@ -150,7 +150,7 @@ def signal_create(
                 or not holds_db.hold_keep(session, req.recipient, namespace)
             )
         ):
-            _take_hold(settings, session, namespace, req.recipient, facts.now)
+            holds.take_hold(settings, session, namespace, req.recipient, facts.now)
         _check_quota(settings, session, namespace, key, facts.waiting)
         row = signals_db.signal_create(
             session, {**values, "now": facts.now}, settings.idempotency_ttl_hours
@@ -196,38 +196,6 @@ def _check_owner(
             "the address belongs to another namespace (a mailbox or an owned domain)",
             field="recipient",
         )
-
-
-def _take_hold(
-    settings: Settings, session: Session, namespace: str, address: str, now: datetime
-) -> None:
-    """Make `namespace` the holder of `address` (nobody owns it), or refuse:
-    another namespace holds it while one of its signals on it is live, and
-    for SIGNALBOX_ADDRESS_HOLD_HOURS after the last one ended. A lapsed hold
-    is closed at the moment it lapsed, so the mail it covered stays its
-    namespace's for good. Creates deciding one address run one at a time
-    (an advisory lock; a create by the holder only shares the hold's row lock,
-    never waits for this lock, so the two never wait for each other)."""
-    holds_db.hold_lock(session, address)
-    held = holds_db.hold_open_get(session, address, for_update=True)
-    if held is None:
-        holds_db.hold_insert(session, address, namespace, now)
-        return
-    if held["namespace"] == namespace:
-        return
-    facts = holds_db.hold_signals_facts(session, address, held["namespace"])
-    lapses = ownership.hold_lapses_at(
-        held["held_from"], facts["last_end"], timedelta(hours=settings.address_hold_hours)
-    )
-    if facts["live"] or now < lapses:
-        # Says no more than that: who holds it is not this caller's business.
-        raise RecipientNotOwned(
-            "the address is in use by another namespace; watch an address of your own"
-            " (POST /v1/mailboxes, or a unique one) or ask for it in SIGNALBOX_SHARED_ADDRESSES",
-            field="recipient",
-        )
-    holds_db.hold_release(session, held["id"], lapses)
-    holds_db.hold_insert(session, address, namespace, now)
 
 
 def _check_quota(

@@ -71,8 +71,8 @@ def may_see(session: Session, settings: Settings, namespace: str, message_id: st
 
 
 def may_use_address(session: Session, settings: Settings, namespace: str, address: str) -> bool:
-    """Whether `namespace` owns or holds `address`, or may watch it without
-    holding it (a shared address): what rules on an address need (chaos)."""
+    """Whether `namespace` owns or holds `address`: what a rule on an address
+    (chaos) needs. A shared address is nobody's: no namespace sets rules on it."""
     address = address.strip().lower()
     owner = owner_of(
         address,
@@ -82,7 +82,7 @@ def may_use_address(session: Session, settings: Settings, namespace: str, addres
     if owner is not None:
         return owner == namespace
     if is_shared(address, settings.shared_address_entries):
-        return True
+        return False
     held = holds_db.hold_open_get(session, address)
     return held is not None and held["namespace"] == namespace
 
