@@ -88,7 +88,7 @@ def test_an_sre_triages_a_dead_letter_in_the_browser(
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(f"{base}/console")
     assert "Signed in as namespace default" in page.content()
-    assert page.get_by_role("heading", name="Open dead letters").is_visible()
+    assert page.get_by_role("heading", name="Open dead letters", exact=True).is_visible()
     cookie = next(c for c in page.context.cookies() if c["name"] == "signalbox_console")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Lax"
     assert TOKENS["default"] not in cookie["value"]
