@@ -127,6 +127,7 @@ class SinkMessage(Base):
     # Envelope, To and Cc, lower-cased: what recipient matching looks at.
     all_recipients: Mapped[list[str]] = mapped_column(ARRAY(Text))
     size: Mapped[int] = mapped_column(Integer)
+    # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes] = mapped_column(LargeBinary)
     __table_args__ = (
         # No pending list: every look searches it, and searches read a
@@ -152,6 +153,7 @@ class Message(Base):
     run_marker: Mapped[str | None] = mapped_column(String(256))
     size: Mapped[int] = mapped_column(Integer, server_default="0")
     # Purged (NULL) when the mailbox is deleted; the summary above stays.
+    # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes | None] = mapped_column(LargeBinary)
     __table_args__ = (
         UniqueConstraint("provider", "provider_message_id"),
