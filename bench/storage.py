@@ -2,6 +2,11 @@
 
     uv run python bench/storage.py [--count 100] [--methods none,pglz,lz4]
     uv run python bench/storage.py --count 20 --methods lz4   # quick
+    uv run python bench/storage.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
+
+The embedded PostgreSQL is built without lz4 (its figures are skipped, and
+named); `--database-url` runs the stack on another server instead, in a
+database of its own created for the run and dropped after.
 
 Starts `signalbox-server up` (embedded PostgreSQL and Redis, migrated: the
 raw columns are lz4 where the server has it, migration 0016). For each
