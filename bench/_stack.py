@@ -226,8 +226,14 @@ class UpStack(Stack):
     redis_port: int = 0
     flower_port: int = 0
     processes: Processes = field(default_factory=Processes)
+    # A PostgreSQL of its own instead of the embedded one (`running_stack(database_url=...)`).
+    external_database_url: str = ""
 
     def database_url(self, database: str = "signalbox") -> str:
+        if self.external_database_url:
+            if database == "signalbox":
+                return self.external_database_url
+            return with_database(self.external_database_url, database)
         info = postmaster_info(self.data_dir / "postgres")
         if info is None:
             raise RuntimeError("embedded PostgreSQL is not running")
@@ -241,6 +247,14 @@ class UpStack(Stack):
         return embedded_redis_url(self.data_dir, self.redis_port) or (
             f"redis://{HOST}:{self.redis_port}/0"
         )
+
+
+def with_database(url: str, database: str) -> str:
+    """A postgresql:// URL naming `database` instead of its own."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
 
 
 def preload_pg_stat_statements(data_dir: Path) -> None:
@@ -271,8 +285,11 @@ def running_stack(
     keep: bool = False,
     env_extra: dict[str, str] | None = None,
     pg_stat_statements: bool = False,
+    database_url: str = "",
 ) -> Iterator[UpStack]:
-    """`signalbox-server up` on a temporary data dir; stopped on exit."""
+    """`signalbox-server up` on a temporary data dir; stopped on exit. With
+    `database_url`, on that PostgreSQL (`up` migrates it) instead of the
+    embedded one; Redis stays embedded."""
     signal.signal(signal.SIGTERM, _interrupt)
     # Short path: PostgreSQL's unix socket must fit in 108 bytes.
     data_dir = Path(tempfile.mkdtemp(prefix="sbxb-"))
@@ -289,6 +306,7 @@ def running_stack(
             "SIGNALBOX_FLOWER_HOST": HOST,
             "SIGNALBOX_FLOWER_PORT": str(flower_port),
             "PYTHONUNBUFFERED": "1",
+            **({"SIGNALBOX_DATABASE_URL": database_url} if database_url else {}),
             **(env_extra or {}),
         }
     )
@@ -302,6 +320,7 @@ def running_stack(
         smtp_port=smtp_port,
         redis_port=redis_port,
         flower_port=flower_port,
+        external_database_url=database_url,
     )
     up = stack.spawn("up", args)
     failed = True
@@ -315,8 +334,10 @@ def running_stack(
         )
         stack.token = token_file.read_text().strip()
         stack.wait_for("GET /healthz", stack.api_ready, START_TIMEOUT_SECONDS, process="up")
-        wanted = ("api", "worker", "smtp", "beat", "postgres", "redis") + (
-            ("flower",) if flower else ()
+        wanted = (
+            ("api", "worker", "smtp", "beat", "redis")
+            + (("flower",) if flower else ())
+            + (() if database_url else ("postgres",))
         )
 
         def found_all() -> bool:

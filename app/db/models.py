@@ -154,6 +154,7 @@ class SinkMessage(Base):
     # Envelope, To and Cc, lower-cased: what recipient matching looks at.
     all_recipients: Mapped[list[str]] = mapped_column(ARRAY(Text))
     size: Mapped[int] = mapped_column(Integer)
+    # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes] = mapped_column(LargeBinary)
     __table_args__ = (
         # No pending list: every look searches it, and searches read a
@@ -184,6 +185,7 @@ class Message(Base):
     # A line of the raw message ended in a bare LF (kept as received).
     bare_lf: Mapped[bool] = mapped_column(Boolean, server_default="false")
     # Purged (NULL) when the mailbox is deleted; the summary above stays.
+    # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes | None] = mapped_column(LargeBinary)
     __table_args__ = (
         UniqueConstraint("provider", "provider_message_id"),

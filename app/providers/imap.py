@@ -5,6 +5,13 @@ reconnections, and they change (as they must) if the server rebuilds the
 folder. The folder is opened read-only (EXAMINE) and bodies are fetched with
 ``BODY.PEEK[]``, so a check never marks a message as seen or changes it.
 
+A look SEARCHes for the messages to its recipients (``TO`` or ``CC``, each
+``SINCE`` the day before its span opens: SEARCH dates are day-granular),
+FETCHes their INTERNALDATE, and the bodies only of those inside the look's
+span: mail to other recipients is never downloaded. A recipient that cannot
+be sent as a quoted string (`app.providers.narrowing.searchable`) makes that
+look a plain ``SINCE`` search, as a query without recipients does.
+
 Errors are mapped to the provider protocol's two kinds:
 
 ==============================================  ===================  ====================
@@ -35,6 +42,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 from app.errors import ProviderError, ProviderRejected, ProviderUnavailable
 from app.providers.base import WHOLE_SECONDS, ProviderMessage, SearchQuery
+from app.providers.narrowing import Narrowing, narrowing
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +58,10 @@ _INTERNALDATE_RE = re.compile(
 # without the "* ". Anything else between records is the tail of the previous one.
 _FETCH_START_RE = re.compile(rb"^\d+ \(")
 
-# Keep UID FETCH command lines well below common server line limits (8 KiB+).
+# Keep UID FETCH and SEARCH command lines well below common server line
+# limits (8 KiB+): 200 UIDs, or 25 recipients (each up to 254 characters, twice).
 _FETCH_BATCH = 200
+_SEARCH_RECIPIENTS = 25
 
 # imaplib raises `abort` both for dropped connections and for answers it cannot
 # parse; only its wording tells them apart.
@@ -115,17 +125,18 @@ class ImapProvider:
     # -- the Provider protocol -------------------------------------------------
 
     def search(self, query: SearchQuery) -> Sequence[ProviderMessage]:
-        """Messages whose INTERNALDATE is at or after `query.since`, oldest first.
+        """Messages to `query.recipients` (all, for a query without them) whose
+        INTERNALDATE is at or after `query.since`, oldest first.
 
         INTERNALDATE has a resolution of one second, so `since` is compared
         truncated to the second: a message delivered in the same second as
         `since` is returned.
         """
-        since = _as_utc(query.since)
+        plan = narrowing(query.since, query.recipients, query.windows, self.timestamp_precision)
         with self._lock:
             reused = self._conn is not None
             try:
-                return self._search(since)
+                return self._search(plan)
             except ProviderUnavailable as exc:
                 self._drop()
                 if not (reused and exc.error_code == "imap_unavailable"):
@@ -139,7 +150,7 @@ class ImapProvider:
                 self._drop()
                 raise
             try:
-                return self._search(since)
+                return self._search(plan)
             except ProviderError:
                 self._drop()
                 raise
@@ -151,9 +162,9 @@ class ImapProvider:
 
     # -- internals -------------------------------------------------------------
 
-    def _search(self, since: datetime) -> list[ProviderMessage]:
+    def _search(self, plan: Narrowing) -> list[ProviderMessage]:
         try:
-            return self._search_unmapped(since)
+            return self._search_unmapped(plan)
         except ProviderError:
             raise
         except Exception as exc:
@@ -166,22 +177,21 @@ class ImapProvider:
                 raise mapped from None
             raise mapped from exc
 
-    def _search_unmapped(self, since: datetime) -> list[ProviderMessage]:
+    def _search_unmapped(self, plan: Narrowing) -> list[ProviderMessage]:
         conn = self._connection()
         uidvalidity = self._examine(conn)
-        # SINCE compares dates only, in the server's idea of the day; a day
-        # earlier is a safe superset, narrowed below on the exact INTERNALDATE.
-        search_day = _imap_date(since - timedelta(days=1))
-        typ, data = conn.uid("SEARCH", "SINCE", search_day)
-        if typ != "OK":
-            raise _BadResponse("UID SEARCH was not OK")
-        candidates = _parse_search(data)
+        candidates: set[int] = set()
+        for criteria in search_criteria(plan):
+            typ, data = conn.uid("SEARCH", *criteria)
+            if typ != "OK":
+                raise _BadResponse("UID SEARCH was not OK")
+            candidates.update(_parse_search(data))
         if not candidates:
             return []
-        cutoff = since.replace(microsecond=0)
+        cutoff = plan.since
         # Dates first, bodies only for the messages inside the window: the
         # day-granular SEARCH can return a day's worth of older mail.
-        dates = self._fetch(conn, candidates, "(UID INTERNALDATE)")
+        dates = self._fetch(conn, sorted(candidates), "(UID INTERNALDATE)")
         wanted = sorted(uid for uid, (date, _) in dates.items() if date >= cutoff)
         if not wanted:
             return []
@@ -283,6 +293,26 @@ class ImapProvider:
         _shutdown(conn)
 
 
+def search_criteria(plan: Narrowing) -> list[list[str]]:
+    """The UID SEARCH commands' arguments of a look: one per group of
+    recipients, each ``TO`` or ``CC`` the recipient ``SINCE`` the day before its
+    span opens (SINCE compares dates only, in the server's idea of the day:
+    a day earlier is a safe superset, narrowed after on the exact INTERNALDATE).
+    Without recipients, or with one that cannot be quoted: one plain SINCE."""
+    if not plan.narrowed or not all(span.searchable for span in plan.spans):
+        return [["SINCE", _day_before(plan.since)]]
+    commands: list[list[str]] = []
+    for start in range(0, len(plan.spans), _SEARCH_RECIPIENTS):
+        group = plan.spans[start : start + _SEARCH_RECIPIENTS]
+        keys = [
+            f'(SINCE {_day_before(span.start)} OR TO "{span.recipient}" CC "{span.recipient}")'
+            for span in group
+        ]
+        # Prefix OR: "OR OR a b c" is (a or b) or c.
+        commands.append(["OR"] * (len(keys) - 1) + keys)
+    return commands
+
+
 def _map_error(exc: BaseException, where: str) -> ProviderError | None:
     """Turn a socket or imaplib failure into the provider protocol's error (None: not ours)."""
     if isinstance(exc, _BadResponse):
@@ -333,6 +363,13 @@ def _as_utc(moment: datetime) -> datetime:
     if moment.tzinfo is None:
         return moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC)
+
+
+def _day_before(moment: datetime) -> str:
+    try:
+        return _imap_date(moment - timedelta(days=1))
+    except OverflowError:  # a window open since the year 1
+        return _imap_date(moment)
 
 
 def _imap_date(moment: datetime) -> str:

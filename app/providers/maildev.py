@@ -7,8 +7,12 @@ Its ``id`` is the provider message id. Its ``time`` field is the message's
 unlike IMAP's INTERNALDATE, the received time of a MailDev message is as good
 as the sender's clock. ``envelope.to`` holds the SMTP ``RCPT TO`` addresses.
 
-The list is filtered on ``time`` first, and only the raw source of messages
-at or after ``since`` is downloaded.
+The listing also carries the parsed ``To``/``Cc`` addresses and the decoded
+headers, so a look downloads the raw source only of the messages that may be
+addressed to one of its recipients inside that recipient's span (its window,
+or the near-miss lookback just before it; `app.providers.narrowing`): mail to
+other recipients costs nothing but its line in the listing. One HTTP client
+(keep-alive) serves every request of a look, and the next looks.
 
 Errors:
 
@@ -46,6 +50,14 @@ import httpx
 
 from app.errors import ProviderError, ProviderRejected, ProviderUnavailable
 from app.providers.base import WHOLE_SECONDS, ProviderMessage, SearchQuery
+from app.providers.narrowing import (
+    BEFORE_WINDOW_PER_RECIPIENT,
+    Narrowing,
+    Span,
+    header_forms,
+    named_in,
+    narrowing,
+)
 
 log = logging.getLogger(__name__)
 
@@ -95,21 +107,17 @@ class MaildevProvider:
     # -- the Provider protocol -------------------------------------------------
 
     def search(self, query: SearchQuery) -> Sequence[ProviderMessage]:
-        """Messages whose MailDev ``time`` is at or after `query.since`, oldest first.
+        """The messages that may be addressed to `query.recipients` inside their
+        spans (all since `query.since` for a query without recipients), oldest first.
 
         ``time`` usually comes from the Date header (one-second resolution),
-        so `since` is compared truncated to the second.
+        so windows are compared floored to the second.
         """
-        since = query.since
-        if since.tzinfo is None:
-            since = since.replace(tzinfo=UTC)
-        cutoff = since.astimezone(UTC).replace(microsecond=0)
+        plan = narrowing(query.since, query.recipients, query.windows, self.timestamp_precision)
         with self._lock:
             listed = _parse_list(self._get_json("/email"))
             messages: list[ProviderMessage] = []
-            for entry in listed:
-                if entry.received_at < cutoff:
-                    continue
+            for entry in _wanted(listed, plan):
                 raw = self._get_source(entry.id)
                 if raw is None:
                     continue
@@ -248,14 +256,59 @@ class MaildevProvider:
 
 
 class _Listed:
-    """The part of a `GET /email` entry this provider uses."""
+    """The part of a `GET /email` entry this provider uses.
 
-    __slots__ = ("id", "received_at", "recipients")
+    `recipients` are the envelope's (RCPT TO); `addresses` adds the parsed
+    To and Cc; `headers` holds the `header_forms` of the decoded To and Cc
+    headers (of "" when there are none), or None when the entry does not say
+    (then the message may be addressed to anyone).
+    """
 
-    def __init__(self, id: str, received_at: datetime, recipients: tuple[str, ...]) -> None:
+    __slots__ = ("addresses", "headers", "id", "received_at", "recipients")
+
+    def __init__(
+        self,
+        id: str,
+        received_at: datetime,
+        recipients: tuple[str, ...],
+        addresses: frozenset[str] = frozenset(),
+        headers: tuple[str, ...] | None = None,
+    ) -> None:
         self.id = id
         self.received_at = received_at
         self.recipients = recipients
+        self.addresses = addresses
+        self.headers = headers
+
+    def names(self, span: Span) -> bool:
+        """Whether this message may be addressed to the span's recipient."""
+        if not span.searchable or self.headers is None:
+            return True
+        return span.recipient in self.addresses or named_in(span.recipient, self.headers)
+
+
+def _wanted(listed: Sequence[_Listed], plan: Narrowing) -> list[_Listed]:
+    """The entries whose source a look needs: each addressed to a recipient
+    at or after its window, plus that recipient's latest few near misses."""
+    if not plan.narrowed:
+        return [e for e in listed if e.received_at >= plan.since]
+    keep: dict[str, _Listed] = {}
+    before: dict[str, list[_Listed]] = {}
+    for entry in listed:
+        if entry.received_at < plan.since:
+            continue
+        for span in plan.spans:
+            if entry.received_at < span.start or not entry.names(span):
+                continue
+            if entry.received_at >= span.window:
+                keep[entry.id] = entry
+                break
+            before.setdefault(span.recipient, []).append(entry)
+    for near in before.values():
+        near.sort(key=lambda e: (e.received_at, e.id))
+        for entry in near[-BEFORE_WINDOW_PER_RECIPIENT:]:
+            keep.setdefault(entry.id, entry)
+    return list(keep.values())
 
 
 def _parse_list(payload: object) -> list[_Listed]:
@@ -280,7 +333,45 @@ def _parse_entry(item: object) -> _Listed:
     if received_at.tzinfo is None:
         # MailDev serialises JavaScript Dates, always in UTC ("...Z").
         received_at = received_at.replace(tzinfo=UTC)
-    return _Listed(message_id, received_at.astimezone(UTC), _envelope_recipients(item))
+    envelope = _envelope_recipients(item)
+    parsed = {*envelope, *_addresses(item.get("to")), *_addresses(item.get("cc"))}
+    return _Listed(
+        message_id,
+        received_at.astimezone(UTC),
+        envelope,
+        frozenset(parsed),
+        _header_text(item.get("headers")),
+    )
+
+
+def _addresses(value: object) -> list[str]:
+    """The lower-cased addresses of a parsed address list ([{address, name}])."""
+    if isinstance(value, Mapping):
+        value = [value]
+    if not isinstance(value, list):
+        return []
+    found: list[str] = []
+    for entry in value:
+        address = entry.get("address") if isinstance(entry, Mapping) else None
+        if isinstance(address, str) and address:
+            found.append(address.lower())
+    return found
+
+
+def _header_text(headers: object) -> tuple[str, ...] | None:
+    """The `header_forms` of the To and Cc headers; None when they cannot be read."""
+    if not isinstance(headers, Mapping):
+        return None
+    parts: list[str] = []
+    for name, value in headers.items():
+        if not isinstance(name, str) or name.lower() not in ("to", "cc"):
+            continue
+        # One header is a string; a repeated one, a list of them.
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            return None
+        parts.extend(values)
+    return header_forms("\n".join(parts))
 
 
 def _envelope_recipients(item: Mapping[str, Any]) -> tuple[str, ...]:

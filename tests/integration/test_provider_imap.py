@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import imaplib
+import re
 import socket
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -13,7 +15,7 @@ import pytest
 from app.errors import ProviderRejected, ProviderUnavailable
 from app.providers.base import SearchQuery
 from app.providers.imap import ImapProvider
-from tests.servers import DovecotServer, free_port
+from tests.servers import DovecotServer, RecordingProxy, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.providers]
 
@@ -199,6 +201,85 @@ def test_garbage_greeting_is_a_bad_response() -> None:
             imap.search(SearchQuery(since=datetime.now(UTC)))
 
     assert raised.value.error_code == "bad_response"
+
+
+def _mail(subject: str, to: str, cc: str | None = None) -> bytes:
+    cc_line = f"Cc: {cc}\r\n" if cc else ""
+    return (
+        f"From: app@example.test\r\nTo: {to}\r\n{cc_line}Subject: {subject}\r\n\r\nBody.\r\n"
+    ).encode()
+
+
+_FETCH_LINE = re.compile(rb"UID FETCH ([\d,:]+) \((.*)\)$")
+
+
+def _fetched(proxy: RecordingProxy) -> tuple[set[int], set[int]]:
+    """The UIDs whose INTERNALDATE, and whose body, the client FETCHed."""
+    dates: set[int] = set()
+    bodies: set[int] = set()
+    for line in proxy.lines:
+        match = _FETCH_LINE.search(line)
+        if match is None:
+            continue
+        uids = {int(u) for u in match.group(1).split(b",")}
+        (bodies if b"BODY" in match.group(2) else dates).update(uids)
+    return dates, bodies
+
+
+def test_a_look_fetches_only_the_messages_to_its_recipients(dovecot: DovecotServer) -> None:
+    """SEARCH by To or Cc: other recipients' messages are never FETCHed; a
+    recipient's mail of the same day but before the look is FETCHed for its
+    INTERNALDATE only (SEARCH is day-granular), never for its body."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    window = now - timedelta(minutes=1)
+    alice = f"alice-{uuid.uuid4().hex[:6]}@example.test"
+    bob = f"bob-{uuid.uuid4().hex[:6]}@example.test"
+    to_alice = dovecot.append(_mail("to alice", f'"Alice" <{alice.upper()}>'), now)
+    cc_bob = dovecot.append(_mail("cc bob", "list@example.test", cc=bob), window)
+    near_miss = dovecot.append(_mail("bob early", bob), window - timedelta(minutes=5))
+    earlier = dovecot.append(_mail("alice earlier", alice), window - timedelta(hours=2))
+    old = dovecot.append(_mail("alice old", alice), window - timedelta(days=3))
+    others = [
+        dovecot.append(_mail(f"other {i}", f"other{i}@example.test", cc="list@example.test"), now)
+        for i in range(8)
+    ]
+    query = SearchQuery(
+        since=window - timedelta(minutes=10),
+        recipients=frozenset({alice, bob}),
+        windows={alice: window, bob: window},
+    )
+
+    with RecordingProxy(dovecot.host, dovecot.port) as proxy:
+        imap = ImapProvider(
+            name="counted", host=proxy.host, port=proxy.port, tls=False,
+            username=dovecot.username, password=dovecot.password,
+        )  # fmt: skip
+        try:
+            found = imap.search(query)
+        finally:
+            imap.close()
+
+    assert [_subject(m.raw) for m in found] == ["bob early", "cc bob", "to alice"]
+    dates, bodies = _fetched(proxy)
+    assert bodies == {to_alice, cc_bob, near_miss}
+    assert dates <= {to_alice, cc_bob, near_miss, earlier, old}
+    assert {to_alice, cc_bob, near_miss} <= dates
+    assert old not in dates  # days before the window: not even a SEARCH hit
+    assert not dates & set(others)
+
+
+def test_a_look_for_a_recipient_that_cannot_be_quoted_reads_the_whole_window(
+    dovecot: DovecotServer, provider: ImapProvider
+) -> None:
+    since = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+    dovecot.append(_mail("to someone", "someone@example.test"))
+    recipient = "josé@example.test"
+
+    found = provider.search(
+        SearchQuery(since=since, recipients=frozenset({recipient}), windows={recipient: since})
+    )
+
+    assert [_subject(m.raw) for m in found] == ["to someone"]
 
 
 def _subject(raw: bytes) -> str:

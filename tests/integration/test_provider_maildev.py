@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import smtplib
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from email.utils import format_datetime
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.errors import ProviderRejected, ProviderUnavailable
@@ -22,6 +24,7 @@ from app.providers.base import ProviderMessage, SearchQuery
 from app.providers.maildev import MaildevProvider
 from tests.servers import (
     MaildevServer,
+    RecordingProxy,
     ScriptedHttpServer,
     ScriptedResponse,
     free_port,
@@ -284,3 +287,143 @@ def test_a_message_source_is_read_once_across_searches(
     assert [m.raw for m in first] == [m.raw for m in second]
     assert scripted.requests.count("/email/m1/source") == 1
     assert scripted.requests.count("/email") == 2
+
+
+# -- a look downloads only what its recipients can match -------------------------------
+
+
+def _send_raw(server: MaildevServer, raw: str, envelope_to: Sequence[str]) -> None:
+    with smtplib.SMTP(server.host, server.smtp_port, timeout=10) as smtp:
+        smtp.sendmail("app@example.test", list(envelope_to), raw.encode())
+
+
+def _listed_ids(server: MaildevServer, count: int) -> dict[str, str]:
+    """Subject → MailDev id of the `count` messages it lists (read directly,
+    not through a proxy under test)."""
+    deadline = time.monotonic() + 10
+    while True:
+        listed = httpx.get(f"{server.url}/email", timeout=10).json()
+        if len(listed) >= count or time.monotonic() > deadline:
+            return {m["subject"]: m["id"] for m in listed}
+        time.sleep(0.05)
+
+
+def _dated(subject: str, to: str, when: datetime, cc: str | None = None) -> str:
+    headers = f"From: app@example.test\r\nTo: {to}\r\n"
+    if cc is not None:
+        headers += f"Cc: {cc}\r\n"
+    return f"{headers}Subject: {subject}\r\nDate: {format_datetime(when)}\r\n\r\nbody\r\n"
+
+
+def test_a_look_downloads_only_the_sources_its_recipients_can_match_over_one_connection(
+    maildev: MaildevServer,
+) -> None:
+    """Two recipients with their own windows, nine other recipients' mail in
+    them: only mail that may be addressed to a recipient inside its span is
+    downloaded (named in To, only in Cc, only in the envelope, a near miss
+    just before its window), all over one (slow to open) connection."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    alice, bob = (
+        f"alice-{uuid.uuid4().hex[:6]}@example.test",
+        f"bob-{uuid.uuid4().hex[:6]}@example.test",
+    )
+    a_window, b_window = now - timedelta(minutes=1), now
+    mails = {
+        "to alice": (
+            _dated("to alice", f'"Alice" <{alice.upper()}>', now - timedelta(seconds=30)),
+            [alice],
+        ),
+        "cc alice": (
+            _dated("cc alice", "list@example.test", a_window, cc=alice),
+            ["list@example.test", alice],
+        ),
+        "bcc bob": (_dated("bcc bob", "list@example.test", now), [bob]),
+        # Before bob's window, inside the look's lookback: a near miss worth reporting.
+        "bob early": (_dated("bob early", bob, b_window - timedelta(minutes=5)), [bob]),
+        # Inside the look (alice's lookback) but before bob's own: never bob's.
+        "bob too early": (
+            _dated("bob too early", bob, b_window - timedelta(minutes=10, seconds=30)),
+            [bob],
+        ),
+        "alice too early": (
+            _dated("alice too early", alice, a_window - timedelta(minutes=11)),
+            [alice],
+        ),
+    }
+    for i in range(9):
+        other = f"other{i}-{uuid.uuid4().hex[:6]}@example.test"
+        mails[f"other {i}"] = (_dated(f"other {i}", other, now - timedelta(seconds=20)), [other])
+    for raw, envelope_to in mails.values():
+        _send_raw(maildev, raw, envelope_to)
+    ids = _listed_ids(maildev, len(mails))
+    assert len(ids) == len(mails)
+
+    with RecordingProxy(maildev.host, maildev.web_port, connect_delay=3) as proxy:
+        catcher = MaildevProvider(name="slow-start", url=proxy.url, timeout=5.0)
+        try:
+            query = SearchQuery(
+                since=a_window - timedelta(minutes=10, microseconds=1),
+                recipients=frozenset({alice, bob}),
+                windows={alice: a_window, bob: b_window},
+            )
+            found = catcher.search(query)
+        finally:
+            catcher.close()
+
+    wanted = {"to alice", "cc alice", "bcc bob", "bob early"}
+    assert {m.provider_message_id for m in found} == {ids[s] for s in wanted}
+    sources = [p for p in proxy.requests if p.endswith("/source")]
+    assert sorted(sources) == sorted(f"/email/{ids[s]}/source" for s in wanted)
+    assert proxy.requests[0] == "/email"
+    assert proxy.connections == 1  # the listing and every source over one connection
+
+
+def test_a_listing_entry_that_does_not_say_whom_it_is_for_is_downloaded(
+    scripted: ScriptedHttpServer, scripted_catcher: MaildevProvider
+) -> None:
+    """No headers in the entry: the message may be anyone's, so its source is read."""
+    when = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    scripted.json(
+        "/email",
+        [
+            {"id": "bare", "time": "2026-12-01T12:00:00.000Z"},
+            {
+                "id": "listed",
+                "time": "2026-12-01T12:00:00.000Z",
+                "headers": {"to": ["x@example.test", "Y <qa@example.test>"]},
+            },
+            {"id": "odd", "time": "2026-12-01T12:00:00.000Z", "headers": {"to": {"a": 1}}},
+            {
+                "id": "other",
+                "time": "2026-12-01T12:00:00.000Z",
+                "headers": {"To": "someone@example.test"},
+                "to": [{"address": "someone@example.test"}],
+                "envelope": {"to": [{"address": "someone@example.test"}]},
+            },
+        ],
+    )
+    for mid in ("bare", "listed", "odd", "other"):
+        scripted.routes[f"/email/{mid}/source"] = ScriptedResponse(200, b"Subject: s\r\n\r\nx")
+    query = SearchQuery(
+        since=when - timedelta(minutes=10),
+        recipients=frozenset({"qa@example.test"}),
+        windows={"qa@example.test": when},
+    )
+
+    found = scripted_catcher.search(query)
+
+    assert {m.provider_message_id for m in found} == {"bare", "listed", "odd"}
+    assert "/email/other/source" not in scripted.requests
+
+
+def test_an_address_that_cannot_be_looked_for_as_text_downloads_its_whole_window(
+    scripted: ScriptedHttpServer, scripted_catcher: MaildevProvider
+) -> None:
+    when = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    scripted.json("/email", _listing(("m1", when), ("m2", when)))
+    for mid in ("m1", "m2"):
+        scripted.routes[f"/email/{mid}/source"] = ScriptedResponse(200, b"Subject: s\r\n\r\nx")
+    recipient = "josé@example.test"
+    query = SearchQuery(since=when, recipients=frozenset({recipient}), windows={recipient: when})
+
+    assert [m.provider_message_id for m in scripted_catcher.search(query)] == ["m1", "m2"]

@@ -8,7 +8,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.integration.helpers import (
@@ -20,7 +22,7 @@ from tests.integration.helpers import (
     signal_view,
     wait_result,
 )
-from tests.servers import DelayingProxy, MaildevServer
+from tests.servers import DelayingProxy, MaildevServer, RecordingProxy
 from tests.stack import Stack, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.providers]
@@ -270,3 +272,45 @@ def test_a_slow_provider_never_holds_every_worker_process(
             held["signal_id"],
         )
         assert still is True  # the slow call was still in flight
+
+
+def test_a_slow_to_connect_maildev_finds_the_mail_among_other_recipients_mail(
+    stack_factory: Callable[..., Stack], maildev: MaildevServer
+) -> None:
+    """Every new connection to MailDev starts 3 s late (the provider's timeout
+    is 5 s) and eight other recipients' mail sits in the signal's window with
+    its own: the signal is found before its deadline, and its look downloads
+    the source of its own mail only."""
+    with RecordingProxy(maildev.host, maildev.web_port, connect_delay=3) as slow:
+        stack = stack_factory({"SIGNALBOX_COALESCE_WINDOW_SECONDS": "0"})
+        (stack.logs.parent / "providers.toml").write_text(
+            f'[providers.slow-start]\ntype = "maildev"\nurl = "{slow.url}"\ntimeout = 5\n'
+        )
+        stack.start()
+        recipient = f"user-{uuid.uuid4().hex[:8]}@example.test"
+        for i in range(8):
+            other = f"other{i}-{uuid.uuid4().hex[:8]}@example.test"
+            send_to_maildev(maildev, other, f"run-other-{i}")
+        send_to_maildev(maildev, recipient, "run-own")
+
+        def nine_listed() -> list[dict[str, Any]] | None:
+            listed: list[dict[str, Any]] = httpx.get(f"{maildev.url}/email", timeout=10).json()
+            return listed if len(listed) >= 9 else None
+
+        listed = wait_until(nine_listed, 10, what="MailDev to list the nine messages")
+        own = [m["id"] for m in listed if m["envelope"]["to"][0]["address"] == recipient]
+        signal = create_signal(
+            stack,
+            provider="slow-start",
+            recipient=recipient,
+            run_id="run-own",
+            received_after=(datetime.now(UTC) - timedelta(minutes=1)).isoformat(),
+            expires_in_seconds=30,
+            max_checks=20,
+        )
+
+        view = wait_result(stack, signal["signal_id"], wait=40)
+
+        assert view["status"] == "found", view
+        sources = {p for p in slow.requests if p.endswith("/source")}
+        assert sources == {f"/email/{own[0]}/source"}

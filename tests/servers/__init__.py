@@ -1,5 +1,5 @@
-"""Real servers for tests: Dovecot (IMAP), MailDev, Redis, and counting and delaying
-TCP proxies, and a scripted HTTP server; one module each, their names here.
+"""Real servers for tests: Dovecot (IMAP), MailDev, Redis, and counting, recording
+and delaying TCP proxies, and a scripted HTTP server; one module each, their names here.
 
 Every server listens on 127.0.0.1 on a free port and lives in a context
 manager, so a test (or a fixture) owns it from start to stop::
@@ -36,7 +36,7 @@ from tests.servers.base import (
 )
 from tests.servers.dovecot import DovecotServer, dovecot_server, find_dovecot, imap_append
 from tests.servers.maildev import MaildevServer, find_maildev, maildev_server
-from tests.servers.proxies import CountingProxy, DelayingProxy
+from tests.servers.proxies import CountingProxy, DelayingProxy, RecordingProxy
 from tests.servers.redis import TestRedis, redis_server
 from tests.servers.scripted_http import ScriptedHttpServer, ScriptedResponse
 
@@ -47,6 +47,7 @@ __all__ = [
     "DovecotServer",
     "MaildevServer",
     "MissingTestDependency",
+    "RecordingProxy",
     "ScriptedHttpServer",
     "ScriptedResponse",
     "TestRedis",

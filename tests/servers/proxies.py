@@ -1,4 +1,5 @@
-"""Loopback TCP proxies: one that counts connections, one that delays bytes."""
+"""Loopback TCP proxies: one that counts connections, one that records what the
+client sends after a slow start, one that delays bytes."""
 
 from __future__ import annotations
 
@@ -139,11 +140,73 @@ class CountingProxy(_TcpProxy):
                     data = source.recv(65536)
                     if not data:
                         return
+                    if source is client:
+                        self._from_client(client, data)
                     key.data.sendall(data)
         except OSError:
             return
         finally:
             selector.close()
+
+    def _from_client(self, client: socket.socket, data: bytes) -> None:
+        """Each chunk the client sends, before it is passed on."""
+
+
+class RecordingProxy(CountingProxy):
+    """A `CountingProxy` that starts every new connection `connect_delay`
+    seconds late (nothing passes either way before) and records the lines
+    the client sends (`lines`; an HTTP request's first line, an IMAP
+    command). A reused connection is not slowed down, so the proxy shows
+    what a client that opens a connection per request would pay::
+
+        with RecordingProxy(maildev.host, maildev.web_port, connect_delay=3) as proxy:
+            ...
+            assert proxy.requests == ["/email", "/email/abc/source"]
+    """
+
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int,
+        *,
+        connect_delay: float = 0.0,
+        host: str = LOOPBACK,
+    ) -> None:
+        self.connect_delay = connect_delay
+        self._lines: list[bytes] = []
+        self._partial: dict[socket.socket, bytes] = {}
+        super().__init__(target_host, target_port, host)
+
+    @property
+    def lines(self) -> list[bytes]:
+        """Every complete line (without its line end) clients sent, in order."""
+        with self._lock:
+            return list(self._lines)
+
+    @property
+    def requests(self) -> list[str]:
+        """The paths of the HTTP requests clients sent, in order."""
+        paths: list[str] = []
+        for line in self.lines:
+            parts = line.split(b" ")
+            if len(parts) == 3 and parts[2].startswith(b"HTTP/"):
+                paths.append(parts[1].decode("ascii", "replace"))
+        return paths
+
+    def _relay(self, client: socket.socket, upstream: socket.socket) -> None:
+        # Waits in slices so that `close()` is not held up by a long delay.
+        deadline = time.monotonic() + self.connect_delay
+        while not self._stopping.is_set() and time.monotonic() < deadline:
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        super()._relay(client, upstream)
+
+    def _from_client(self, client: socket.socket, data: bytes) -> None:
+        with self._lock:
+            pending = self._partial.pop(client, b"") + data
+            *complete, rest = pending.split(b"\n")
+            self._lines.extend(line.rstrip(b"\r") for line in complete)
+            if rest:
+                self._partial[client] = rest
 
 
 class DelayingProxy(_TcpProxy):
