@@ -193,20 +193,18 @@ def isolated_stack(stack_factory: Callable[..., Stack]) -> Iterator[Stack]:
 
 
 def test_mail_to_an_owned_address_never_reaches_another_namespace(isolated_stack: Stack) -> None:
+    """The intruder's signal was made while the API did not know the domain
+    as owned (it even holds the address there); the processes that check
+    know it is namespace default's: the mail is default's alone."""
     stack = isolated_stack
     recipient = f"team-{uuid.uuid4().hex[:8]}@owned.test"
     run_id = f"run-{uuid.uuid4().hex[:8]}"
     body = {"run_id": run_id, "test_case": "signup", "recipient": recipient}
-    with stack.client(TOKENS["default"]) as owner, stack.client(TOKENS["other"]) as intruder:
-        mine = owner.post("/v1/signals", json=body).json()
+    with stack.client(TOKENS["other"]) as intruder:
         theirs = intruder.post(
             "/v1/signals", json={**body, "expires_in_seconds": 3, "max_checks": 50}
         ).json()
         stack.send(mail(recipient, "Your login code", run=run_id), [recipient])
-        assert (
-            owner.get(f"/v1/signals/{mine['signal_id']}", params={"wait": 20}).json()["status"]
-            == "found"
-        )
         view = intruder.get(f"/v1/signals/{theirs['signal_id']}", params={"wait": 20}).json()
     assert view["status"] == "expired", view
     assert view["message"] is None
