@@ -113,18 +113,21 @@ def message_get_many(session: Session, message_ids: Sequence[str]) -> dict[str, 
 
 def message_deliveries(
     session: Session, message_ids: Sequence[str]
-) -> list[tuple[str, Any, list[str]]]:
-    """(id, received_at, the recipients it was delivered to) of each known
-    message: `delivered_to`, or `recipients` for rows recorded before it."""
+) -> list[tuple[str, Any, list[str], list[str]]]:
+    """(id, received_at, the recipients it was delivered to, every recipient
+    it names) of each known message: `delivered_to` (or `recipients` for rows
+    recorded before it), and `recipients` (envelope, To and Cc)."""
     if not message_ids:
         return []
     rows = every(
         session,
-        "SELECT id, received_at, coalesce(delivered_to, recipients) AS delivered_to"
-        " FROM messages WHERE id = ANY(:ids)",
+        "SELECT id, received_at, coalesce(delivered_to, recipients) AS delivered_to,"
+        " recipients FROM messages WHERE id = ANY(:ids)",
         {"ids": list(message_ids)},
     )
-    return [(r["id"], r["received_at"], list(r["delivered_to"])) for r in rows]
+    return [
+        (r["id"], r["received_at"], list(r["delivered_to"]), list(r["recipients"])) for r in rows
+    ]
 
 
 def message_with_raw(session: Session, message_id: str) -> Row | None:

@@ -16,8 +16,10 @@ behind tenant privacy.
 
 A message belongs to the namespaces that owned or held one of its
 recipients when it was received, to the owners alone when one recipient is
-owned; one nobody owned or held belongs to the first namespace that held one
-of them afterwards; one sent only to shared addresses is public.
+owned; one delivered only to addresses nobody owned or held belongs to those
+who owned or held an address its To or Cc names then, else to the first
+namespace that held one of its recipients afterwards; one sent only to
+shared addresses is public.
 """
 
 from __future__ import annotations
@@ -90,14 +92,18 @@ def belongs_to(
     owner: Callable[[str], str | None],
     shared: Callable[[str], bool],
     holds: Mapping[str, Sequence[Hold]],
+    named: Iterable[str] = (),
 ) -> frozenset[str]:
-    """The namespaces a message to `recipients` received at `received_at`
+    """The namespaces a message delivered to `recipients` at `received_at`
     belongs to: PUBLIC (every namespace), or a set of namespaces (empty: nobody
     yet).
 
     `owner(address)` is the namespace owning it (None: nobody), `shared`
     says whether it is listed as shared, `holds` gives each address's hold
-    episodes."""
+    episodes. `named` are the addresses its To and Cc name: when nobody
+    owned or held an address it was delivered to, it belongs to those who
+    owned or held one of these when it arrived (mail to a list, copied to a
+    watched address), before anyone who holds a delivered-to address later."""
     addresses = sorted({r.strip().lower() for r in recipients})
     owners = {o for o in map(owner, addresses) if o is not None}
     if owners:
@@ -106,6 +112,19 @@ def belongs_to(
     holders = {h.namespace for a in held for h in holds.get(a, ()) if h.covers(received_at)}
     if holders:
         return frozenset(holders)
+    others = sorted({n.strip().lower() for n in named} - set(addresses))
+    named_owners = {o for o in map(owner, others) if o is not None}
+    if named_owners:
+        return frozenset(named_owners)
+    named_holders = {
+        h.namespace
+        for a in others
+        if not shared(a)
+        for h in holds.get(a, ())
+        if h.covers(received_at)
+    }
+    if named_holders:
+        return frozenset(named_holders)
     later = [h for a in held for h in holds.get(a, ()) if h.held_from > received_at]
     if later:
         first = min(later, key=lambda h: (h.held_from, h.namespace))

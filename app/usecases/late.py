@@ -61,7 +61,10 @@ def find_late_mail(
         belongs = belonging(
             session,
             settings,
-            ((o.message_id, o.message.received_at, o.delivered_to) for o in observed),
+            (
+                (o.message_id, o.message.received_at, o.delivered_to, (*o.mail.to, *o.mail.cc))
+                for o in observed
+            ),
         )
         for w in watched:
             mine = [o for o in observed if sees(w["namespace"], belongs[o.message_id])]

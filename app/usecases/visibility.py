@@ -22,8 +22,8 @@ from app.domain.ownership import belongs_to, is_shared, owner_of, sees
 from app.settings import Settings
 
 # A message as ownership sees it: (our id, when it was received, the
-# recipients it was delivered to).
-Delivery = tuple[str, datetime, Sequence[str]]
+# recipients it was delivered to, the addresses its To and Cc name).
+Delivery = tuple[str, datetime, Sequence[str], Sequence[str]]
 
 
 def belonging(
@@ -31,7 +31,9 @@ def belonging(
 ) -> dict[str, frozenset[str]]:
     """message id → the namespaces it belongs to (ownership.PUBLIC: all)."""
     deliveries = list(deliveries)
-    addresses = sorted({a.strip().lower() for _, _, rcpts in deliveries for a in rcpts})
+    addresses = sorted(
+        {a.strip().lower() for _, _, rcpts, named in deliveries for a in (*rcpts, *named)}
+    )
     mailboxes = mailboxes_db.mailbox_owner_many(session, addresses)
     holds = holds_db.hold_many(session, addresses)
     domains = settings.namespace_domain_owners
@@ -44,8 +46,8 @@ def belonging(
         return is_shared(address, shared)
 
     return {
-        mid: belongs_to(rcpts, received_at, owner=owner, shared=listed, holds=holds)
-        for mid, received_at, rcpts in deliveries
+        mid: belongs_to(rcpts, received_at, owner=owner, shared=listed, holds=holds, named=named)
+        for mid, received_at, rcpts, named in deliveries
     }
 
 

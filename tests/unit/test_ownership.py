@@ -144,3 +144,24 @@ def test_shared_entries_match_an_address_or_a_whole_domain() -> None:
     assert is_shared("any@shared.test", entries)
     assert not is_shared("other@x.test", entries)
     assert not is_shared("any@sub.shared.test", entries)
+
+
+def test_mail_delivered_to_nobody_s_address_goes_to_who_holds_an_address_it_names() -> None:
+    """A list address nobody holds, copied to a watched address: the watcher's.
+    An owned or held delivered-to address still decides first."""
+    holds = {"me@x.test": [Hold("a", T0 - timedelta(minutes=1))]}
+
+    def belongs(recipients: list[str], named: list[str]) -> frozenset[str]:
+        return belongs_to(
+            recipients,
+            T0,
+            owner=lambda a: {"secret@owned.test": "c"}.get(a),
+            shared=lambda a: False,
+            holds=holds,
+            named=named,
+        )
+
+    assert belongs(["list@x.test"], ["list@x.test", "me@x.test"]) == {"a"}
+    assert belongs(["secret@owned.test"], ["me@x.test"]) == {"c"}
+    assert belongs(["list@x.test"], ["secret@owned.test", "me@x.test"]) == {"c"}
+    assert belongs(["list@x.test"], ["other@x.test"]) == frozenset()

@@ -137,7 +137,10 @@ class _Writer:
             belongs = belonging(
                 session,
                 self.batch.settings,
-                ((o.message_id, o.message.received_at, o.delivered_to) for o in observed),
+                (
+                    (o.message_id, o.message.received_at, o.delivered_to, (*o.mail.to, *o.mail.cc))
+                    for o in observed
+                ),
             )
             ids = [o.message_id for o in observed]
             for namespace in sorted({r["namespace"] for r in taken}):
