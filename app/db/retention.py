@@ -202,12 +202,17 @@ def signal_delete_unclaimed_found(session: Session, *, older_than_hours: float, 
 
 _HOLDS_OLD = _delete_oldest(
     "address_holds",
-    "ah.released_at < now() - make_interval(secs => :secs)",
-    "ah.released_at",
+    """ah.held_from < now() - make_interval(secs => :secs)
+               AND (ah.released_at < now() - make_interval(secs => :secs)
+                    OR (ah.released_at IS NULL AND NOT EXISTS (
+                         SELECT 1 FROM signals s
+                          WHERE s.recipient = ah.address AND s.namespace = ah.namespace)))""",
+    "ah.held_from",
 )
 
 
 def hold_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
-    """Delete address holds released before the cutoff (the mail they
-    covered is older than every horizon by then)."""
+    """Delete address holds released before the cutoff, and open ones taken
+    before it whose namespace has no signal left on the address (retention
+    deleted them): the mail they covered is older than every horizon by then."""
     return _count(session, _HOLDS_OLD, older_than_hours=older_than_hours, limit=limit)

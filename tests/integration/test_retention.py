@@ -225,3 +225,32 @@ def test_a_found_signal_nobody_claims_ends_with_its_content_at_the_retention_hor
     )
     with stack.client() as api:
         assert api.get(f"/v1/signals/{stale['signal_id']}").status_code == 404
+
+
+def test_holds_are_deleted_once_their_mail_and_signals_are_past_every_horizon(
+    stack: Stack,
+) -> None:
+    """A released hold, and an open one whose namespace has no signal left on
+    the address, go at the evidence horizon; a hold with a signal stays."""
+    live = f"live-{uuid.uuid4().hex[:6]}@example.test"
+    with stack.client() as api:
+        created = api.post(
+            "/v1/signals", json={"run_id": "run-holds", "test_case": "t", "recipient": live}
+        )
+    assert created.status_code == 201, created.text
+    db_rows(
+        stack,
+        "INSERT INTO address_holds (address, namespace, held_from, released_at) VALUES"
+        " ('gone@example.test', 'default', now() - interval '100 days',"
+        "  now() - interval '99 days'),"
+        " ('orphan@example.test', 'default', now() - interval '100 days', NULL),"
+        " ('recent@example.test', 'default', now() - interval '1 day', NULL)",
+    )
+    db_rows(
+        stack,
+        "UPDATE address_holds SET held_from = now() - interval '100 days' WHERE address = %s",
+        live,
+    )
+    run_retention(stack)
+    left = {r[0] for r in db_rows(stack, "SELECT address FROM address_holds")}
+    assert left == {live, "recent@example.test"}
