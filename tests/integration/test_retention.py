@@ -32,11 +32,18 @@ def age_everything(stack: Stack, hours: float) -> None:
 
 def run_retention(stack: Stack) -> None:
     """Send the beat's task to the real worker and wait for it to finish."""
-    from workers.celery_app import get_celery
+    from app.infra.queue import RETENTION_TASK, make_celery
+    from app.settings import Settings
 
     task_id = f"retention-{uuid.uuid4().hex}"
-    # Task results are ignored by the app: the worker's log line says it finished.
-    get_celery().send_task("signalbox.retention", task_id=task_id)
+    # On this stack's own broker: a Celery app this process built earlier may
+    # point at another test's.
+    app = make_celery(Settings(broker_url=stack.env["SIGNALBOX_BROKER_URL"]))
+    try:
+        # Task results are ignored by the app: the worker's log line says it finished.
+        app.send_task(RETENTION_TASK, task_id=task_id)
+    finally:
+        app.close()
     # Generous: on a loaded machine the shared worker may still be busy with
     # the previous tests' checks before it takes this task.
     wait_until(
