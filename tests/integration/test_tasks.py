@@ -197,6 +197,8 @@ def test_retention_deletes_aged_sink_mail_and_reports_every_kind(
     report = run(celery_app, queue.RETENTION_TASK)
 
     assert set(report) == {
+        "mailboxes",
+        "address_holds",
         "receipts",
         "dead_letters",
         "signals",
