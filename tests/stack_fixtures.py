@@ -214,7 +214,7 @@ def stack_factory(service_env: dict[str, str], tmp_path: Path) -> Iterator[Calla
 TABLES = (
     "webhook_deliveries, near_misses, chaos_rules, checks, claims, receipts, dead_letters,"
     " idempotency_keys, signals,"
-    " messages, sink_messages, mailboxes, api_tokens, address_holds"
+    " messages, sink_messages, mailboxes, api_tokens, address_holds, namespace_waiting"
 )
 
 
