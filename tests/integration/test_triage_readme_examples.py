@@ -11,6 +11,7 @@ import subprocess
 from email.message import EmailMessage
 
 import pytest
+from signalbox import Signalbox
 
 from tests.stack import ROOT, Stack
 
@@ -96,4 +97,9 @@ def test_the_readme_python_example_runs_twice_in_a_row(
         runs.append((scope["run_id"], handle.signal_id))  # type: ignore[attr-defined]
         assert followed == ["https://app.example.test/verify?t=abc123"]
         assert handle.refresh().result == "consumed"  # type: ignore[attr-defined]
+        # A reader's script ends with its process; here the client it made is
+        # closed, so its connections never outlive the test.
+        for value in scope.values():
+            if isinstance(value, Signalbox):
+                value.close()
     assert runs[0][0] != runs[1][0] and runs[0][1] != runs[1][1]
