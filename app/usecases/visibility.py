@@ -72,9 +72,10 @@ def may_see(session: Session, settings: Settings, namespace: str, message_id: st
     return message_id in visible_ids(session, settings, namespace, [message_id])
 
 
-def may_use_address(session: Session, settings: Settings, namespace: str, address: str) -> bool:
-    """Whether `namespace` owns or holds `address`: what a rule on an address
-    (chaos) needs. A shared address is nobody's: no namespace sets rules on it."""
+def _standing(
+    session: Session, settings: Settings, address: str
+) -> tuple[str | None, bool, str | None]:
+    """(its owner, whether it is shared, the namespace of its open hold) of `address`."""
     address = address.strip().lower()
     owner = owner_of(
         address,
@@ -82,29 +83,30 @@ def may_use_address(session: Session, settings: Settings, namespace: str, addres
         mailboxes_db.mailbox_owner_many(session, [address]).get(address),
     )
     if owner is not None:
-        return owner == namespace
+        return owner, False, None
     if is_shared(address, settings.shared_address_entries):
-        return False
+        return None, True, None
     held = holds_db.hold_open_get(session, address)
-    return held is not None and held["namespace"] == namespace
+    return None, False, held["namespace"] if held is not None else None
+
+
+def may_use_address(session: Session, settings: Settings, namespace: str, address: str) -> bool:
+    """Whether `namespace` owns or holds `address`: what a rule on an address
+    (chaos) needs. A shared address is nobody's: no namespace sets rules on it."""
+    owner, shared, holder = _standing(session, settings, address)
+    if owner is not None:
+        return owner == namespace
+    return not shared and holder == namespace
 
 
 def may_watch(session: Session, settings: Settings, namespace: str, address: str) -> bool:
     """Whether `namespace` owns, holds or shares `address`, or nobody owns or
     holds it (a signal of `namespace` on it would be allowed, holds aside
     that have lapsed)."""
-    address = address.strip().lower()
-    owner = owner_of(
-        address,
-        settings.namespace_domain_owners,
-        mailboxes_db.mailbox_owner_many(session, [address]).get(address),
-    )
+    owner, shared, holder = _standing(session, settings, address)
     if owner is not None:
         return owner == namespace
-    if is_shared(address, settings.shared_address_entries):
-        return True
-    held = holds_db.hold_open_get(session, address)
-    return held is None or held["namespace"] == namespace
+    return shared or holder in (None, namespace)
 
 
 def owners_of(
