@@ -379,6 +379,7 @@ class PgbenchResult:
     seconds: int
     binary: str
     command: str
+    transactions: int = 0  # "number of transactions actually processed"
 
 
 def pgbench_tps(
@@ -409,8 +410,15 @@ def pgbench_tps(
     match = re.search(r"tps = ([0-9.]+)", out)
     if not match:
         raise RuntimeError(f"pgbench printed no tps:\n{out}")
+    processed = re.search(r"number of transactions actually processed: ([0-9]+)", out)
+    tps = float(match.group(1))
     return PgbenchResult(
-        float(match.group(1)), clients, seconds, binary, "pgbench " + " ".join(args)
+        tps,
+        clients,
+        seconds,
+        binary,
+        "pgbench " + " ".join(args),
+        int(processed.group(1)) if processed else round(tps * seconds),
     )
 
 

@@ -6,10 +6,18 @@
 
 Starts `signalbox-server up` (API, SMTP sink, worker, beat, Flower) on the
 embedded default, runs `pgbench -i` and `pgbench -N -c 8 -j 2 -T 10` into a
-separate database of the same embedded PostgreSQL (before the lifecycles, so
-the two never share the CPU), then runs the clients (threads of this process,
-one SMTP connection per email, like an application) and prints:
+separate database of the same embedded PostgreSQL, once before the lifecycles
+and once after them (never at the same time), then runs the clients (threads
+of this process, one SMTP connection per email, like an application) and
+prints:
 
+- **the unit**: the CPU of every process of the stack (API, sink and its
+  parse pool, worker parent and pool children, beat, Flower, embedded
+  PostgreSQL and Redis with their children; not this script) per completed
+  lifecycle, divided by PostgreSQL's own CPU per pgbench -N transaction
+  (the server processes' CPU over a pgbench run divided by the transactions
+  it processed; the two runs averaged). The machine's speed cancels out and
+  the benchmark's clients are left out;
 - lifecycles/s and their ratio to pgbench -N's tps;
 - CPU seconds per lifecycle of each process kind, from /proc/<pid>/stat
   (utime + stime of each tree: api, worker parent + pool children, smtp,
@@ -183,6 +191,42 @@ def _stat_reset(stack: _stack.UpStack) -> None:
         conn.execute("SELECT pg_stat_statements_reset()")
 
 
+# ---------------------------------------------------------------- the unit
+
+
+@dataclass
+class PgbenchUnit:
+    """pgbench -N before and after the lifecycles, and PostgreSQL's CPU seconds
+    per transaction in each."""
+
+    before: _stack.PgbenchResult
+    after: _stack.PgbenchResult
+    cpu_before: float
+    cpu_after: float
+
+    @property
+    def cpu_per_transaction(self) -> float:
+        return (self.cpu_before + self.cpu_after) / 2
+
+    @property
+    def tps(self) -> float:
+        return (self.before.tps + self.after.tps) / 2
+
+
+def pgbench_cost(
+    stack: _stack.UpStack, seconds: int, *, initialize: bool
+) -> tuple[_stack.PgbenchResult, float]:
+    """One pgbench -N run on the stack's PostgreSQL and the server's CPU seconds
+    per transaction it processed (every process of the embedded server: the
+    stack is idle meanwhile, so what else it does is in the noise)."""
+    if initialize:  # -i and a short warm-up run, not measured
+        _stack.pgbench_tps(stack, seconds=2)
+    before = stack.processes.cpu_seconds()["postgres"]
+    result = _stack.pgbench_tps(stack, seconds=seconds, initialize=False)
+    spent = stack.processes.cpu_seconds()["postgres"] - before
+    return result, spent / max(1, result.transactions)
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -220,9 +264,9 @@ def _run(args: argparse.Namespace) -> int:
         pg_stat_statements=args.pg_stat_statements,
     ) as stack:
         settings = _stack.postgres_settings(stack)
-        print(f"running {_stack.postgres_bin('pgbench')} -N ...", flush=True)
-        pgbench = _stack.pgbench_tps(stack, seconds=args.pgbench_seconds)
-        print(f"pgbench -N: {pgbench.tps:.0f} tps", flush=True)
+        print(f"running {_stack.postgres_bin('pgbench')} -i, then -N ...", flush=True)
+        pgbench, pg_before = pgbench_cost(stack, args.pgbench_seconds, initialize=True)
+        print(f"pgbench -N: {pgbench.tps:.0f} tps, {pg_before * 1e6:.0f} µs per tx", flush=True)
         time.sleep(2)  # let the server settle after pgbench
         run_id = f"bench-{uuid.uuid4().hex[:10]}"
         # First lifecycles pay for imports, pools and Celery's first send: not measured.
@@ -278,6 +322,12 @@ def _run(args: argparse.Namespace) -> int:
             statements = _statements(stack, len(done), args.top)
         for t in threads:
             t.join(timeout=LONG_POLL_SECONDS + 30)
+        time.sleep(2)  # the last lifecycles' tasks and events settle before pgbench
+        print("running pgbench -N again ...", flush=True)
+        pgbench_after, pg_after = pgbench_cost(stack, args.pgbench_seconds, initialize=False)
+        print(
+            f"pgbench -N: {pgbench_after.tps:.0f} tps, {pg_after * 1e6:.0f} µs per tx", flush=True
+        )
         for name, out, spy in spies:
             try:
                 _, err = spy.communicate(timeout=60)
@@ -287,7 +337,8 @@ def _run(args: argparse.Namespace) -> int:
             status = "written" if out.exists() else f"failed: {err.decode(errors='replace')[-300:]}"
             print(f"py-spy {name}: {out} {status}")
         machine = _machine.render(_machine.describe(stack.database_url(), stack.redis_url))
-    report(args, pgbench, settings, measured, done, cpu_before, cpu_after, load, machine)
+    unit = PgbenchUnit(pgbench, pgbench_after, pg_before, pg_after)
+    report(args, unit, settings, measured, done, cpu_before, cpu_after, load, machine)
     if statements:
         print(statements)
     return 0
@@ -295,7 +346,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def report(
     args: argparse.Namespace,
-    pgbench: _stack.PgbenchResult,
+    unit: PgbenchUnit,
     pg_settings: str,
     measured: list[Lifecycle],
     done: list[Lifecycle],
@@ -321,12 +372,28 @@ def report(
     print(f"  postgres    {pg_settings}")
     print(f"  load avg    {load} (at the end of the measured window)")
     print()
+    per_lifecycle = stack_cpu / max(1, n)
+    tx = unit.cpu_per_transaction
     rows = [
+        (
+            "stack CPU per lifecycle",
+            f"{per_lifecycle * 1000:.2f} ms = {per_lifecycle / tx:.1f} pgbench-N transactions"
+            if n and tx
+            else "n/a",
+        ),
+        (
+            "PostgreSQL CPU per pgbench-N tx",
+            f"{tx * 1e6:.0f} µs (before {unit.cpu_before * 1e6:.0f}, after"
+            f" {unit.cpu_after * 1e6:.0f})",
+        ),
         ("lifecycles completed", f"{n}"),
         ("errors", f"{len(errors)}" + (f" (first: {errors[0][:80]})" if errors else "")),
         ("lifecycles/s", f"{rate:.1f}"),
-        (f"{pgbench.command} tps", f"{pgbench.tps:.0f}"),
-        ("ratio to pgbench -N", f"{rate / pgbench.tps:.4f} x"),
+        (
+            f"{unit.before.command} tps",
+            f"{unit.tps:.0f} (before {unit.before.tps:.0f}, after {unit.after.tps:.0f})",
+        ),
+        ("ratio to pgbench -N", f"{rate / unit.tps:.4f} x"),
         ("time to found p50", f"{_stack.percentile(found, 50) * 1000:.1f} ms"),
         ("time to found p99", f"{_stack.percentile(found, 99) * 1000:.1f} ms"),
         ("time to found max", f"{(found[-1] if found else float('nan')) * 1000:.1f} ms"),

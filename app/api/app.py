@@ -13,7 +13,9 @@ from app.api.middleware import GateMiddleware
 from app.api.notify import SignalNotifier
 from app.api.routes import chaos, claims, dead_letters, messages, ops, signals, triage
 from app.console import routes as console
+from app.infra.parse_pool import ParsePool
 from app.settings import Settings, get_settings
+from app.usecases import checks
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -24,9 +26,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         notifier = SignalNotifier(settings.database_url or "")
         notifier.start()
         app.state.notifier = notifier
+        # The first looks made here parse what they match in a spawned process,
+        # where the parse's CPU budget applies (started on the first parse).
+        parser = ParsePool(workers=1)
+        previous = checks.parse_with(parser.parse_blocking)
         try:
             yield
         finally:
+            checks.parse_with(previous)
+            parser.close()
             notifier.stop()
 
     app = FastAPI(
@@ -37,6 +45,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.long_polls = LongPollGate(settings.max_long_polls)
+    # A sink signal's first look is made by the API that created it.
+    app.state.look_here = checks.in_process_check_for(settings)
     errors.install(app)
     app.add_middleware(GateMiddleware, settings=settings)
     for module in (signals, claims, messages, dead_letters, triage, chaos, ops):

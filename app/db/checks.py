@@ -27,6 +27,11 @@ _LOCK_FOR_CHECK = raw.Query(
     """
                 WITH target AS (
                     SELECT provider FROM signals WHERE id = :id
+                ), clock AS (
+                    -- The look begins now, not at BEGIN: a create (or push)
+                    -- committed between the two is taken here and is not
+                    -- "pushed while its check ran", which would look again.
+                    SELECT clock_timestamp() AS looked_at
                 ), due AS (
                     SELECT s.id FROM signals s, target t
                     WHERE s.status = 'waiting'
@@ -41,8 +46,8 @@ _LOCK_FOR_CHECK = raw.Query(
                    SET check_fence = s.check_fence + 1,
                        check_lease_until = now() + make_interval(secs => :lease),
                        updated_at = now()
-                  FROM due WHERE s.id = due.id
-                RETURNING s.*, now() AS looked_at
+                  FROM due, clock WHERE s.id = due.id
+                RETURNING s.*, clock.looked_at
 """
 )
 

@@ -9,6 +9,7 @@ distance): a swapped pair, the commonest slip of a typist, counts one.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 __all__ = [
@@ -120,8 +121,14 @@ def domain_suggestion(recipient: str, known: Iterable[str]) -> str | None:
     parts = _split(recipient)
     if parts is None:
         return None
-    domain = parts[1]
-    candidates = [k.strip().lower() for k in known if k.strip()]
+    return _nearest_domain(parts[1], tuple(k.strip().lower() for k in known if k.strip()))
+
+
+# Every create asks about its recipient's domain: a test suite uses a handful
+# of domains, so the answer is remembered (bounded; a hostile caller with many
+# domains only evicts).
+@functools.lru_cache(maxsize=1024)
+def _nearest_domain(domain: str, candidates: tuple[str, ...]) -> str | None:
     if domain in candidates:
         return None
     best: tuple[int, str] | None = None

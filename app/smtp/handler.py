@@ -21,9 +21,9 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
 from app.domain.chaos import ChaosStage
+from app.infra.parse_pool import ParsePool
 from app.settings import Settings
 from app.smtp.batching import GroupCommit
-from app.smtp.parsing import ParsePool
 from app.usecases import intake
 from app.usecases.chaos import SinkChaos
 

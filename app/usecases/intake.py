@@ -5,7 +5,7 @@ the messages that arrived meanwhile in one transaction), with the envelope
 recipients as the message's recipients. Everything else comes after,
 off the SMTP path: :func:`push_many` checks the envelope recipients' signals
 at once (the pushes waiting meanwhile in one); the message is parsed (the
-sink does it in a worker process, ``app/smtp/parsing.py``);
+sink does it in a worker process, ``app/infra/parse_pool.py``);
 :func:`add_header_recipients` then adds the To and Cc addresses the envelope
 did not name, and pushes theirs.
 """

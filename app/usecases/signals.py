@@ -8,9 +8,11 @@ sweep because the database says what is due.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -36,7 +38,7 @@ from app.errors import (
 from app.infra import dispatch
 from app.infra.keys import recipient_hash
 from app.observability import metrics
-from app.providers.runtime import provider_configs
+from app.providers.runtime import provider_configs, pushes
 from app.settings import Settings
 from app.usecases import holds, views
 from app.usecases.checks import BATCH_LIMIT, InProcessCheck, try_check_in_process
@@ -65,6 +67,9 @@ QUOTA_RETRY_AFTER_SECONDS = 10.0
 class Created:
     view: dict[str, Any]
     created: bool
+    # The first look of a new signal whose provider pushes (the sink), for the
+    # caller to make once its answer is on its way; None when a task was sent.
+    first_look: Callable[[], None] | None = None
 
     @property
     def status_code(self) -> int:
@@ -85,9 +90,18 @@ def _check_provider(settings: Settings, provider: str, namespace: str) -> None:
 
 
 def signal_create(
-    settings: Settings, namespace: str, req: SignalCreate, idempotency_key: str | None
+    settings: Settings,
+    namespace: str,
+    req: SignalCreate,
+    idempotency_key: str | None,
+    *,
+    look_here: InProcessCheck | None = None,
 ) -> Created:
-    """Create a signal, or return the one its idempotency key already names."""
+    """Create a signal, or return the one its idempotency key already names.
+
+    With `look_here` (the API passes `checks.check_in_process`), a new signal
+    of a provider that pushes gets its first look in this process, not as a
+    task: the answer's `first_look` (docs/api.md, "The first look")."""
     _check_provider(settings, req.provider, namespace)
     key = idempotency_key or f"{req.run_id}:{req.test_case}"
     domain_owner = settings.namespace_domain_owners.get(ownership.domain_of(req.recipient))
@@ -131,7 +145,7 @@ def signal_create(
         )
         view = views.signal_views(session, [row])[0] if row is not None else None
     if view is not None:
-        return _created(settings, namespace, req, view)
+        return _created(settings, namespace, req, view, look_here)
     with transaction() as session:
         facts = signals_db.signal_create_facts(session, namespace, req.recipient)
         # Judged by the database's clock, the authority for every timestamp.
@@ -163,13 +177,18 @@ def signal_create(
                 raise IdempotencyConflict("idempotency key changed hands; retry the request")
             _raise_if_conflicting(row, values)
             return Created(view=views.signal_views(session, [row])[0], created=False)
-    return _created(settings, namespace, req, view)
+    return _created(settings, namespace, req, view, look_here)
 
 
 def _created(
-    settings: Settings, namespace: str, req: SignalCreate, view: dict[str, Any]
+    settings: Settings,
+    namespace: str,
+    req: SignalCreate,
+    view: dict[str, Any],
+    look_here: InProcessCheck | None,
 ) -> Created:
-    """What follows a new signal's commit: count it, log it, send its first look."""
+    """What follows a new signal's commit: count it, log it, send its first
+    look (or hand it to the caller, to make here)."""
     signal_id = view["signal_id"]
     metrics.signals_created(namespace)
     log.info(
@@ -182,8 +201,77 @@ def _created(
             "provider": req.provider,
         },
     )
+    if look_here is not None and pushes(settings, req.provider):
+        look = partial(first_look_here, settings, look_here, signal_id, req.provider)
+        return Created(view=view, created=True, first_look=look)
     dispatch.enqueue_first_look(req.provider, signal_id, settings.requeue_after_seconds)
     return Created(view=view, created=True)
+
+
+class _LooksHere:
+    """The first looks this process makes, one per provider at a time: a check
+    takes every due signal of its provider, so a create that finds a look of
+    its provider under way only asks it for one more round (its signal is
+    committed, so that round takes it) instead of a look of its own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._again: dict[str, bool] = {}  # provider -> a create asked for one more round
+
+    def join(self, provider: str) -> bool:
+        """True when a look of `provider` is under way here and will take one more round."""
+        with self._lock:
+            if provider in self._again:
+                self._again[provider] = True
+                return True
+            self._again[provider] = False
+            return False
+
+    def done(self, provider: str) -> bool:
+        """The round ended: True when another was asked for (then it is owed)."""
+        with self._lock:
+            if self._again.get(provider):
+                self._again[provider] = False
+                return False
+            self._again.pop(provider, None)
+            return True
+
+    def abandon(self, provider: str) -> None:
+        with self._lock:
+            self._again.pop(provider, None)
+
+
+_LOOKS_HERE = _LooksHere()
+
+
+def first_look_here(
+    settings: Settings, look_here: InProcessCheck, signal_id: str, provider: str
+) -> None:
+    """The first look of a new signal of a provider that pushes, made in this
+    process after its commit: the sink's search is a database query, so the
+    look costs no task, no broker round trip and no worker. It is the same
+    check, lease and fence as a worker's, and takes every due signal of the
+    provider (creates meanwhile ride in its next round). A round that cannot
+    be made here sends its task as before, which takes them all the same; if
+    that fails too, the signals are still due and the sweep looks."""
+    if _LOOKS_HERE.join(provider):
+        return
+    try:
+        while True:
+            made = try_check_in_process(
+                look_here,
+                signal_id,
+                provider,
+                event="first_look_failed",
+                message="first look failed in this process; its task is sent",
+            )
+            if not made:
+                dispatch.enqueue_first_look(provider, signal_id, settings.requeue_after_seconds)
+            if _LOOKS_HERE.done(provider):
+                return
+    except BaseException:  # interrupted: the next create looks (the sweep meanwhile)
+        _LOOKS_HERE.abandon(provider)
+        raise
 
 
 def _check_owner(

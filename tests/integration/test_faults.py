@@ -7,39 +7,35 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 from tests.integration.helpers import create_signal, db_rows, mail, wait_result
-from tests.servers import maildev_server
+from tests.servers import DelayingProxy, MaildevServer, maildev_server
 from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
-# The provider "drill" is the sink (a push provider, so beat makes its due
-# looks itself). Only the worker that is killed reads HANGING_PROVIDERS: its
-# look sleeps far longer than the test lasts, so the check it took is still
-# in flight when it is killed, however late the test gets to the kill (with a
-# few seconds' latency, a slow test could see that check finish first). Every
-# other process (the API, the sink, beat, the second worker) reads PROVIDERS
-# and looks at once.
-PROVIDERS = """
-[providers.drill]
-type = "sink"
-"""
-HANGING_PROVIDERS = """
-[providers.drill]
-type = "sink"
-simulate_latency_seconds = 3600
-"""
+
+# The provider "drill" is a MailDev. Only the worker that is killed reads
+# HANGING_PROVIDERS, where "drill" is that MailDev behind a proxy that holds
+# every answer far longer than the test lasts: the check it took is still in
+# flight when it is killed, however late the test gets to the kill. Every
+# other process (the API, beat, the second worker) reads PROVIDERS and gets
+# its answers at once. (A sink signal's looks are made by the API, the sink
+# and beat, never by a worker: test_first_look.py.)
+def _providers(url: str) -> str:
+    return f'[providers.drill]\ntype = "maildev"\nurl = "{url}"\ntimeout = 3600\n'
 
 
 # Four processes start one after another here; on a loaded machine that
 # alone can take most of the default two minutes.
+@pytest.mark.providers
 @pytest.mark.timeout(300)
 def test_worker_killed_mid_check_loses_nothing_and_counts_nothing_twice(
-    stack_factory: Callable[..., Stack],
+    stack_factory: Callable[..., Stack], maildev: MaildevServer
 ) -> None:
     """A worker killed (SIGKILL) while its check calls the provider loses
     nothing: the check's lease lapses, the sweep sends it again and the mail
@@ -49,14 +45,21 @@ def test_worker_killed_mid_check_loses_nothing_and_counts_nothing_twice(
         {"SIGNALBOX_CHECK_LEASE_SECONDS": "4", "SIGNALBOX_REQUEUE_AFTER_SECONDS": "2"}
     )
     data = stack.logs.parent
-    (data / "providers.toml").write_text(PROVIDERS)
-    (data / "hanging-providers.toml").write_text(HANGING_PROVIDERS)
-    # No beat yet: beat's sweep makes due sink looks itself, and would take
-    # the first look (fence 1) if the worker were slow to start its task. Until
-    # the kill, only the worker's first-look task can take a check.
-    stack.start(worker=False, beat=False)
-    stack.start_worker(extra_env={"SIGNALBOX_PROVIDERS_FILE": str(data / "hanging-providers.toml")})
-    signal = create_signal(stack, provider="drill", expires_in_seconds=90)
+    hanging = DelayingProxy(maildev.host, maildev.web_port, server_delay=3600)
+    with hanging:
+        (data / "providers.toml").write_text(_providers(maildev.url))
+        (data / "hanging-providers.toml").write_text(_providers(hanging.url))
+        # No beat yet: its sweep would re-send the first look if the worker
+        # were slow to start its task. Until the kill, only the worker's
+        # first-look task can take a check.
+        stack.start(worker=False, beat=False)
+        hanging_file = str(data / "hanging-providers.toml")
+        stack.start_worker(extra_env={"SIGNALBOX_PROVIDERS_FILE": hanging_file})
+        signal = create_signal(stack, provider="drill", expires_in_seconds=90)
+        _kill_mid_check_then_find(stack, maildev, signal)
+
+
+def _kill_mid_check_then_find(stack: Stack, maildev: MaildevServer, signal: dict[str, Any]) -> None:
     sid = signal["signal_id"]
 
     # The first check holds its lease (heartbeaten) and sleeps in the provider call.
@@ -75,7 +78,8 @@ def test_worker_killed_mid_check_loses_nothing_and_counts_nothing_twice(
     stack.kill("worker")  # SIGKILL to the whole worker: parent and children
 
     stack.start_beat()
-    stack.send(mail(signal["recipient"]), [signal["recipient"]])
+    with smtplib.SMTP(maildev.host, maildev.smtp_port, timeout=10) as smtp:
+        smtp.sendmail("app@example.test", [signal["recipient"]], mail(signal["recipient"]))
     stack.start_worker("worker2")
     view = wait_result(stack, sid, wait=60)
 
@@ -90,7 +94,6 @@ def test_worker_killed_mid_check_loses_nothing_and_counts_nothing_twice(
     counted = db_rows(stack, "SELECT count(*) FROM checks WHERE signal_id = %s AND counted", sid)
     assert [(view["checks"],)] == counted
     assert db_rows(stack, "SELECT count(*) FROM messages") == [(1,)]
-    assert db_rows(stack, "SELECT count(*) FROM sink_messages") == [(1,)]
 
 
 @pytest.mark.providers

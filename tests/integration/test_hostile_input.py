@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.domain.mail import ParsedMail
-from app.smtp.parsing import ParsePool
+from app.infra.parse_pool import ParsePool
 from tests.hostile_mail import slow_part_lines
 from tests.integration.helpers import create_signal, db_rows, mail, wait_result
 from tests.stack import Stack, wait_until

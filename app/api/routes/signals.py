@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import AppSettings, Caller, Namespace
@@ -36,18 +37,23 @@ RECHECK_SECONDS = 5.0
 
 @router.post("/signals", status_code=201, responses=errors(*V1, 403, 409, 429))
 def create_signal(
+    request: Request,
     body: SignalCreate,
     namespace: Namespace,
     settings: AppSettings,
     idempotency_key: Annotated[str | None, Header(max_length=512)] = None,
 ) -> JSONResponse:
-    created = signals.signal_create(settings, namespace, body, idempotency_key)
+    created = signals.signal_create(
+        settings, namespace, body, idempotency_key, look_here=request.app.state.look_here
+    )
     answer = created.view
     # A likely typo is pointed out; the signal is created all the same.
     warnings = typos.recipient_warnings(settings, body.recipient)
     if warnings:
         answer = {**answer, "warnings": warnings}
-    return JSONResponse(answer, status_code=created.status_code)
+    # A sink signal's first look is made here, once the answer is sent.
+    later = BackgroundTask(created.first_look) if created.first_look else None
+    return JSONResponse(answer, status_code=created.status_code, background=later)
 
 
 # Answered as a JSONResponse like the claim routes (see app/api/routes/claims.py).

@@ -31,7 +31,7 @@ cut legitimate mail short), enforced where it can be:
   fallback and ``BoundExceeded:time``. An outer virtual timer that would fire
   sooner is left alone, and one that would fire later is re-armed after;
 - the SMTP sink never parses on its event loop: it stores the raw bytes,
-  answers, and parses in a worker process (``app/smtp/parsing.py``), where the
+  answers, and parses in a worker process (``app/infra/parse_pool.py``), where the
   first rule applies, and the sink stops waiting for a parse stuck past a
   generous wall-clock limit;
 - in any other thread (the API's request threads) signals cannot interrupt,

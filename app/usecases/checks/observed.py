@@ -43,15 +43,17 @@ _PARSED: OrderedDict[tuple[str, str], ParsedMail] = OrderedDict()
 PARSED_CACHE_ENTRIES = 4096
 _PARSED_LOCK = threading.Lock()
 # How this process parses a message it matches. A worker parses in its own
-# main thread, where parse_mail's CPU budget applies; the sink, whose checks
-# run in threads beside its event loop, parses in its parse pool.
+# main thread, where parse_mail's CPU budget applies; the sink and the API,
+# whose checks run in threads beside their event loops, parse in a parse pool.
 _parse: Callable[[bytes], ParsedMail] = parse_mail
 
 
-def parse_with(parse: Callable[[bytes], ParsedMail]) -> None:
-    """Make this process's checks parse messages with `parse`."""
+def parse_with(parse: Callable[[bytes], ParsedMail]) -> Callable[[bytes], ParsedMail]:
+    """Make this process's checks parse messages with `parse`; returns the
+    previous one (to put back)."""
     global _parse
-    _parse = parse
+    previous, _parse = _parse, parse
+    return previous
 
 
 def _parsed(provider: str, message: ProviderMessage) -> ParsedMail:

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any
 
 from app.db import checks as checks_db
-from app.db.engine import transaction
+from app.db.engine import autocommit
 from app.domain.ids import new_id
 from app.infra import dispatch
 from app.settings import Settings
@@ -59,7 +59,9 @@ def run_check(
     once; a check refused a slot is `circuit_open` / `provider_busy`.
     """
     report = CheckReport()
-    with transaction() as session:
+    # One statement (lock, fence and lease the batch), committed alone: no
+    # BEGIN and COMMIT round trips around it.
+    with autocommit() as session:
         taken = checks_db.signal_lock_for_check(
             session,
             signal_id,

@@ -1,4 +1,5 @@
-"""Parse received mail in worker processes, so no message can stall the sink.
+"""Parse received mail in worker processes, so no message can stall the sink
+(or the API, whose first looks at sink signals parse what they match).
 
 The sink's event loop never parses: a hostile message (huge folded headers,
 tens of thousands of MIME parts) would hold it, and with it every other SMTP
