@@ -1,6 +1,7 @@
 """Idle cost: N waiting signals, no mail, for D seconds; then push latency.
 
     uv run python bench/idle.py [--signals 10000] [--idle 300] [--push 100]
+    uv run python bench/idle.py --waiting 100000 --idle 60        # the 100k goal
     uv run python bench/idle.py --signals 1000 --idle 60 --push 30     # quick
 
 Starts `signalbox-server up` (API, SMTP sink, worker, beat, Flower) on the
@@ -161,7 +162,9 @@ def wait_first_checks(stack: _stack.UpStack, timeout: float) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--signals", type=int, default=10000, help="waiting signals (10000)")
+    parser.add_argument(
+        "--signals", "--waiting", type=int, default=10000, help="waiting signals (10000)"
+    )
     parser.add_argument("--creators", type=int, default=8, help="creating threads (8)")
     parser.add_argument("--idle", type=float, default=300.0, help="idle seconds measured (300)")
     parser.add_argument(
