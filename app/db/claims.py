@@ -84,6 +84,22 @@ def claim_get(session: Session, claim_id: str) -> RowMapping | None:
     return first(session, "SELECT * FROM claims WHERE id = :id", {"id": claim_id})
 
 
+_CLAIM_MESSAGE_RAW = raw.Query(
+    """
+                SELECT c.state, c.message_id, m.raw
+                  FROM claims c LEFT JOIN messages m ON m.id = c.message_id
+                 WHERE c.id = :id
+"""
+)
+
+
+def claim_message_raw(session: Session, claim_id: str) -> Row | None:
+    """A claim's state and its message's raw bytes (None once purged), unlocked,
+    in one round trip and in binary format (what a consume hashes before it
+    locks anything)."""
+    return raw.row(session, _CLAIM_MESSAGE_RAW, {"id": claim_id}, binary=True)
+
+
 def claim_active_for_signal(session: Session, signal_id: str) -> RowMapping | None:
     return first(
         session,

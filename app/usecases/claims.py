@@ -286,9 +286,9 @@ def consume(namespace: str, claim_id: str) -> dict[str, Any]:
     with transaction() as session:
         # The message's hashes are read before the rows are locked: hashing a
         # large message must not hold the signal meanwhile.
-        unlocked = claims_db.claim_get(session, claim_id)
+        unlocked = claims_db.claim_message_raw(session, claim_id)
         pinned = (
-            _message_digest(session, unlocked["message_id"])
+            _message_digest(unlocked["raw"], unlocked["message_id"])
             if unlocked is not None and unlocked["state"] == "active"
             else {}
         )
@@ -349,13 +349,12 @@ def _evidence(claim_row: Mapping[Any, Any]) -> dict[str, Any]:
     }
 
 
-def _message_digest(session: Session, message_id: str) -> dict[str, Any]:
+def _message_digest(raw: bytes | None, message_id: str) -> dict[str, Any]:
     """`message_sha256` and `attachments` for the evidence: hashes, types,
     sizes and masked file names, never content (None and [] once purged)."""
-    row = messages_db.message_raw(session, message_id)
-    if row is None or row["raw"] is None:
+    if raw is None:
         return {"message_sha256": None, "attachments": []}
-    pinned = whole_message.digest(bytes(row["raw"]), message_id)
+    pinned = whole_message.digest(bytes(raw), message_id)
     for item in pinned["attachments"]:
         item["filename"] = mask_subject(item["filename"]) if item["filename"] else None
     return pinned
