@@ -238,6 +238,9 @@ def main() -> int:
     parser.add_argument("--pgbench-seconds", type=int, default=10, help="pgbench -T (10)")
     parser.add_argument("--no-flower", action="store_true", help="run the stack without Flower")
     parser.add_argument("--worker-concurrency", type=int, default=0)
+    parser.add_argument(
+        "--api-workers", type=int, default=0, help="SIGNALBOX_API_WORKERS (up's default)"
+    )
     parser.add_argument("--pg-stat-statements", action="store_true")
     parser.add_argument("--top", type=int, default=40, help="statements listed (40)")
     parser.add_argument("--py-spy", type=int, default=0, metavar="SECONDS")
@@ -262,6 +265,7 @@ def _run(args: argparse.Namespace) -> int:
         worker_concurrency=args.worker_concurrency,
         keep=args.keep,
         pg_stat_statements=args.pg_stat_statements,
+        env_extra={"SIGNALBOX_API_WORKERS": str(args.api_workers)} if args.api_workers else None,
     ) as stack:
         settings = _stack.postgres_settings(stack)
         print(f"running {_stack.postgres_bin('pgbench')} -i, then -N ...", flush=True)
