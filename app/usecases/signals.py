@@ -228,7 +228,8 @@ class _LooksHere:
             return False
 
     def done(self, provider: str) -> bool:
-        """The round ended: True when another was asked for (then it is owed)."""
+        """The round ended: True when it was the last one; False when a create
+        asked for one more (which is then owed)."""
         with self._lock:
             if self._again.get(provider):
                 self._again[provider] = False
@@ -258,16 +259,23 @@ def first_look_here(
         return
     try:
         while True:
-            made = try_check_in_process(
-                look_here,
-                signal_id,
-                provider,
-                event="first_look_failed",
-                message="first look failed in this process; its task is sent",
-            )
-            if not made:
+            full = False
+            try:
+                report = look_here(signal_id)
+                # A full batch left due signals behind: one more round takes them.
+                full = getattr(report, "signals", 0) >= BATCH_LIMIT
+            except Exception as exc:
+                log.warning(
+                    "first look failed in this process; its task is sent",
+                    extra={
+                        "event": "first_look_failed",
+                        "signal_id": signal_id,
+                        "provider": provider,
+                        "error": type(exc).__name__,
+                    },
+                )
                 dispatch.enqueue_first_look(provider, signal_id, settings.requeue_after_seconds)
-            if _LOOKS_HERE.done(provider):
+            if not full and _LOOKS_HERE.done(provider):
                 return
     except BaseException:  # interrupted: the next create looks (the sweep meanwhile)
         _LOOKS_HERE.abandon(provider)

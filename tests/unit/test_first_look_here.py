@@ -92,3 +92,23 @@ def test_looks_of_different_providers_do_not_wait_for_each_other(sent: list[str]
     other.join(5)
 
     assert seen == ["a", "b"]
+
+
+def test_a_full_batch_is_followed_by_another_round(sent: list[str]) -> None:
+    """A round that took a full batch (BATCH_LIMIT signals) left due signals
+    behind: the look goes on until a round takes fewer."""
+    sizes = iter([signals.BATCH_LIMIT, signals.BATCH_LIMIT, 7])
+    rounds: list[int] = []
+
+    class Report:
+        def __init__(self, n: int) -> None:
+            self.signals = n
+
+    def look(signal_id: str) -> object:
+        rounds.append(n := next(sizes))
+        return Report(n)
+
+    signals.first_look_here(Settings(), look, "sig_burst", "sink")
+
+    assert rounds == [signals.BATCH_LIMIT, signals.BATCH_LIMIT, 7]
+    assert sent == []
