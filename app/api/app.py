@@ -34,7 +34,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             checks.parse_with(previous)
-            parser.close()
+            parser.close(wait_if_idle=True)
             notifier.stop()
 
     app = FastAPI(

@@ -22,6 +22,7 @@ import functools
 import logging
 import multiprocessing
 import signal
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -57,6 +58,9 @@ class ParsePool:
         self._warmed: ProcessPoolExecutor | None = None
         self._slots: asyncio.Semaphore | None = None
         self._warming: asyncio.Lock | None = None
+        # Blocking parses in flight (`parse_blocking`), for `close`.
+        self._count = threading.Lock()
+        self._in_flight = 0
 
     async def warm(self) -> ProcessPoolExecutor:
         """The pool, with all its processes started."""
@@ -111,6 +115,8 @@ class ParsePool:
         parse it: the look fails and is made again."""
         executor = self._pool()
         future = executor.submit(parse_mail, raw, time_budget=self.budget)
+        with self._count:
+            self._in_flight += 1
         try:
             mail = future.result(timeout=self.hard_timeout)
         except TimeoutError:
@@ -123,12 +129,21 @@ class ParsePool:
         except BrokenProcessPool:
             self._discard(executor)
             raise
+        finally:
+            with self._count:
+                self._in_flight -= 1
         report_bounds(mail.defects)
         return mail
 
-    def close(self) -> None:
+    def close(self, *, wait_if_idle: bool = False) -> None:
+        """Shut the pool down. With `wait_if_idle`, and no parse in flight, wait
+        for its processes and management thread to end: an interpreter that
+        exits while that thread is still closing its pipe prints a traceback
+        from concurrent.futures' exit hook (a race in CPython 3.11). A parse in
+        flight is never waited for (it may be stuck in C code)."""
         if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            wait = wait_if_idle and self._in_flight == 0
+            self._executor.shutdown(wait=wait, cancel_futures=True)
             self._executor = None
 
     def _pool(self) -> ProcessPoolExecutor:
