@@ -16,8 +16,10 @@ prints:
   PostgreSQL and Redis with their children; not this script) per completed
   lifecycle, divided by PostgreSQL's own CPU per pgbench -N transaction
   (the server processes' CPU over a pgbench run divided by the transactions
-  it processed; the two runs averaged). The machine's speed cancels out and
-  the benchmark's clients are left out;
+  it processed; the two runs averaged). The benchmark's clients are left
+  out; the machine's speed cancels only in part (PostgreSQL and Python do
+  not scale alike from one machine to the next, and autovacuum after the
+  lifecycles lands in the second run: bench/README.md);
 - lifecycles/s and their ratio to pgbench -N's tps;
 - CPU seconds per lifecycle of each process kind, from /proc/<pid>/stat
   (utime + stime of each tree: api, worker parent + pool children, smtp,
@@ -217,8 +219,9 @@ def pgbench_cost(
     stack: _stack.UpStack, seconds: int, *, initialize: bool
 ) -> tuple[_stack.PgbenchResult, float]:
     """One pgbench -N run on the stack's PostgreSQL and the server's CPU seconds
-    per transaction it processed (every process of the embedded server: the
-    stack is idle meanwhile, so what else it does is in the noise)."""
+    per transaction it processed (every process of the embedded server; the
+    stack is idle meanwhile, but the server's own background work, autovacuum
+    and checkpoints, counts too)."""
     if initialize:  # -i and a short warm-up run, not measured
         _stack.pgbench_tps(stack, seconds=2)
     before = stack.processes.cpu_seconds()["postgres"]
