@@ -58,7 +58,7 @@ class ParsePool:
         self._warmed: ProcessPoolExecutor | None = None
         self._slots: asyncio.Semaphore | None = None
         self._warming: asyncio.Lock | None = None
-        # Blocking parses in flight (`parse_blocking`), for `close`.
+        # Parses in flight (both kinds), for `close`.
         self._count = threading.Lock()
         self._in_flight = 0
 
@@ -90,6 +90,8 @@ class ParsePool:
                 self._discard(self._executor)
                 return None
             job = functools.partial(parse_mail, raw, time_budget=self.budget)
+            with self._count:
+                self._in_flight += 1
             try:
                 future = asyncio.get_running_loop().run_in_executor(executor, job)
                 mail = await asyncio.wait_for(future, self.hard_timeout)
@@ -103,6 +105,9 @@ class ParsePool:
             except BrokenProcessPool:
                 self._discard(executor)
                 return None
+            finally:
+                with self._count:
+                    self._in_flight -= 1
         # The parse happened in another process: count its bounds here.
         report_bounds(mail.defects)
         return mail

@@ -217,7 +217,7 @@ class SinkHandler:
         self._push_thread.submit(intake.warm, self.settings)
 
     def close(self) -> None:
-        self.parser.close()
+        self.parser.close(wait_if_idle=True)
         self._after_threads.shutdown(wait=False, cancel_futures=True)
         self._chaos_thread.shutdown(wait=False, cancel_futures=True)
         self._store_thread.shutdown(wait=False)
