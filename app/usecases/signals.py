@@ -259,22 +259,17 @@ def first_look_here(
         return
     try:
         while True:
-            full = False
-            try:
-                report = look_here(signal_id)
-                # A full batch left due signals behind: one more round takes them.
-                full = getattr(report, "signals", 0) >= BATCH_LIMIT
-            except Exception as exc:
-                log.warning(
-                    "first look failed in this process; its task is sent",
-                    extra={
-                        "event": "first_look_failed",
-                        "signal_id": signal_id,
-                        "provider": provider,
-                        "error": type(exc).__name__,
-                    },
-                )
+            report = try_check_in_process(
+                look_here,
+                signal_id,
+                provider,
+                event="first_look_failed",
+                message="first look failed in this process; its task is sent",
+            )
+            if report is None:
                 dispatch.enqueue_first_look(provider, signal_id, settings.requeue_after_seconds)
+            # A full batch left due signals behind: one more round takes them.
+            full = report is not None and report.signals >= BATCH_LIMIT
             if not full and _LOOKS_HERE.done(provider):
                 return
     except BaseException:  # interrupted: the next create looks (the sweep meanwhile)

@@ -14,6 +14,7 @@ import pytest
 
 from app.settings import Settings
 from app.usecases import signals
+from app.usecases.checks import CheckReport
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def test_creates_during_a_look_ride_in_one_more_round(sent: list[str]) -> None:
         if len(rounds) == 1:
             started.set()
             release.wait(5)
-        return None
+        return CheckReport()
 
     first = threading.Thread(
         target=signals.first_look_here, args=(Settings(), look, "sig_a", "sink")
@@ -76,7 +77,7 @@ def test_looks_of_different_providers_do_not_wait_for_each_other(sent: list[str]
     def slow(signal_id: str) -> object:
         seen.append(signal_id)
         release.wait(5)
-        return None
+        return CheckReport()
 
     held = threading.Thread(target=signals.first_look_here, args=(Settings(), slow, "a", "one"))
     held.start()

@@ -110,7 +110,7 @@ def run_check(
 
 
 # Makes the check of a signal's provider batch in this process (`check_in_process`).
-InProcessCheck = Callable[[str], object]
+InProcessCheck = Callable[[str], "CheckReport"]
 
 
 def in_process_check_for(settings: Settings) -> InProcessCheck:
@@ -167,12 +167,12 @@ def check_in_process(
 
 def try_check_in_process(
     check_here: InProcessCheck, signal_id: str, provider: str, *, event: str, message: str
-) -> bool:
-    """Make `check_here(signal_id)`; a failure is logged (with `event`), not
-    raised: the check's signals stay due and the sweep checks them again."""
+) -> CheckReport | None:
+    """Make `check_here(signal_id)` and return its report; a failure is logged
+    (with `event`), not raised, and gives None: the check's signals stay due
+    and the sweep checks them again."""
     try:
-        check_here(signal_id)
-        return True
+        return check_here(signal_id)
     except Exception as exc:
         log.warning(
             message,
@@ -183,4 +183,4 @@ def try_check_in_process(
                 "error": type(exc).__name__,
             },
         )
-        return False
+        return None
