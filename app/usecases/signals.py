@@ -212,30 +212,36 @@ class _LooksHere:
     """The first looks this process makes, one per provider at a time: a check
     takes every due signal of its provider, so a create that finds a look of
     its provider under way only asks it for one more round (its signal is
-    committed, so that round takes it) instead of a look of its own."""
+    committed, so that round takes it) instead of a look of its own. The
+    round is made for the newest such signal: the one the round began with
+    may be gone by then (expired and deleted), and a check is found its
+    provider's batch through the signal it is made for."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._again: dict[str, bool] = {}  # provider -> a create asked for one more round
+        # provider -> the signal a create asked one more round for (None: none asked).
+        self._again: dict[str, str | None] = {}
 
-    def join(self, provider: str) -> bool:
-        """True when a look of `provider` is under way here and will take one more round."""
+    def join(self, provider: str, signal_id: str) -> bool:
+        """True when a look of `provider` is under way here and will take one
+        more round, for `signal_id`."""
         with self._lock:
             if provider in self._again:
-                self._again[provider] = True
+                self._again[provider] = signal_id
                 return True
-            self._again[provider] = False
+            self._again[provider] = None
             return False
 
-    def done(self, provider: str) -> bool:
-        """The round ended: True when it was the last one; False when a create
-        asked for one more (which is then owed)."""
+    def done(self, provider: str) -> str | None:
+        """The round ended: None when it was the last one, else the signal
+        a create asked one more round for (which is then owed)."""
         with self._lock:
-            if self._again.get(provider):
-                self._again[provider] = False
-                return False
+            again = self._again.get(provider)
+            if again is not None:
+                self._again[provider] = None
+                return again
             self._again.pop(provider, None)
-            return True
+            return None
 
     def abandon(self, provider: str) -> None:
         with self._lock:
@@ -255,7 +261,7 @@ def first_look_here(
     provider (creates meanwhile ride in its next round). A round that cannot
     be made here sends its task as before, which takes them all the same; if
     that fails too, the signals are still due and the sweep looks."""
-    if _LOOKS_HERE.join(provider):
+    if _LOOKS_HERE.join(provider, signal_id):
         return
     try:
         while True:
@@ -269,9 +275,12 @@ def first_look_here(
             if report is None:
                 dispatch.enqueue_first_look(provider, signal_id, settings.requeue_after_seconds)
             # A full batch left due signals behind: one more round takes them.
-            full = report is not None and report.signals >= BATCH_LIMIT
-            if not full and _LOOKS_HERE.done(provider):
+            if report is not None and report.signals >= BATCH_LIMIT:
+                continue
+            again = _LOOKS_HERE.done(provider)
+            if again is None:
                 return
+            signal_id = again
     except BaseException:  # interrupted: the next create looks (the sweep meanwhile)
         _LOOKS_HERE.abandon(provider)
         raise

@@ -53,7 +53,11 @@ def test_creates_during_a_look_ride_in_one_more_round(sent: list[str]) -> None:
     release.set()
     first.join(5)
 
-    assert rounds == ["sig_a", "sig_a"]  # exactly one more round took them
+    # Exactly one more round took them, made for the newest of them: the
+    # signal the first round began with may be gone by then (expired and
+    # deleted), and a round made for it would find no provider and take
+    # nothing, leaving the five to the sweep's grace.
+    assert rounds == ["sig_a", "sig_4"]
     assert sent == []
     # Nothing is under way any more: the next create looks itself at once.
     signals.first_look_here(Settings(), look, "sig_next", "sink")
