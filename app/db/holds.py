@@ -13,7 +13,8 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from app.db.rows import Row, every, first
+from app.db import raw
+from app.db.rows import Row, first
 from app.domain.ownership import Hold
 from app.domain.states import Status
 
@@ -87,18 +88,39 @@ def hold_insert(session: Session, address: str, namespace: str, held_from: datet
     )
 
 
-def hold_many(session: Session, addresses: Sequence[str]) -> dict[str, list[Hold]]:
-    """Every hold episode of each of `addresses`, oldest first."""
+# The mailbox owners (kind 'm') and the hold episodes (kind 'h') of a set of
+# addresses, in one round trip.
+_STANDING = raw.Query(
+    """
+    SELECT 'm' AS kind, address, namespace, NULL::timestamptz AS held_from,
+           NULL::timestamptz AS released_at, 0::bigint AS id
+      FROM mailboxes WHERE address = ANY(:a)
+    UNION ALL
+    SELECT 'h', address, namespace, held_from, released_at, id
+      FROM address_holds WHERE address = ANY(:a)
+    ORDER BY kind, address, held_from, id
+    """
+)
+
+
+def standing_many(
+    session: Session, addresses: Sequence[str]
+) -> tuple[dict[str, str], dict[str, list[Hold]]]:
+    """(address → the namespace whose mailbox it is, address → its hold
+    episodes oldest first) of `addresses`, in one statement."""
     if not addresses:
-        return {}
-    out: dict[str, list[Hold]] = {}
-    for r in every(
-        session,
-        "SELECT address, namespace, held_from, released_at FROM address_holds"
-        " WHERE address = ANY(:a) ORDER BY address, held_from, id",
-        {"a": sorted(set(addresses))},
-    ):
-        out.setdefault(r["address"], []).append(
-            Hold(namespace=r["namespace"], held_from=r["held_from"], released_at=r["released_at"])
-        )
-    return out
+        return {}, {}
+    mailboxes: dict[str, str] = {}
+    holds: dict[str, list[Hold]] = {}
+    for r in raw.rows(session, _STANDING, {"a": sorted({a.lower() for a in addresses})}):
+        if r["kind"] == "m":
+            mailboxes[r["address"]] = r["namespace"]
+        else:
+            holds.setdefault(r["address"], []).append(
+                Hold(
+                    namespace=r["namespace"],
+                    held_from=r["held_from"],
+                    released_at=r["released_at"],
+                )
+            )
+    return mailboxes, holds

@@ -17,24 +17,26 @@ from sqlalchemy.orm import Session
 from app.db import raw
 from app.db.rows import Row, affected, by_column, every, first
 
+_INSERT_MESSAGE = """
+            INSERT INTO messages (id, provider, provider_message_id, received_at, subject,
+                                  recipients, delivered_to, run_marker, size, bare_lf, raw)
+            VALUES (:id, :provider, :provider_message_id, :received_at, :subject,
+                    :recipients, :delivered_to, :run_marker, :size, :bare_lf, :raw)
+            ON CONFLICT (provider, provider_message_id) DO NOTHING
+"""
+_INSERT_ONE_MESSAGE = raw.Query(_INSERT_MESSAGE + " RETURNING provider_message_id, id")
+
+
+def _with_defaults(row: Mapping[Any, Any]) -> dict[Any, Any]:
+    return {"delivered_to": None, "bare_lf": False, **row}
+
 
 def message_record_many(session: Session, rows: Sequence[Mapping[Any, Any]]) -> int:
     """Record observed messages once each (unique on provider and the
     provider's id); returns how many were new."""
     if not rows:
         return 0
-    result = session.execute(
-        text(
-            """
-            INSERT INTO messages (id, provider, provider_message_id, received_at, subject,
-                                  recipients, delivered_to, run_marker, size, bare_lf, raw)
-            VALUES (:id, :provider, :provider_message_id, :received_at, :subject,
-                    :recipients, :delivered_to, :run_marker, :size, :bare_lf, :raw)
-            ON CONFLICT (provider, provider_message_id) DO NOTHING
-            """
-        ),
-        [{"delivered_to": None, "bare_lf": False, **r} for r in rows],
-    )
+    result = session.execute(text(_INSERT_MESSAGE), [_with_defaults(r) for r in rows])
     return affected(result)
 
 
@@ -56,8 +58,17 @@ def message_record_new(
         (r for r in rows if r["provider_message_id"] not in ids),
         key=lambda r: str(r["provider_message_id"]),
     )
-    if new:
+    if len(new) == 1:
+        # The usual case (one new mail per look): inserted, its id returned,
+        # in one round trip. Nothing returned: another check recorded it
+        # first (its transaction committed while this insert waited).
+        inserted = raw.row(session, _INSERT_ONE_MESSAGE, _with_defaults(new[0]))
+        if inserted is not None:
+            ids[inserted["provider_message_id"]] = inserted["id"]
+            return ids
+    elif new:
         message_record_many(session, new)
+    if new:
         ids.update(
             message_ids_by_provider_id(session, provider, [r["provider_message_id"] for r in new])
         )

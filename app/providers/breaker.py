@@ -67,20 +67,22 @@ OPEN = "open"
 STATE_GAUGE_VALUES = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}
 
 # KEYS: state, probe. ARGV: now, probe_ttl_ms, probe_token.
-# Returns {state, allowed, probe, open_until or "", probe_pttl_ms or ""}.
+# Returns {state, allowed, probe, open_until or "", probe_pttl_ms or "",
+# failures or ""}: failures is "" when no result was ever recorded.
 _BEFORE_CALL = """
 local st = redis.call('HGET', KEYS[1], 'state')
 if st ~= 'open' then
-  return {'closed', 1, 0, '', ''}
+  local failures = redis.call('HGET', KEYS[1], 'failures')
+  return {'closed', 1, 0, '', '', failures or ''}
 end
 local open_until = redis.call('HGET', KEYS[1], 'open_until')
 if tonumber(ARGV[1]) < tonumber(open_until) then
-  return {'open', 0, 0, open_until, ''}
+  return {'open', 0, 0, open_until, '', ''}
 end
 if redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', ARGV[2]) then
-  return {'half_open', 1, 1, open_until, ''}
+  return {'half_open', 1, 1, open_until, '', ''}
 end
-return {'half_open', 0, 0, open_until, tostring(redis.call('PTTL', KEYS[2]))}
+return {'half_open', 0, 0, open_until, tostring(redis.call('PTTL', KEYS[2])), ''}
 """
 
 # KEYS: state, probe, index. ARGV: provider, now.
@@ -144,13 +146,19 @@ class Admission:
     `probe` is True for the single caller admitted in half-open state: its
     `record_success` closes the circuit, its `record_failure` opens it again.
     `retry_at` (epoch seconds) is when asking again makes sense, for a
-    refused caller; None when allowed.
+    refused caller; None when allowed. `clean` says the circuit was closed
+    with no failure counted since the last recorded result: a success then
+    changes nothing, and the caller need not record it (one Redis round
+    trip less per call in the common case). A failure another process
+    records meanwhile is then not reset by this success, only by the next
+    caller's: the count errs towards opening, never towards staying closed.
     """
 
     allowed: bool
     probe: bool
     state: str
     retry_at: float | None
+    clean: bool = False
 
 
 class CircuitBreaker:
@@ -194,7 +202,7 @@ class CircuitBreaker:
             keys=[self._state_key, self._probe_key],
             args=[repr(now), max(1, int(self.probe_timeout * 1000)), _probe_token()],
         )
-        state, allowed, probe, open_until, probe_pttl = _texts(reply, 5)
+        state, allowed, probe, open_until, probe_pttl, failures = _texts(reply, 6)
         retry_at: float | None = None
         if not int(allowed):
             if state == OPEN:
@@ -205,7 +213,11 @@ class CircuitBreaker:
                 pttl = int(probe_pttl) if probe_pttl.lstrip("-").isdigit() else 0
                 retry_at = now + max(pttl, 0) / 1000.0
         return Admission(
-            allowed=bool(int(allowed)), probe=bool(int(probe)), state=state, retry_at=retry_at
+            allowed=bool(int(allowed)),
+            probe=bool(int(probe)),
+            state=state,
+            retry_at=retry_at,
+            clean=state == CLOSED and failures == "0",
         )
 
     def record_success(self) -> None:

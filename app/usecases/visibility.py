@@ -34,8 +34,7 @@ def belonging(
     addresses = sorted(
         {a.strip().lower() for _, _, rcpts, named in deliveries for a in (*rcpts, *named)}
     )
-    mailboxes = mailboxes_db.mailbox_owner_many(session, addresses)
-    holds = holds_db.hold_many(session, addresses)
+    mailboxes, holds = holds_db.standing_many(session, addresses)
     domains = settings.namespace_domain_owners
     shared = settings.shared_address_entries
 

@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from app.domain.states import CheckOutcome
 from app.errors import ProviderUnavailable
 from app.providers.base import SearchQuery
 from app.providers.breaker import KEY_PREFIX, Admission, CircuitBreaker, snapshot_all
 from app.providers.maildev import MaildevProvider
+from app.usecases.checks.call import ask_provider
 from tests.servers import (
     CountingProxy,
     ScriptedHttpServer,
@@ -90,6 +92,82 @@ def test_closed_breaker_admits_calls_without_probe(
     assert breaker.before_call() == Admission(
         allowed=True, probe=False, state="closed", retry_at=None
     )
+
+
+def test_an_admission_is_clean_only_when_a_success_would_change_nothing(
+    store: TestRedis, provider_name: str, clock: FakeClock
+) -> None:
+    """`clean` lets a caller skip recording a success: only when the circuit
+    is closed with no failure counted since a recorded result. Never before
+    the first result (the provider is not in the gauge's index yet), never
+    with a failure to reset, never half-open."""
+    breaker = _breaker(store, provider_name, clock)
+    assert not breaker.before_call().clean  # nothing recorded yet
+
+    breaker.record_success()
+    assert breaker.before_call().clean
+
+    breaker.record_failure()
+    assert not breaker.before_call().clean  # a success must reset this count
+    breaker.record_success()
+    assert breaker.before_call().clean
+
+    _open(breaker)
+    assert not breaker.before_call().clean
+    clock.advance(30.0)
+    probe = breaker.before_call()
+    assert probe.probe and not probe.clean  # the probe's success must close it
+
+
+class _CountingBreaker:
+    """A real breaker that counts the successes recorded through it."""
+
+    def __init__(self, breaker: CircuitBreaker) -> None:
+        self.breaker, self.successes = breaker, 0
+
+    def before_call(self) -> Admission:
+        return self.breaker.before_call()
+
+    def record_success(self) -> None:
+        self.successes += 1
+        self.breaker.record_success()
+
+    def record_failure(self, retry_after: float | None = None) -> None:
+        self.breaker.record_failure(retry_after)
+
+
+class _Answering:
+    name = "answering"
+
+    def search(self, query: SearchQuery) -> list[object]:
+        return []
+
+
+def test_a_check_records_a_success_only_when_it_changes_the_breaker(
+    store: TestRedis, provider_name: str, clock: FakeClock
+) -> None:
+    """`ask_provider` skips the Redis round trip of a success that changes
+    nothing, and still resets a failure count with it."""
+    counting = _CountingBreaker(_breaker(store, provider_name, clock))
+    query = SearchQuery(recipients=["a@example.test"], since=datetime.now(UTC))
+
+    def ask() -> None:
+        answer = ask_provider(_Answering(), lambda name: counting, query)  # type: ignore[arg-type]
+        assert answer.outcome is CheckOutcome.NO_MATCH
+
+    ask()
+    assert counting.successes == 1  # the first result is recorded
+    ask()
+    ask()
+    assert counting.successes == 1  # closed and clean: nothing to record
+
+    counting.breaker.record_failure()
+    counting.breaker.record_failure()
+    ask()
+    assert counting.successes == 2  # the success reset the count...
+    counting.breaker.record_failure()
+    counting.breaker.record_failure()
+    assert counting.breaker.state() == "closed"  # ...so two more do not open it
 
 
 def test_opens_when_consecutive_failures_reach_the_threshold(
@@ -271,7 +349,7 @@ def test_probe_success_closes_the_breaker(
     breaker.record_success()
 
     assert breaker.state() == "closed"
-    assert breaker.before_call() == Admission(True, False, "closed", None)
+    assert breaker.before_call() == Admission(True, False, "closed", None, clean=True)
     # Closed with a fresh count: it takes a full threshold to open again.
     breaker.record_failure()
     breaker.record_failure()

@@ -26,6 +26,8 @@ class Admission(Protocol):
     def probe(self) -> bool: ...
     @property
     def retry_at(self) -> float | None: ...
+    @property
+    def clean(self) -> bool: ...
 
 
 class Breaker(Protocol):
@@ -149,7 +151,8 @@ def ask_provider(
             CheckOutcome.PROVIDER_ERROR, error_code="timeout" if timed_out else "bad_response"
         )
     metrics.provider_call(provider_name, time.perf_counter() - began)
-    breaker.record_success()
+    if not admission.clean:  # else a success would change nothing
+        breaker.record_success()
     return ProviderAnswer(CheckOutcome.NO_MATCH, messages=messages)
 
 
@@ -175,6 +178,7 @@ class _Open:
     allowed: bool = True
     probe: bool = False
     retry_at: float | None = None
+    clean: bool = False
 
 
 class _Guarded:

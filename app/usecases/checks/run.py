@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -69,6 +70,7 @@ def run_check(
             batch_limit=BATCH_LIMIT,
             coalesce_seconds=settings.coalesce_window_seconds,
         )
+        taken_monotonic = time.monotonic()
     if not taken:
         return report
     provider_name = taken[0]["provider"]
@@ -97,6 +99,7 @@ def run_check(
         started_at=taken[0]["looked_at"],
         batch_id=new_id("chk"),
         rng=rng or random.Random(),
+        started_monotonic=taken_monotonic,
     )
     effects = write_answer(batch, signal_id)
     effects.emit()
