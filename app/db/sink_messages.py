@@ -86,15 +86,26 @@ def sink_message_page(
 ) -> Sequence[Row]:
     """One page (oldest first, after `after`) of the sink messages to any of
     the `windows`' recipients received at or after that recipient's moment."""
-    params: dict[str, Any] = {
+    params = _window_params(windows)
+    return raw.rows(
+        session,
+        raw.query(_page_sql(after, limit, params)),
+        params,
+        binary=True,  # the raw bytes as they are, not as hex twice their size
+    )
+
+
+def _window_params(windows: Sequence[tuple[str, datetime]]) -> dict[str, Any]:
+    return {
         "rcpts": [r for r, _ in windows],
         "sinces": [t for _, t in windows],
         "since": min(t for _, t in windows),
     }
-    return raw.rows(
-        session,
-        raw.query(
-            """
+
+
+def _page_sql(after: tuple[datetime, int] | None, limit: int, params: dict[str, Any]) -> str:
+    return (
+        """
             SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw
               FROM sink_messages sm
              WHERE sm.all_recipients && CAST(:rcpts AS text[])
@@ -103,13 +114,37 @@ def sink_message_page(
                     SELECT 1 FROM unnest(CAST(:rcpts AS text[]),
                                          CAST(:sinces AS timestamptz[])) AS w(r, s)
                      WHERE w.r = ANY(sm.all_recipients) AND sm.received_at >= w.s)"""
-            + " AND "
-            + _BY_RECEIPT.after(after, params)
-            + _BY_RECEIPT.page(limit, params)
-        ),
-        params,
-        binary=True,  # the raw bytes as they are, not as hex twice their size
+        + " AND "
+        + _BY_RECEIPT.after(after, params)
+        + _BY_RECEIPT.page(limit, params)
     )
+
+
+def sink_message_first_page(
+    session: Session,
+    *,
+    windows: Sequence[tuple[str, datetime]],
+    limit: int,
+    lookback_seconds: float,
+    per_recipient: int,
+) -> tuple[Sequence[Row], Sequence[Row]]:
+    """The first page of :func:`sink_message_page` and the rows of
+    :func:`sink_message_before_windows`, in one round trip: (page, before)."""
+    params = _window_params(windows)
+    params.update(lookback=lookback_seconds, per=per_recipient)
+    sql = (
+        "SELECT * FROM (SELECT false AS before_window, p.* FROM ("
+        + _page_sql(None, limit, params)
+        + ") p) page UNION ALL SELECT true, b.* FROM ("
+        + _BEFORE_WINDOWS.sql
+        + ") b"
+    )
+    rows = raw.rows(session, raw.query(sql), params, binary=True)
+    # The union keeps no order: the page is sorted again (its last row is the cursor).
+    page = sorted(
+        (r for r in rows if not r["before_window"]), key=lambda r: (r["received_at"], r["id"])
+    )
+    return page, [r for r in rows if r["before_window"]]
 
 
 _BEFORE_WINDOWS = raw.Query(

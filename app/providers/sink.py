@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -47,24 +47,30 @@ class SinkProvider:
         rows: dict[int, Any] = {}
         try:
             with autocommit() as session:  # reads only: no BEGIN, no COMMIT
-                after: tuple[datetime, int] | None = None
-                while True:
-                    page = sink_messages_db.sink_message_page(
-                        session, windows=windows, after=after, limit=PAGE_SIZE
+                before: Sequence[Any] = ()
+                if lookback:  # the first page and the mail just before, in one
+                    page, before = sink_messages_db.sink_message_first_page(
+                        session,
+                        windows=windows,
+                        limit=PAGE_SIZE,
+                        lookback_seconds=lookback,
+                        per_recipient=BEFORE_WINDOW_PER_RECIPIENT,
                     )
+                else:
+                    page = sink_messages_db.sink_message_page(
+                        session, windows=windows, after=None, limit=PAGE_SIZE
+                    )
+                while True:
                     for r in page:
                         rows[int(r["id"])] = r
                     if len(page) < PAGE_SIZE:
                         break
                     after = (page[-1]["received_at"], int(page[-1]["id"]))
-                if lookback:
-                    for r in sink_messages_db.sink_message_before_windows(
-                        session,
-                        windows=windows,
-                        lookback_seconds=lookback,
-                        per_recipient=BEFORE_WINDOW_PER_RECIPIENT,
-                    ):
-                        rows.setdefault(int(r["id"]), r)
+                    page = sink_messages_db.sink_message_page(
+                        session, windows=windows, after=after, limit=PAGE_SIZE
+                    )
+                for r in before:
+                    rows.setdefault(int(r["id"]), r)
         except SQLAlchemyError as exc:
             raise ProviderUnavailable(
                 "sink storage unavailable", error_code="sink_unavailable"
