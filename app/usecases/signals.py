@@ -214,7 +214,7 @@ class _LooksHere:
     its provider under way only asks it for one more round (its signal is
     committed, so that round takes it) instead of a look of its own. The
     round is made for the newest such signal: the one the round began with
-    may be gone by then (expired and deleted), and a check is found its
+    may be gone by then (expired and deleted), and a check finds its
     provider's batch through the signal it is made for."""
 
     def __init__(self) -> None:

@@ -128,6 +128,10 @@ def write_answer(batch: CheckBatch, signal_id: str) -> Effects:
             return effects
         except _NeedsTransaction:
             pass  # nothing was written
+        except OperationalError as exc:
+            if not _retryable(exc):
+                raise
+            # The statement wrote nothing: written again in a transaction, retried.
     attempt = 1
     while True:
         effects = Effects()
