@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, text
 
 from app.db import raw
 from app.db.rows import Row, every, first
@@ -20,7 +19,7 @@ _COLUMNS = (
 
 
 def chaos_rule_replace(
-    session: Session, namespace: str, rules: Sequence[Mapping[str, Any]]
+    session: Connection, namespace: str, rules: Sequence[Mapping[str, Any]]
 ) -> Sequence[Row]:
     """Replace `namespace`'s rules by `rules` (in their order), each ending
     its `expires_in` seconds from now; returns them."""
@@ -38,7 +37,7 @@ def chaos_rule_replace(
     return chaos_rule_list(session, namespace)
 
 
-def chaos_rule_list(session: Session, namespace: str) -> Sequence[Row]:
+def chaos_rule_list(session: Connection, namespace: str) -> Sequence[Row]:
     """`namespace`'s rules that have not ended, in their order."""
     return every(
         session,
@@ -48,7 +47,7 @@ def chaos_rule_list(session: Session, namespace: str) -> Sequence[Row]:
     )
 
 
-def chaos_rule_delete(session: Session, namespace: str) -> int:
+def chaos_rule_delete(session: Connection, namespace: str) -> int:
     """Remove every rule of `namespace` (and any ended rule of anyone's)."""
     result = session.execute(
         text("DELETE FROM chaos_rules WHERE namespace = :ns OR expires_at <= now()"),
@@ -63,12 +62,12 @@ _LIVE = raw.Query(
 )
 
 
-def chaos_rule_live(session: Session) -> list[Mapping[Any, Any]]:
+def chaos_rule_live(session: Connection) -> list[Mapping[Any, Any]]:
     """Every rule that has not ended, in every namespace: what the sink holds."""
     return raw.rows(session, _LIVE, {})
 
 
-def chaos_rule_apply(session: Session, rule_id: str) -> str | None:
+def chaos_rule_apply(session: Connection, rule_id: str) -> str | None:
     """Count rule `rule_id` applied once, unless it ended or used up its
     `times` (the guard is the update itself: concurrent sinks never apply a
     rule more often than it allows); returns its reply, or None."""

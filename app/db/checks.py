@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, text
 
 from app.db import raw
 from app.db.pagination import Keyset
@@ -53,7 +52,7 @@ _LOCK_FOR_CHECK = raw.Query(
 
 
 def signal_lock_for_check(
-    session: Session,
+    session: Connection,
     signal_id: str,
     *,
     lease_seconds: float,
@@ -76,7 +75,7 @@ def signal_lock_for_check(
 
 
 def signal_extend_check_leases(
-    session: Session, fences: Sequence[tuple[str, int]], lease_seconds: float
+    session: Connection, fences: Sequence[tuple[str, int]], lease_seconds: float
 ) -> int:
     """Heartbeat: push the check lease of each (signal, fence) still held."""
     if not fences:
@@ -168,7 +167,7 @@ _RECORD_CHECK = raw.Query(
 
 
 def signal_record_check(
-    session: Session,
+    session: Connection,
     signal_id: str,
     fence: int,
     check: CheckRecord,
@@ -219,7 +218,7 @@ _MARK_FOUND = raw.Query(
 
 
 def signal_mark_found(
-    session: Session,
+    session: Connection,
     signal_id: str,
     fence: int,
     message_id: str,
@@ -264,7 +263,7 @@ _MARK_ABSENT = raw.Query(
 )
 
 
-def signal_mark_absent(session: Session, signal_id: str, fence: int, check: CheckRecord) -> bool:
+def signal_mark_absent(session: Connection, signal_id: str, fence: int, check: CheckRecord) -> bool:
     """waiting → absent (`expect: none`: its final look found no matching
     message), and that check's row, in one statement guarded by the fence."""
     row = raw.row(
@@ -282,7 +281,7 @@ def signal_mark_absent(session: Session, signal_id: str, fence: int, check: Chec
 
 
 def check_counts_by_outcome(
-    session: Session, signal_ids: Sequence[str]
+    session: Connection, signal_ids: Sequence[str]
 ) -> dict[str, dict[str, int]]:
     rows = session.execute(
         text(
@@ -301,7 +300,7 @@ _BY_START = Keyset("started_at, id")
 
 
 def check_list(
-    session: Session, signal_id: str, *, after: tuple[datetime, int] | None, limit: int
+    session: Connection, signal_id: str, *, after: tuple[datetime, int] | None, limit: int
 ) -> Sequence[Row]:
     """One page of a signal's checks, oldest first (every generation:
     redrives keep history), after the cursor `after`."""

@@ -11,8 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import RowMapping, text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, RowMapping, text
 
 from app.db import raw
 from app.db.rows import Row, by_column, every, first, touched_one
@@ -47,7 +46,7 @@ _CLAIM_TAKE = raw.Query(
 
 
 def claim_take(
-    session: Session,
+    session: Connection,
     signal_id: str,
     namespace: str,
     *,
@@ -80,7 +79,7 @@ def claim_take(
     )
 
 
-def claim_get(session: Session, claim_id: str) -> RowMapping | None:
+def claim_get(session: Connection, claim_id: str) -> RowMapping | None:
     return first(session, "SELECT * FROM claims WHERE id = :id", {"id": claim_id})
 
 
@@ -93,14 +92,14 @@ _CLAIM_MESSAGE_RAW = raw.Query(
 )
 
 
-def claim_message_raw(session: Session, claim_id: str) -> Row | None:
+def claim_message_raw(session: Connection, claim_id: str) -> Row | None:
     """A claim's state and its message's raw bytes (None once purged), unlocked,
     in one round trip and in binary format (what a consume hashes before it
     locks anything)."""
     return raw.row(session, _CLAIM_MESSAGE_RAW, {"id": claim_id}, binary=True)
 
 
-def claim_active_for_signal(session: Session, signal_id: str) -> RowMapping | None:
+def claim_active_for_signal(session: Connection, signal_id: str) -> RowMapping | None:
     return first(
         session,
         "SELECT * FROM claims WHERE signal_id = :id AND state = 'active'",
@@ -108,7 +107,7 @@ def claim_active_for_signal(session: Session, signal_id: str) -> RowMapping | No
     )
 
 
-def claim_active_many(session: Session, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
+def claim_active_many(session: Connection, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
     return by_column(
         session,
         "SELECT * FROM claims WHERE signal_id = ANY(:ids) AND state = 'active'",
@@ -130,13 +129,13 @@ _CLAIM_LOCK_LIVE = raw.Query(
 )
 
 
-def claim_lock_live(session: Session, claim_id: str) -> Row | None:
+def claim_lock_live(session: Connection, claim_id: str) -> Row | None:
     """The claim and its signal, locked, with what a receipt's evidence needs
     of the signal and the message. ``live``: the lease has not lapsed."""
     return raw.row(session, _CLAIM_LOCK_LIVE, {"id": claim_id})
 
 
-def claim_end(session: Session, claim_id: str, fence: int, *, to_state: str) -> bool:
+def claim_end(session: Connection, claim_id: str, fence: int, *, to_state: str) -> bool:
     return touched_one(
         session,
         "UPDATE claims SET state = :to, ended_at = now()"
@@ -146,7 +145,7 @@ def claim_end(session: Session, claim_id: str, fence: int, *, to_state: str) -> 
 
 
 def claim_extend(
-    session: Session, claim_id: str, fence: int, lease_seconds: float
+    session: Connection, claim_id: str, fence: int, lease_seconds: float
 ) -> RowMapping | None:
     return first(
         session,
@@ -157,7 +156,7 @@ def claim_extend(
     )
 
 
-def signal_release_claim(session: Session, signal_id: str, fence: int) -> bool:
+def signal_release_claim(session: Connection, signal_id: str, fence: int) -> bool:
     """claimed → found, if `fence` is still the signal's claim fence."""
     return touched_one(
         session,
@@ -189,7 +188,7 @@ _CLAIM_CONSUME = raw.Query(
 
 
 def claim_consume(
-    session: Session, claim: Mapping[Any, Any], receipt: Mapping[str, Any]
+    session: Connection, claim: Mapping[Any, Any], receipt: Mapping[str, Any]
 ) -> Row | None:
     """claimed → consumed, the claim ended and its receipt written, in one
     statement, each guarded by the claim's fence. ``claim`` is a row of
@@ -210,7 +209,7 @@ def claim_consume(
     )
 
 
-def claim_lapsed_ids(session: Session, limit: int) -> list[str]:
+def claim_lapsed_ids(session: Connection, limit: int) -> list[str]:
     return list(
         session.execute(
             text(
@@ -222,17 +221,17 @@ def claim_lapsed_ids(session: Session, limit: int) -> list[str]:
     )
 
 
-def receipt_by_signal_many(session: Session, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
+def receipt_by_signal_many(session: Connection, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
     return by_column(
         session, "SELECT * FROM receipts WHERE signal_id = ANY(:ids)", {"ids": list(signal_ids)}
     )
 
 
-def receipt_by_claim(session: Session, claim_id: str) -> RowMapping | None:
+def receipt_by_claim(session: Connection, claim_id: str) -> RowMapping | None:
     return first(session, "SELECT * FROM receipts WHERE claim_id = :id", {"id": claim_id})
 
 
-def claim_latest_many(session: Session, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
+def claim_latest_many(session: Connection, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
     """The latest claim of each signal (for evidence timings)."""
     return by_column(
         session,
@@ -243,7 +242,7 @@ def claim_latest_many(session: Session, signal_ids: Sequence[str]) -> dict[str, 
 
 
 def claim_list_for_signal(
-    session: Session, signal_id: str, limit: int = 500
+    session: Connection, signal_id: str, limit: int = 500
 ) -> Sequence[RowMapping]:
     """Every claim of the signal, oldest first (its timeline)."""
     return every(

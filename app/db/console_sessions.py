@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, text
 
 
-def console_session_revoke(session: Session, sid: str, expires_at: datetime) -> None:
+def console_session_revoke(session: Connection, sid: str, expires_at: datetime) -> None:
     """Record `sid` as signed out (again: no change), and forget sessions
     whose cookies have expired by now."""
     session.execute(
@@ -22,7 +21,7 @@ def console_session_revoke(session: Session, sid: str, expires_at: datetime) -> 
     session.execute(text("DELETE FROM console_sessions_revoked WHERE expires_at < now()"))
 
 
-def console_session_is_revoked(session: Session, sid: str) -> bool:
+def console_session_is_revoked(session: Connection, sid: str) -> bool:
     return (
         session.execute(
             text("SELECT 1 FROM console_sessions_revoked WHERE sid = :sid"), {"sid": sid}

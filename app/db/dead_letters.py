@@ -13,16 +13,15 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, bindparam, text
+from sqlalchemy import Connection, RowMapping, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Session
 
 from app.db.pagination import BY_CREATION
 from app.db.rows import by_column, every, first, touched_one
 from app.domain.states import DeadLetterState, dead_letter_transition
 
 
-def dead_letter_insert(session: Session, values: Mapping[Any, Any]) -> str | None:
+def dead_letter_insert(session: Connection, values: Mapping[Any, Any]) -> str | None:
     """Record a dead letter once per (signal, generation); returns its id if new."""
     return session.execute(
         text(
@@ -46,7 +45,7 @@ def dead_letter_insert(session: Session, values: Mapping[Any, Any]) -> str | Non
 
 
 def dead_letter_get(
-    session: Session, dead_letter_id: str, namespace: str | None
+    session: Connection, dead_letter_id: str, namespace: str | None
 ) -> RowMapping | None:
     sql = "SELECT * FROM dead_letters WHERE id = :id"
     if namespace is not None:
@@ -54,7 +53,7 @@ def dead_letter_get(
     return first(session, sql, {"id": dead_letter_id, "ns": namespace})
 
 
-def dead_letter_take_alert(session: Session, dead_letter_id: str) -> RowMapping | None:
+def dead_letter_take_alert(session: Connection, dead_letter_id: str) -> RowMapping | None:
     """Mark the dead letter alerted and read it, unless it was alerted
     already (or does not exist): then None."""
     return first(
@@ -65,7 +64,9 @@ def dead_letter_take_alert(session: Session, dead_letter_id: str) -> RowMapping 
     )
 
 
-def dead_letter_latest_many(session: Session, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
+def dead_letter_latest_many(
+    session: Connection, signal_ids: Sequence[str]
+) -> dict[str, RowMapping]:
     """The latest dead letter of each signal (its highest generation)."""
     return by_column(
         session,
@@ -108,7 +109,7 @@ def _dead_letter_where(
 
 
 def dead_letter_list(
-    session: Session,
+    session: Connection,
     namespace: str | None,
     filters: Mapping[str, str | None],
     *,
@@ -125,7 +126,7 @@ def dead_letter_list(
 
 
 def dead_letter_lock_open(
-    session: Session,
+    session: Connection,
     namespace: str | None,
     filters: Mapping[str, str | None],
     *,
@@ -147,7 +148,7 @@ def dead_letter_lock_open(
 
 
 def dead_letter_resolve(
-    session: Session, dead_letter_id: str, *, to_state: str, note: str | None
+    session: Connection, dead_letter_id: str, *, to_state: str, note: str | None
 ) -> RowMapping | None:
     """open → redriven | discarded; None if it was not open any more."""
     src, dst = dead_letter_transition(DeadLetterState.OPEN, DeadLetterState(to_state))
@@ -160,7 +161,7 @@ def dead_letter_resolve(
 
 
 def dead_letter_take_unpublished(
-    session: Session, *, lease_seconds: float, limit: int
+    session: Connection, *, lease_seconds: float, limit: int
 ) -> list[str]:
     """Take (lease) dead letters committed but not published, whose last
     attempt is older than `lease_seconds` (the creator attempts at once):
@@ -184,7 +185,7 @@ def dead_letter_take_unpublished(
     )
 
 
-def dead_letter_mark_published(session: Session, ids: Sequence[str]) -> None:
+def dead_letter_mark_published(session: Connection, ids: Sequence[str]) -> None:
     session.execute(
         text("UPDATE dead_letters SET published_at = now() WHERE id = ANY(:ids)"),
         {"ids": list(ids)},
@@ -192,7 +193,7 @@ def dead_letter_mark_published(session: Session, ids: Sequence[str]) -> None:
 
 
 def dead_letter_count_by_reason_state_namespace(
-    session: Session,
+    session: Connection,
 ) -> dict[tuple[str, str, str], int]:
     rows = session.execute(
         text(
@@ -203,7 +204,9 @@ def dead_letter_count_by_reason_state_namespace(
     return {(r[0], r[1], r[2]): int(r[3]) for r in rows}
 
 
-def dead_letter_count_open_by_namespace(session: Session, namespace: str | None) -> dict[str, int]:
+def dead_letter_count_open_by_namespace(
+    session: Connection, namespace: str | None
+) -> dict[str, int]:
     sql = "SELECT namespace, count(*) FROM dead_letters WHERE state = 'open'"
     if namespace is not None:
         sql += " AND namespace = :ns"
@@ -225,12 +228,12 @@ _LATE_WATCH = """
 """
 
 
-def dead_letter_late_providers(session: Session) -> list[str]:
+def dead_letter_late_providers(session: Connection) -> list[str]:
     """Providers that have dead letters whose mail may still arrive late."""
     return list(session.execute(text("SELECT DISTINCT d.provider" + _LATE_WATCH)).scalars())
 
 
-def dead_letter_late_watch(session: Session, provider: str, limit: int) -> Sequence[RowMapping]:
+def dead_letter_late_watch(session: Connection, provider: str, limit: int) -> Sequence[RowMapping]:
     """The watched dead letters of `provider` with what matching needs."""
     return every(
         session,
@@ -247,7 +250,7 @@ def dead_letter_late_watch(session: Session, provider: str, limit: int) -> Seque
 
 
 def dead_letter_set_late(
-    session: Session, dead_letter_id: str, late_message: Mapping[str, Any], recommendation: str
+    session: Connection, dead_letter_id: str, late_message: Mapping[str, Any], recommendation: str
 ) -> bool:
     """Link the late message (once) and restate the recommendation."""
     return touched_one(
@@ -260,7 +263,7 @@ def dead_letter_set_late(
     )
 
 
-def dead_letter_list_for_signal(session: Session, signal_id: str) -> Sequence[RowMapping]:
+def dead_letter_list_for_signal(session: Connection, signal_id: str) -> Sequence[RowMapping]:
     """Every dead letter of the signal, one per expiry, oldest first (its timeline)."""
     return every(
         session,
@@ -276,7 +279,7 @@ _WHY = "coalesce(d.near_misses->0->>'why', 'none')"
 
 
 def dead_letter_causes(
-    session: Session, namespace: str | None, *, since: datetime | None, limit: int
+    session: Connection, namespace: str | None, *, since: datetime | None, limit: int
 ) -> Sequence[RowMapping]:
     """Open dead letters of `namespace` (None: all) created at or after
     `since`, grouped by provider, reason, first near miss's why and test

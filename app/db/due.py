@@ -14,8 +14,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, text
 
 from app.db import raw
 from app.db.pagination import BY_CREATION
@@ -47,7 +46,7 @@ def due_or_lost(*, table: str, live: str, due_at: str, lease_until: str, lost_af
 UNLOOKED_GRACES = 4
 
 
-def signal_ids_past_deadline(session: Session, limit: int, grace_seconds: float) -> list[str]:
+def signal_ids_past_deadline(session: Connection, limit: int, grace_seconds: float) -> list[str]:
     """Waiting signals past their deadline, not under a live check lease, that
     can expire now: their final look saw the provider (a check began at or
     after the deadline and found nothing); or their final looks failed for
@@ -78,7 +77,7 @@ def signal_ids_past_deadline(session: Session, limit: int, grace_seconds: float)
     )
 
 
-def signal_absent_past_deadline(session: Session, limit: int) -> list[str]:
+def signal_absent_past_deadline(session: Connection, limit: int) -> list[str]:
     """`expect: none` signals past their deadline whose final look (one that
     began at or after the deadline) saw the provider and found no matching
     message: waiting → absent. Their ids. (A check that decided so writes
@@ -127,7 +126,7 @@ _MARK_DUE_ENQUEUED = text(
 
 
 def signal_mark_due_enqueued(
-    session: Session,
+    session: Connection,
     *,
     requeue_after_seconds: float,
     resend_lost: bool,
@@ -180,7 +179,7 @@ _PUSH_DUE_TAIL = """
 
 
 def signal_push_due(
-    session: Session,
+    session: Connection,
     provider: str,
     recipients: Iterable[str] | None,
     namespace: str | None = None,
@@ -205,7 +204,7 @@ def signal_push_due(
     return [(r["id"], r["created_at"]) for r in rows]
 
 
-def signal_oldest_due_age(session: Session, namespace: str | None = None) -> float:
+def signal_oldest_due_age(session: Connection, namespace: str | None = None) -> float:
     """Seconds since the oldest due check of waiting signals (in `namespace`,
     or in all) fell due; 0 when none is due."""
     sql = (

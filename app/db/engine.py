@@ -1,4 +1,5 @@
-"""Engine and sessions. One engine per process, created lazily from settings."""
+"""Engine and units of work (Core connections). One engine per process, created
+lazily from settings. Code that takes a unit's connection names it `session`."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, exc
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from app.settings import Settings, get_settings, to_sqlalchemy_url
@@ -26,7 +26,7 @@ PING_AFTER_IDLE_SECONDS = 1.0
 def make_engine(
     url: str, *, pool_size: int = 10, statement_timeout_ms: int = 0, lock_timeout_ms: int = 0
 ) -> Engine:
-    """An engine whose sessions never wait unbounded: `statement_timeout` and
+    """An engine whose connections never wait unbounded: `statement_timeout` and
     `lock_timeout` (milliseconds, 0 = none) are set on every connection.
 
     A connection is pinged at checkout only when it sat in the pool longer
@@ -91,37 +91,24 @@ def dispose_engines() -> None:
         for engine in _engines.values():
             engine.dispose(close=False)
         _engines.clear()
-        _factories.clear()
         _autocommit.clear()
 
 
-# One session factory per engine: `sessionmaker()` builds a new Session
-# class each time, whose event plumbing cost more than a short transaction.
-_factories: dict[Engine, sessionmaker[Session]] = {}
-
-
-def _factory(engine: Engine) -> sessionmaker[Session]:
-    factory = _factories.get(engine)
-    if factory is None:
-        with _lock:
-            factory = _factories.setdefault(
-                engine, sessionmaker(bind=engine, expire_on_commit=False)
-            )
-    return factory
-
-
 @contextmanager
-def transaction(engine: Engine | None = None) -> Iterator[Session]:
-    """One unit of work: commit on success, roll back on any exception."""
-    with _factory(engine or get_engine())() as session, session.begin():
-        yield session
+def transaction(engine: Engine | None = None) -> Iterator[Connection]:
+    """One unit of work on one connection: commit on success, roll back on
+    any exception. A Core `Connection`, not an ORM `Session`: the code runs
+    SQL text only, and a session's unit-of-work bookkeeping cost about as
+    much CPU per transaction as the statements themselves (bench/PROFILE.md)."""
+    with (engine or get_engine()).begin() as connection:
+        yield connection
 
 
 _autocommit: dict[Engine, Engine] = {}
 
 
 @contextmanager
-def autocommit(engine: Engine | None = None) -> Iterator[Session]:
+def autocommit(engine: Engine | None = None) -> Iterator[Connection]:
     """Statements outside a transaction: each runs and commits on its own,
     without the BEGIN and COMMIT round trips of :func:`transaction`. For
     reads (under READ COMMITTED every statement of a transaction takes its
@@ -133,5 +120,5 @@ def autocommit(engine: Engine | None = None) -> Iterator[Session]:
             autocommit = _autocommit.setdefault(
                 engine, engine.execution_options(isolation_level="AUTOCOMMIT")
             )
-    with _factory(autocommit)() as session:
-        yield session
+    with autocommit.connect() as connection:
+        yield connection

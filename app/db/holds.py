@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, text
 
 from app.db import raw
 from app.db.rows import Row, first
@@ -26,7 +25,7 @@ _ENDED_AT = f"""CASE WHEN status = '{Status.FOUND.value}' THEN expires_at
                     ELSE coalesce(expired_at, updated_at) END"""
 
 
-def hold_lock(session: Session, address: str) -> None:
+def hold_lock(session: Connection, address: str) -> None:
     """Serialise, until the transaction ends, the creates deciding who holds `address`."""
     session.execute(
         text("SELECT pg_advisory_xact_lock(hashtextextended('hold:' || :a, 0))"),
@@ -34,7 +33,7 @@ def hold_lock(session: Session, address: str) -> None:
     )
 
 
-def hold_open_get(session: Session, address: str, *, for_update: bool = False) -> Row | None:
+def hold_open_get(session: Connection, address: str, *, for_update: bool = False) -> Row | None:
     """The address's open hold (id, namespace, held_from), if any; locked
     `for_update` (a create of its holder, which locks it FOR SHARE, then waits)."""
     return first(
@@ -45,7 +44,7 @@ def hold_open_get(session: Session, address: str, *, for_update: bool = False) -
     )
 
 
-def hold_keep(session: Session, address: str, namespace: str) -> bool:
+def hold_keep(session: Connection, address: str, namespace: str) -> bool:
     """Lock `namespace`'s open hold of `address` FOR SHARE until the
     transaction ends (no other namespace takes the address meanwhile); False
     when the open hold is not (or no longer) `namespace`'s."""
@@ -58,7 +57,7 @@ def hold_keep(session: Session, address: str, namespace: str) -> bool:
     return row is not None
 
 
-def hold_signals_facts(session: Session, address: str, namespace: str) -> Row:
+def hold_signals_facts(session: Connection, address: str, namespace: str) -> Row:
     """Whether `namespace` has a live signal on `address`, and when its last
     one ended (`live`, `last_end`): what the hold's lapse is judged on."""
     row = first(
@@ -74,14 +73,14 @@ def hold_signals_facts(session: Session, address: str, namespace: str) -> Row:
     return row
 
 
-def hold_release(session: Session, hold_id: int, released_at: datetime) -> None:
+def hold_release(session: Connection, hold_id: int, released_at: datetime) -> None:
     session.execute(
         text("UPDATE address_holds SET released_at = :t WHERE id = :id AND released_at IS NULL"),
         {"id": hold_id, "t": released_at},
     )
 
 
-def hold_insert(session: Session, address: str, namespace: str, held_from: datetime) -> None:
+def hold_insert(session: Connection, address: str, namespace: str, held_from: datetime) -> None:
     session.execute(
         text("INSERT INTO address_holds (address, namespace, held_from) VALUES (:a, :ns, :t)"),
         {"a": address, "ns": namespace, "t": held_from},
@@ -104,7 +103,7 @@ _STANDING = raw.Query(
 
 
 def standing_many(
-    session: Session, addresses: Sequence[str]
+    session: Connection, addresses: Sequence[str]
 ) -> tuple[dict[str, str], dict[str, list[Hold]]]:
     """(address → the namespace whose mailbox it is, address → its hold
     episodes oldest first) of `addresses`, in one statement."""

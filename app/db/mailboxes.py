@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, text
 
 from app.db import raw
 from app.db.rows import Row, affected, first
@@ -18,7 +17,7 @@ from app.db.rows import Row, affected, first
 _MAILBOX_OWNERS = raw.Query("SELECT address, namespace FROM mailboxes WHERE address = ANY(:a)")
 
 
-def mailbox_insert(session: Session, values: Mapping[Any, Any]) -> Row:
+def mailbox_insert(session: Connection, values: Mapping[Any, Any]) -> Row:
     return (
         session.execute(
             text(
@@ -36,7 +35,7 @@ def mailbox_insert(session: Session, values: Mapping[Any, Any]) -> Row:
     )
 
 
-def mailbox_live_count(session: Session, namespace: str) -> int:
+def mailbox_live_count(session: Connection, namespace: str) -> int:
     """How many of `namespace`'s mailboxes are live (neither deleted nor
     expired), counted under a per-namespace lock held until the transaction
     ends, so that concurrent creates count one after the other."""
@@ -55,7 +54,7 @@ def mailbox_live_count(session: Session, namespace: str) -> int:
     )
 
 
-def mailbox_expire_due(session: Session, limit: int) -> list[str]:
+def mailbox_expire_due(session: Connection, limit: int) -> list[str]:
     """Delete (as DELETE /v1/mailboxes does) up to `limit` mailboxes whose
     `expires_at` has passed; their addresses."""
     rows = session.execute(
@@ -73,7 +72,7 @@ def mailbox_expire_due(session: Session, limit: int) -> list[str]:
     return [r[0] for r in rows]
 
 
-def mailbox_owner_many(session: Session, addresses: Sequence[str]) -> dict[str, str]:
+def mailbox_owner_many(session: Connection, addresses: Sequence[str]) -> dict[str, str]:
     """address → the namespace whose mailbox it is (deleted ones still own it)."""
     if not addresses:
         return {}
@@ -81,7 +80,7 @@ def mailbox_owner_many(session: Session, addresses: Sequence[str]) -> dict[str, 
     return {r["address"]: r["namespace"] for r in rows}
 
 
-def mailbox_delete(session: Session, mailbox_id: str, namespace: str) -> Row | None:
+def mailbox_delete(session: Connection, mailbox_id: str, namespace: str) -> Row | None:
     return first(
         session,
         "UPDATE mailboxes SET deleted_at = now() WHERE id = :id AND namespace = :ns"
@@ -90,7 +89,7 @@ def mailbox_delete(session: Session, mailbox_id: str, namespace: str) -> Row | N
     )
 
 
-def mailbox_purge_messages(session: Session, address: str) -> int:
+def mailbox_purge_messages(session: Connection, address: str) -> int:
     """Delete the sink's copies and the observed bodies for `address`; the
     message summaries, receipts and evidence stay."""
     addr = [address.lower()]

@@ -11,8 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, RowMapping, text
 
 from app.db import raw
 from app.db.rows import Row, affected, by_column, every, first
@@ -31,7 +30,7 @@ def _with_defaults(row: Mapping[Any, Any]) -> dict[Any, Any]:
     return {"delivered_to": None, "bare_lf": False, **row}
 
 
-def message_record_many(session: Session, rows: Sequence[Mapping[Any, Any]]) -> int:
+def message_record_many(session: Connection, rows: Sequence[Mapping[Any, Any]]) -> int:
     """Record observed messages once each (unique on provider and the
     provider's id); returns how many were new."""
     if not rows:
@@ -41,7 +40,7 @@ def message_record_many(session: Session, rows: Sequence[Mapping[Any, Any]]) -> 
 
 
 def message_record_new(
-    session: Session, provider: str, rows: Sequence[Mapping[Any, Any]]
+    session: Connection, provider: str, rows: Sequence[Mapping[Any, Any]]
 ) -> dict[str, str]:
     """Record the observed messages not recorded yet, once each, and return
     provider id → our id for all of `rows`.
@@ -99,20 +98,22 @@ _NEAR_MISSES = raw.Query(
 
 
 def message_ids_by_provider_id(
-    session: Session, provider: str, provider_ids: Sequence[str]
+    session: Connection, provider: str, provider_ids: Sequence[str]
 ) -> dict[str, str]:
     rows = raw.rows(session, _IDS_BY_PROVIDER_ID, {"p": provider, "ids": list(provider_ids)})
     return {r["provider_message_id"]: r["id"] for r in rows}
 
 
-def message_taken(session: Session, message_ids: Sequence[str], namespace: str) -> dict[str, str]:
+def message_taken(
+    session: Connection, message_ids: Sequence[str], namespace: str
+) -> dict[str, str]:
     """message id → the signal of `namespace` that already has it (another
     namespace's signal never hides a message from this one)."""
     rows = raw.rows(session, _TAKEN, {"ids": list(message_ids), "ns": namespace})
     return {r["message_id"]: r["id"] for r in rows}
 
 
-def message_get_many(session: Session, message_ids: Sequence[str]) -> dict[str, RowMapping]:
+def message_get_many(session: Connection, message_ids: Sequence[str]) -> dict[str, RowMapping]:
     return by_column(
         session,
         "SELECT id, provider, provider_message_id, received_at, subject, recipients,"
@@ -123,7 +124,7 @@ def message_get_many(session: Session, message_ids: Sequence[str]) -> dict[str, 
 
 
 def message_deliveries(
-    session: Session, message_ids: Sequence[str]
+    session: Connection, message_ids: Sequence[str]
 ) -> list[tuple[str, Any, list[str], list[str]]]:
     """(id, received_at, the recipients it was delivered to, every recipient
     it names) of each known message: `delivered_to` (or `recipients` for rows
@@ -141,7 +142,7 @@ def message_deliveries(
     ]
 
 
-def message_with_raw(session: Session, message_id: str) -> Row | None:
+def message_with_raw(session: Connection, message_id: str) -> Row | None:
     """One message's summary and its raw bytes (None once purged), in one statement."""
     return first(
         session,
@@ -154,14 +155,14 @@ def message_with_raw(session: Session, message_id: str) -> Row | None:
 _RAW = raw.Query("SELECT id, received_at, subject, size, raw FROM messages WHERE id = :id")
 
 
-def message_raw(session: Session, message_id: str) -> Row | None:
+def message_raw(session: Connection, message_id: str) -> Row | None:
     """One message's summary and raw bytes (None once purged), read in binary
     format: the bytes cross once, not as hex twice their size."""
     return raw.row(session, _RAW, {"id": message_id}, binary=True)
 
 
 def near_miss_record_many(
-    session: Session,
+    session: Connection,
     signal_id: str,
     misses: Sequence[tuple[str, str, Sequence[str]]],
     addresses: Sequence[str | None] | None = None,
@@ -186,7 +187,7 @@ def near_miss_record_many(
     return [r["why"] for r in rows]
 
 
-def near_miss_list(session: Session, signal_id: str) -> Sequence[Row]:
+def near_miss_list(session: Connection, signal_id: str) -> Sequence[Row]:
     return every(
         session,
         """
@@ -222,7 +223,7 @@ _NEAR_ADDRESSES = raw.Query(
 
 
 def message_near_address(
-    session: Session,
+    session: Connection,
     provider: str,
     recipient: str,
     *,
@@ -265,7 +266,7 @@ _IN_WINDOW = raw.Query(
 
 
 def message_list_in_window(
-    session: Session,
+    session: Connection,
     provider: str,
     recipient: str,
     *,

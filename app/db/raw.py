@@ -1,15 +1,15 @@
-"""Hot statements run on the session's DBAPI (psycopg) connection directly.
+"""Hot statements run on the connection's DBAPI (psycopg) connection directly.
 
-SQLAlchemy's ``Session.execute(text(...))`` costs about 170 µs of CPU per
+SQLAlchemy's ``execute(text(...))`` costs about 170 µs of CPU per
 statement on this stack's kind of machine, where psycopg alone takes 40 µs
 for the same statement (bench/PROFILE.md, §9): the compile-cache lookup,
 the execution context and the result wrapper, for statements whose SQL is
 fixed and whose rows are read as mappings. A :class:`Query` keeps the
-repository's ``:name`` parameter style and runs inside the caller's session
+repository's ``:name`` parameter style and runs inside the caller's connection
 and transaction (its connection, its BEGIN and COMMIT), so it mixes freely
-with ``session.execute``. Errors come out as SQLAlchemy's (``OperationalError``
+with ``connection.execute``. Errors come out as SQLAlchemy's (``OperationalError``
 and friends), and a lost connection invalidates the pool, exactly as they
-would from ``session.execute``.
+would from ``connection.execute``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 __all__ = ["Query", "query", "row", "rows", "run"]
 
@@ -48,9 +48,9 @@ def query(sql: str) -> Query:
 
 
 def _execute(
-    session: Session, query: Query, params: Mapping[str, Any], binary: bool = False
+    connection: Connection, query: Query, params: Mapping[str, Any], binary: bool = False
 ) -> psycopg.Cursor[Any]:
-    connection = session.connection()  # begins the session's transaction if needed
+    # In a transaction, psycopg sends its BEGIN with the first statement.
     driver = connection.connection.driver_connection
     assert driver is not None
     cursor = driver.cursor(row_factory=dict_row)
@@ -67,23 +67,23 @@ def _execute(
 
 
 def rows(
-    session: Session, query: Query, params: Mapping[str, Any], *, binary: bool = False
+    connection: Connection, query: Query, params: Mapping[str, Any], *, binary: bool = False
 ) -> list[Mapping[Any, Any]]:
     """Every row, as dicts (``binary``: see :func:`row`)."""
-    with _execute(session, query, params, binary) as cursor:
+    with _execute(connection, query, params, binary) as cursor:
         return list(cursor.fetchall())
 
 
 def row(
-    session: Session, query: Query, params: Mapping[str, Any], *, binary: bool = False
+    connection: Connection, query: Query, params: Mapping[str, Any], *, binary: bool = False
 ) -> dict[str, Any] | None:
     """The first row as a dict, or None. ``binary``: results in PostgreSQL's
     binary format (a ``bytea`` arrives as its bytes, not as twice as much hex)."""
-    with _execute(session, query, params, binary) as cursor:
+    with _execute(connection, query, params, binary) as cursor:
         return cursor.fetchone()
 
 
-def run(session: Session, query: Query, params: Mapping[str, Any]) -> int:
+def run(connection: Connection, query: Query, params: Mapping[str, Any]) -> int:
     """Run a statement that returns no rows; how many rows it touched."""
-    with _execute(session, query, params) as cursor:
+    with _execute(connection, query, params) as cursor:
         return cursor.rowcount

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, CursorResult, text
 
 # The statuses whose data retention leaves alone.
 _IN_PLAY = "('waiting', 'found', 'claimed')"
 
 
-def _count(session: Session, sql: str, *, older_than_hours: float, limit: int) -> int:
+def _count(session: Connection, sql: str, *, older_than_hours: float, limit: int) -> int:
     """Run one batch's statement (`:secs` the cutoff's age, `:limit` the batch)."""
     params = {"secs": older_than_hours * 3600, "limit": limit}
     result = cast(CursorResult[Any], session.execute(text(sql), params))
@@ -56,7 +55,7 @@ _SINK_MESSAGES_OLD = _delete_oldest(
 )
 
 
-def sink_message_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+def sink_message_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
     """Delete sink messages received before the cutoff, except those addressed
     to a waiting signal's recipient or recorded as an in-play signal's message."""
     return _count(session, _SINK_MESSAGES_OLD, older_than_hours=older_than_hours, limit=limit)
@@ -76,14 +75,14 @@ _MESSAGES_OLD = _delete_oldest(
 )
 
 
-def message_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+def message_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
     """Delete observed messages older than the cutoff that no signal points
     at, that are no waiting signal's near miss, and that are not addressed to
     a waiting signal's recipient (it could still match them)."""
     return _count(session, _MESSAGES_OLD, older_than_hours=older_than_hours, limit=limit)
 
 
-def message_purge_consumed_raw(session: Session, *, older_than_hours: float, limit: int) -> int:
+def message_purge_consumed_raw(session: Connection, *, older_than_hours: float, limit: int) -> int:
     """Drop the body of messages whose signal was consumed before the cutoff.
 
     The row (subject, received_at, run marker) stays as the evidence the
@@ -104,7 +103,7 @@ def message_purge_consumed_raw(session: Session, *, older_than_hours: float, lim
     )
 
 
-def check_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+def check_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
     """Delete checks finished before the cutoff whose signal is no longer in play.
 
     Their counts by outcome are folded into `signals.checks_archived` in the
@@ -152,7 +151,7 @@ _RECEIPTS_OLD = _delete_oldest(
 )
 
 
-def receipt_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+def receipt_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
     return _count(session, _RECEIPTS_OLD, older_than_hours=older_than_hours, limit=limit)
 
 
@@ -163,7 +162,7 @@ _DEAD_LETTERS_OLD = _delete_oldest(
 )
 
 
-def dead_letter_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+def dead_letter_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
     """Delete resolved (redriven or discarded) dead letters older than the
     cutoff; open ones stay until an operator resolves them."""
     return _count(session, _DEAD_LETTERS_OLD, older_than_hours=older_than_hours, limit=limit)
@@ -179,7 +178,7 @@ _SIGNALS_OLD = _delete_oldest(
 )
 
 
-def signal_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+def signal_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
     """Delete terminal signals (consumed, absent, arrived, or expired with no open dead letter)
     last changed before the cutoff; their checks, near misses, claims and
     idempotency keys go with them (foreign keys cascade)."""
@@ -193,7 +192,9 @@ _FOUND_SIGNALS_OLD = _delete_oldest(
 )
 
 
-def signal_delete_unclaimed_found(session: Session, *, older_than_hours: float, limit: int) -> int:
+def signal_delete_unclaimed_found(
+    session: Connection, *, older_than_hours: float, limit: int
+) -> int:
     """Delete `found` signals nobody claimed since before the cutoff: a found
     signal is not eternal. What cascades from them goes with them, and their
     message, no longer pointed at, ages out with the content."""
@@ -211,7 +212,7 @@ _HOLDS_OLD = _delete_oldest(
 )
 
 
-def hold_delete_old(session: Session, *, older_than_hours: float, limit: int) -> int:
+def hold_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
     """Delete address holds released before the cutoff, and open ones taken
     before it whose namespace has no signal left on the address (retention
     deleted them): the mail they covered is older than every horizon by then."""

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, text
 
 
-def db_now(session: Session) -> datetime:
+def db_now(session: Connection) -> datetime:
     """The server's clock: the authority for every timestamp."""
     return session.execute(text("SELECT clock_timestamp()")).scalar_one()
 
 
-def ping(session: Session) -> None:
+def ping(session: Connection) -> None:
     """One round trip: the session's connection is open and answers."""
     session.execute(text("SELECT 1"))

@@ -16,9 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import bindparam, text
+from sqlalchemy import Connection, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Session
 
 from app.db import raw
 from app.db.pagination import BY_CREATION
@@ -55,7 +54,7 @@ _CREATE_FACTS_OF = """
 _CREATE_FACTS = _CREATE_FACTS_OF.format(lock="")
 
 
-def signal_create_facts(session: Session, namespace: str, address: str) -> CreateFacts:
+def signal_create_facts(session: Connection, namespace: str, address: str) -> CreateFacts:
     """The database's clock, the namespace owning `address`'s mailbox (live or
     deleted; None), how many of the namespace's signals are waiting (the
     trigger-kept count of `namespace_waiting`: no scan) and who holds it."""
@@ -128,7 +127,7 @@ _SIGNAL_CREATE = text(
 ).bindparams(bindparam("metadata", type_=JSONB))
 
 
-def signal_create(session: Session, values: Mapping[Any, Any], ttl_hours: float) -> Row | None:
+def signal_create(session: Connection, values: Mapping[Any, Any], ttl_hours: float) -> Row | None:
     """Bind the idempotency key to a new signal and insert it, in one
     statement; the new row (with signal_view_get's columns), or None when a
     live binding of the key exists (nothing is inserted then).
@@ -186,7 +185,7 @@ _SIGNAL_CREATE_CLEAR = raw.Query(
 
 
 def signal_create_if_clear(
-    session: Session,
+    session: Connection,
     values: Mapping[Any, Any],
     ttl_hours: float,
     *,
@@ -223,7 +222,7 @@ def signal_create_if_clear(
     return row if row is not None and row["id"] is not None else None
 
 
-def signal_view_by_key(session: Session, namespace: str, key: str) -> Row | None:
+def signal_view_by_key(session: Connection, namespace: str, key: str) -> Row | None:
     """The signal a live idempotency key names, with signal_view_get's columns."""
     sql = f"""
         SELECT s.*, {_VIEW_COLUMNS}
@@ -235,7 +234,7 @@ def signal_view_by_key(session: Session, namespace: str, key: str) -> Row | None
     return first(session, sql, {"ns": namespace, "key": key})
 
 
-def idempotency_key_signal(session: Session, namespace: str, key: str) -> str | None:
+def idempotency_key_signal(session: Connection, namespace: str, key: str) -> str | None:
     return session.execute(
         text(
             "SELECT signal_id FROM idempotency_keys"
@@ -245,7 +244,7 @@ def idempotency_key_signal(session: Session, namespace: str, key: str) -> str | 
     ).scalar_one_or_none()
 
 
-def signal_get(session: Session, signal_id: str, namespace: str | None = None) -> Row | None:
+def signal_get(session: Connection, signal_id: str, namespace: str | None = None) -> Row | None:
     sql = "SELECT * FROM signals WHERE id = :id"
     if namespace is not None:
         sql += " AND namespace = :ns"
@@ -262,7 +261,9 @@ _VIEW_GET = raw.Query(
 _VIEW_GET_IN = raw.Query(_VIEW_GET.sql + " AND s.namespace = :ns")
 
 
-def signal_view_get(session: Session, signal_id: str, namespace: str | None = None) -> Row | None:
+def signal_view_get(
+    session: Connection, signal_id: str, namespace: str | None = None
+) -> Row | None:
     """A signal and what its view needs, in one statement: the row, the
     database clock (`view_now`) and its message's summary (`view_message_id`,
     `_received_at`, `_subject`, `_run_marker`; NULL before a match).
@@ -273,7 +274,7 @@ def signal_view_get(session: Session, signal_id: str, namespace: str | None = No
     return raw.row(session, _VIEW_GET_IN, {"id": signal_id, "ns": namespace})
 
 
-def signal_waiting_count(session: Session, namespace: str, *, serialise: bool = False) -> int:
+def signal_waiting_count(session: Connection, namespace: str, *, serialise: bool = False) -> int:
     """How many of the namespace's signals are waiting: the sum of its rows
     in `namespace_waiting`, which a trigger on `signals` keeps (no scan).
 
@@ -294,7 +295,7 @@ def signal_waiting_count(session: Session, namespace: str, *, serialise: bool = 
     )
 
 
-def signal_rows_many(session: Session, signal_ids: Sequence[str]) -> list[Row]:
+def signal_rows_many(session: Connection, signal_ids: Sequence[str]) -> list[Row]:
     return list(
         every(
             session,
@@ -305,7 +306,7 @@ def signal_rows_many(session: Session, signal_ids: Sequence[str]) -> list[Row]:
 
 
 def signal_list_by_run(
-    session: Session,
+    session: Connection,
     namespace: str | None,
     run_id: str,
     *,
@@ -326,7 +327,7 @@ def signal_list_by_run(
     return every(session, sql, params)
 
 
-def signal_ids_by_run(session: Session, namespace: str, run_id: str) -> list[str]:
+def signal_ids_by_run(session: Connection, namespace: str, run_id: str) -> list[str]:
     return list(
         session.execute(
             text(
@@ -339,7 +340,7 @@ def signal_ids_by_run(session: Session, namespace: str, run_id: str) -> list[str
 
 
 def signal_expire(
-    session: Session, signal_id: str, *, expected: str, reason: str, fence: int | None = None
+    session: Connection, signal_id: str, *, expected: str, reason: str, fence: int | None = None
 ) -> Row | None:
     """`expected` → expired with `reason`; returns the row, or None if it moved."""
     sql = """
@@ -363,7 +364,7 @@ def signal_expire(
 
 
 def signal_redrive(
-    session: Session, signal_id: str, *, expires_in: float, max_checks: int
+    session: Connection, signal_id: str, *, expires_in: float, max_checks: int
 ) -> Row | None:
     """expired → waiting, with a new deadline and budget; history stays."""
     return first(
@@ -388,13 +389,13 @@ def signal_redrive(
     )
 
 
-def signal_count_by_status(session: Session) -> dict[str, int]:
+def signal_count_by_status(session: Connection) -> dict[str, int]:
     rows = session.execute(text("SELECT status, count(*) FROM signals GROUP BY status")).all()
     return {r[0]: int(r[1]) for r in rows}
 
 
 def signal_count_by_namespace_provider_status(
-    session: Session, namespace: str | None
+    session: Connection, namespace: str | None
 ) -> list[tuple[str, str, str, int]]:
     sql = "SELECT namespace, provider, status, count(*) FROM signals"
     if namespace is not None:

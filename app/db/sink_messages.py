@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, text
 
 from app.db import raw
 from app.db.pagination import Keyset
@@ -20,7 +19,7 @@ from app.db.rows import Row, affected
 
 
 def sink_messages_store(
-    session: Session, items: Sequence[tuple[str | None, Sequence[str], bytes]]
+    session: Connection, items: Sequence[tuple[str | None, Sequence[str], bytes]]
 ) -> list[int]:
     """Store raw messages ``(mail_from, recipients, raw)`` in one statement, each
     with ``recipients`` (lower-cased, sorted) as its envelope and all recipients;
@@ -53,7 +52,9 @@ def sink_messages_store(
     return sorted(int(r["id"]) for r in stored)
 
 
-def sink_message_add_recipients(session: Session, sink_id: int, recipients: Sequence[str]) -> int:
+def sink_message_add_recipients(
+    session: Connection, sink_id: int, recipients: Sequence[str]
+) -> int:
     """Add ``recipients`` (lower-cased) to ``all_recipients`` of one sink message,
     sorted and without repeats (once its headers are parsed, off the SMTP path);
     returns 1 when the row exists, else 0."""
@@ -78,7 +79,7 @@ _BY_RECEIPT = Keyset("sm.received_at, sm.id")
 
 
 def sink_message_page(
-    session: Session,
+    session: Connection,
     *,
     windows: Sequence[tuple[str, datetime]],
     after: tuple[datetime, int] | None,
@@ -121,7 +122,7 @@ def _page_sql(after: tuple[datetime, int] | None, limit: int, params: dict[str, 
 
 
 def sink_message_first_page(
-    session: Session,
+    session: Connection,
     *,
     windows: Sequence[tuple[str, datetime]],
     limit: int,
@@ -166,7 +167,7 @@ _BEFORE_WINDOWS = raw.Query(
 
 
 def sink_message_before_windows(
-    session: Session,
+    session: Connection,
     *,
     windows: Sequence[tuple[str, datetime]],
     lookback_seconds: float,
@@ -217,7 +218,7 @@ _NEAR_ADDRESSES = raw.Query(
 
 
 def sink_message_near_address(
-    session: Session,
+    session: Connection,
     recipient: str,
     *,
     since: datetime,

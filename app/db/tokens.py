@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-from sqlalchemy import text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, text
 
 
-def token_namespace(session: Session, token_hash: str) -> str | None:
+def token_namespace(session: Connection, token_hash: str) -> str | None:
     return session.execute(
         text("SELECT namespace FROM api_tokens WHERE token_hash = :h"), {"h": token_hash}
     ).scalar_one_or_none()
 
 
-def token_create(session: Session, namespace: str, token_hash: str) -> None:
+def token_create(session: Connection, namespace: str, token_hash: str) -> None:
     session.execute(
         text("INSERT INTO api_tokens (namespace, token_hash) VALUES (:ns, :h)"),
         {"ns": namespace, "h": token_hash},
     )
 
 
-def token_hashes_of_namespace(session: Session, namespace: str) -> list[str]:
+def token_hashes_of_namespace(session: Connection, namespace: str) -> list[str]:
     """The stored hashes of a namespace's tokens (`token create`)."""
     return list(
         session.execute(

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import RowMapping, text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, RowMapping, text
 
 from app.db.due import due_or_lost
 from app.db.rows import every, first, touched_one
 
 
-def delivery_insert(session: Session, dead_letter_id: str, body: str) -> bool:
+def delivery_insert(session: Connection, dead_letter_id: str, body: str) -> bool:
     """One delivery per dead letter, whatever the retries of the caller."""
     return touched_one(
         session,
@@ -43,7 +42,7 @@ _MARK_DUE_ENQUEUED = text(
 
 
 def delivery_mark_due_enqueued(
-    session: Session, *, requeue_after_seconds: float, limit: int
+    session: Connection, *, requeue_after_seconds: float, limit: int
 ) -> list[str]:
     """Stamp and return the due deliveries that need a task sent: due, not
     under a live lease, and no task sent since they became due (or the last
@@ -56,7 +55,7 @@ def delivery_mark_due_enqueued(
 
 
 def delivery_take(
-    session: Session, dead_letter_id: str, *, lease_seconds: float
+    session: Connection, dead_letter_id: str, *, lease_seconds: float
 ) -> RowMapping | None:
     """Take the delivery for one attempt if it is due and nobody holds it:
     bumps `attempts` (the fence) and stamps a lease. None otherwise."""
@@ -81,7 +80,7 @@ def delivery_take(
 
 
 def delivery_mark_delivered(
-    session: Session, delivery_id: int, attempts: int, *, status: int
+    session: Connection, delivery_id: int, attempts: int, *, status: int
 ) -> bool:
     return touched_one(
         session,
@@ -93,7 +92,7 @@ def delivery_mark_delivered(
 
 
 def delivery_mark_failed(
-    session: Session,
+    session: Connection,
     delivery_id: int,
     attempts: int,
     *,
@@ -124,7 +123,7 @@ def delivery_mark_failed(
     )
 
 
-def delivery_count_by_state(session: Session, namespace: str | None) -> dict[str, int]:
+def delivery_count_by_state(session: Connection, namespace: str | None) -> dict[str, int]:
     sql = "SELECT w.state, count(*) FROM webhook_deliveries w"
     if namespace is not None:
         sql += " JOIN dead_letters d ON d.id = w.dead_letter_id WHERE d.namespace = :ns"
@@ -132,7 +131,9 @@ def delivery_count_by_state(session: Session, namespace: str | None) -> dict[str
     return {r[0]: int(r[1]) for r in rows}
 
 
-def delivery_list_failing(session: Session, namespace: str | None, limit: int) -> list[RowMapping]:
+def delivery_list_failing(
+    session: Connection, namespace: str | None, limit: int
+) -> list[RowMapping]:
     """Deliveries whose last attempt failed (pending with attempts, or failed), newest first."""
     sql = (
         "SELECT w.*, d.namespace FROM webhook_deliveries w"

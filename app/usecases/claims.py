@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from app.db import claims as claims_db
 from app.db import dead_letters as dead_letters_db
@@ -44,7 +44,9 @@ class Answer:
     body: dict[str, Any]
 
 
-def _give_back(session: Session, claim: Mapping[Any, Any], signal: Mapping[Any, Any]) -> str | None:
+def _give_back(
+    session: Connection, claim: Mapping[Any, Any], signal: Mapping[Any, Any]
+) -> str | None:
     """After a claim ended unconsumed (released or lapsed): the signal goes
     back to `found` while claims are left, else expires with
     `claims_exhausted`. Every claim spends one of `max_claims`, whatever its
@@ -57,7 +59,7 @@ def _give_back(session: Session, claim: Mapping[Any, Any], signal: Mapping[Any, 
     return None
 
 
-def _lapse(session: Session, claim: Mapping[Any, Any], signal: Mapping[Any, Any]) -> str | None:
+def _lapse(session: Connection, claim: Mapping[Any, Any], signal: Mapping[Any, Any]) -> str | None:
     """End a lapsed claim and give the message back (or expire the signal).
     Returns a new dead letter id."""
     if not claims_db.claim_end(session, claim["id"], claim["fence"], to_state="lapsed"):
@@ -125,7 +127,7 @@ def claim(namespace: str, signal_id: str, req: ClaimCreate) -> Answer:
 
 
 def _take(
-    session: Session, signal_id: str, namespace: str, req: ClaimCreate
+    session: Connection, signal_id: str, namespace: str, req: ClaimCreate
 ) -> Mapping[Any, Any] | None:
     taken = claims_db.claim_take(
         session,
@@ -143,7 +145,7 @@ def _take(
     return taken
 
 
-def _message_of(session: Session, message_id: str) -> Mapping[Any, Any]:
+def _message_of(session: Connection, message_id: str) -> Mapping[Any, Any]:
     message = messages_db.message_with_raw(session, message_id)
     if message is None:  # a claimed message outlives its signal's claims (foreign key)
         raise NotFound(f"no message {message_id}")
@@ -209,7 +211,7 @@ def _claimed(taken: Mapping[Any, Any]) -> Answer:
     )
 
 
-def _refusal(session: Session, signal: Mapping[Any, Any]) -> Answer:
+def _refusal(session: Connection, signal: Mapping[Any, Any]) -> Answer:
     status = Status(signal["status"])
     if signal["expect"] == Expect.NONE:
         # It expects no email: whatever its state, there is nothing to claim.
@@ -262,7 +264,7 @@ def _state_answer(
     return Answer(status_code, {"status": status, "signal_id": signal["id"], **fields})
 
 
-def _live_claim(session: Session, namespace: str, claim_id: str) -> Mapping[Any, Any]:
+def _live_claim(session: Connection, namespace: str, claim_id: str) -> Mapping[Any, Any]:
     claim_row = claims_db.claim_lock_live(session, claim_id)
     if claim_row is None or claim_row["namespace"] != namespace:
         raise NotFound(f"no claim {claim_id}")
@@ -417,7 +419,7 @@ def claim_read(namespace: str, claim_id: str) -> Answer:
 
 
 def claim_live_or_ended(
-    session: Session, namespace: str, claim_id: str
+    session: Connection, namespace: str, claim_id: str
 ) -> tuple[Mapping[Any, Any], Mapping[Any, Any], Answer | None]:
     """The claim and its signal, and, once the claim ended (or its lease
     lapsed, or another claim took over), the 410 that says so; NotFound when

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from app.db import checks as checks_db
 from app.db import dead_letters as dead_letters_db
@@ -33,7 +33,7 @@ log = logging.getLogger("signalbox.expiry")
 
 
 def expire_signal(
-    session: Session,
+    session: Connection,
     signal_id: str,
     *,
     expected: Status,
@@ -54,7 +54,7 @@ def expire_signal(
 
 
 def _record_dead_letter(
-    session: Session,
+    session: Connection,
     row: Mapping[Any, Any],
     reason: str,
     duplicates: Mapping[str, Any] | None = None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from app.db import holds as holds_db
 from app.db import server as server_db
@@ -18,7 +18,7 @@ from app.usecases.visibility import may_use_address, owners_of
 
 
 def take_hold(
-    settings: Settings, session: Session, namespace: str, address: str, now: datetime
+    settings: Settings, session: Connection, namespace: str, address: str, now: datetime
 ) -> None:
     """Make `namespace` the holder of `address` (nobody owns it), or refuse:
     another namespace holds it while one of its signals on it is live, and
@@ -49,7 +49,7 @@ def take_hold(
     holds_db.hold_insert(session, address, namespace, now)
 
 
-def hold_for_rule(settings: Settings, session: Session, namespace: str, address: str) -> bool:
+def hold_for_rule(settings: Settings, session: Connection, namespace: str, address: str) -> bool:
     """Whether `namespace` may set a rule on `address`, taking the address's
     hold when nobody owns, shares or holds it (a chaos rule set before the
     test's signal is made): False when another namespace owns or holds it."""

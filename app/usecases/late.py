@@ -14,7 +14,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from app.db import dead_letters as dead_letters_db
 from app.db import messages as messages_db
@@ -74,7 +74,7 @@ def find_late_mail(
 
 
 def _link(
-    session: Session,
+    session: Connection,
     w: Any,
     observed: list[checks.Observed],
     precision: timedelta,

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from app.db import messages as messages_db
 from app.db.engine import transaction
@@ -48,7 +48,7 @@ class AttachmentBody:
     chunks: Iterator[bytes]
 
 
-def _load(session: Session, namespace: str, message_id: str) -> Loaded:
+def _load(session: Connection, namespace: str, message_id: str) -> Loaded:
     if not may_see(session, get_settings(), namespace, message_id):
         raise NotFound(f"no message {message_id}")
     row = messages_db.message_raw(session, message_id)

@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from app.db import mailboxes as mailboxes_db
 from app.db import retention as retention_db
@@ -53,7 +53,7 @@ def _drain(step: _Step, *, older_than_hours: float, batch_size: int, max_batches
     return total
 
 
-def _expire_mailboxes(session: Session, *, older_than_hours: float, limit: int) -> int:
+def _expire_mailboxes(session: Connection, *, older_than_hours: float, limit: int) -> int:
     """Mailboxes whose expires_at passed: deleted, their mail purged (their
     addresses stay their namespace's)."""
     addresses = mailboxes_db.mailbox_expire_due(session, limit)

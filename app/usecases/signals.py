@@ -15,7 +15,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from app.db import due as due_db
 from app.db import holds as holds_db
@@ -299,7 +299,7 @@ def _check_owner(
 
 
 def _check_quota(
-    settings: Settings, session: Session, namespace: str, key: str, waiting: int
+    settings: Settings, session: Connection, namespace: str, key: str, waiting: int
 ) -> None:
     """At most `max_waiting_per_namespace` waiting signals; a replay of an
     existing key is never refused. Near the limit, creates of one namespace

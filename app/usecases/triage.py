@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from app.db import checks as checks_db
 from app.db import dead_letters as dead_letters_db
@@ -177,7 +177,7 @@ def _listed_view(caller: Principal, row: Mapping[Any, Any], signal: Any) -> dict
     return view
 
 
-def _dead_letter_get(session: Session, caller: Principal, dead_letter_id: str) -> Any:
+def _dead_letter_get(session: Connection, caller: Principal, dead_letter_id: str) -> Any:
     row = dead_letters_db.dead_letter_get(session, dead_letter_id, caller.scope())
     if row is None:
         raise NotFound(f"no dead letter {dead_letter_id}")
@@ -193,7 +193,7 @@ class _SignalMoved(Exception):
     """The dead letter's signal is not expired any more: undo this one move."""
 
 
-def _redrive_one(session: Session, dead_letter_id: str, signal_id: str, req: Redrive) -> Any:
+def _redrive_one(session: Connection, dead_letter_id: str, signal_id: str, req: Redrive) -> Any:
     """open → redriven and its signal expired → waiting, both guarded; None if
     the dead letter was not open. Raises _SignalMoved if the signal was not
     expired (the caller rolls the pair back)."""
@@ -283,7 +283,7 @@ def dead_letters_redrive(caller: Principal, req: BulkRedrive) -> dict[str, Any]:
     signals are sent for a check after each batch commits."""
     signal_ids: list[str] = []
 
-    def move(session: Session, row: Mapping[Any, Any]) -> bool:
+    def move(session: Connection, row: Mapping[Any, Any]) -> bool:
         redriven = _redrive_one(session, row["id"], row["signal_id"], req)
         if redriven is not None:
             signal_ids.append(redriven["id"])
@@ -300,7 +300,7 @@ def dead_letters_redrive(caller: Principal, req: BulkRedrive) -> dict[str, Any]:
 
 
 def dead_letters_discard(caller: Principal, req: BulkDiscard) -> dict[str, Any]:
-    def move(session: Session, row: Mapping[Any, Any]) -> bool:
+    def move(session: Connection, row: Mapping[Any, Any]) -> bool:
         done = dead_letters_db.dead_letter_resolve(
             session, row["id"], to_state=DeadLetterState.DISCARDED, note=req.note
         )

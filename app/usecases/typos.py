@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from app.db import messages as messages_db
 from app.db import sink_messages as sink_messages_db
@@ -37,7 +37,7 @@ KEPT = 5
 
 
 def record_typo_near_misses(
-    session: Session, settings: Settings, signal: Mapping[Any, Any]
+    session: Connection, settings: Settings, signal: Mapping[Any, Any]
 ) -> list[str]:
     """Record the recipient typos of the expired `signal` (a row of `signals`)
     as its near misses; return the ids of the messages recorded."""

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from app.db import claims as claims_db
 from app.db import dead_letters as dead_letters_db
@@ -190,7 +190,7 @@ def poll_hint(now: datetime, row: Mapping[Any, Any]) -> int:
     )
 
 
-def signal_views(session: Session, rows: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:
+def signal_views(session: Connection, rows: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:
     """Views of several signals, asking the database only for what their
     statuses show: the clock for pending ones (retry_after_seconds), the
     message when one was found, the active claim of claimed ones, the receipt

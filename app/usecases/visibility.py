@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from app.db import holds as holds_db
 from app.db import mailboxes as mailboxes_db
@@ -27,7 +27,7 @@ Delivery = tuple[str, datetime, Sequence[str], Sequence[str]]
 
 
 def belonging(
-    session: Session, settings: Settings, deliveries: Iterable[Delivery]
+    session: Connection, settings: Settings, deliveries: Iterable[Delivery]
 ) -> dict[str, frozenset[str]]:
     """message id → the namespaces it belongs to (ownership.PUBLIC: all)."""
     deliveries = list(deliveries)
@@ -51,7 +51,7 @@ def belonging(
 
 
 def visible_ids(
-    session: Session,
+    session: Connection,
     settings: Settings,
     namespace: str,
     message_ids: Sequence[str],
@@ -66,13 +66,13 @@ def visible_ids(
     return {mid for mid, b in belongs.items() if sees(namespace, b) or (unclaimed and not b)}
 
 
-def may_see(session: Session, settings: Settings, namespace: str, message_id: str) -> bool:
+def may_see(session: Connection, settings: Settings, namespace: str, message_id: str) -> bool:
     """Whether `namespace` may see the message `message_id` (False when unknown)."""
     return message_id in visible_ids(session, settings, namespace, [message_id])
 
 
 def _standing(
-    session: Session, settings: Settings, address: str
+    session: Connection, settings: Settings, address: str
 ) -> tuple[str | None, bool, str | None]:
     """(its owner, whether it is shared, the namespace of its open hold) of `address`."""
     address = address.strip().lower()
@@ -89,7 +89,7 @@ def _standing(
     return None, False, held["namespace"] if held is not None else None
 
 
-def may_use_address(session: Session, settings: Settings, namespace: str, address: str) -> bool:
+def may_use_address(session: Connection, settings: Settings, namespace: str, address: str) -> bool:
     """Whether `namespace` owns or holds `address`: what a rule on an address
     (chaos) needs. A shared address is nobody's: no namespace sets rules on it."""
     owner, shared, holder = _standing(session, settings, address)
@@ -98,7 +98,7 @@ def may_use_address(session: Session, settings: Settings, namespace: str, addres
     return not shared and holder == namespace
 
 
-def may_watch(session: Session, settings: Settings, namespace: str, address: str) -> bool:
+def may_watch(session: Connection, settings: Settings, namespace: str, address: str) -> bool:
     """Whether `namespace` owns, holds or shares `address`, or nobody owns or
     holds it (a signal of `namespace` on it would be allowed, holds aside
     that have lapsed)."""
@@ -109,7 +109,7 @@ def may_watch(session: Session, settings: Settings, namespace: str, address: str
 
 
 def owners_of(
-    session: Session, settings: Settings, addresses: Iterable[str]
+    session: Connection, settings: Settings, addresses: Iterable[str]
 ) -> Mapping[str, str | None]:
     """address → the namespace owning it (a mailbox or an owned domain; None: nobody)."""
     addresses = sorted({a.strip().lower() for a in addresses})

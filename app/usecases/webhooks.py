@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from app.db import dead_letters as dead_letters_db
 from app.db import server as server_db
@@ -37,7 +37,7 @@ log = logging.getLogger("signalbox.webhooks")
 REQUEUE_AFTER_SECONDS = 60.0
 
 
-def delivery_record(session: Session, dead_letter_id: str | None) -> None:
+def delivery_record(session: Connection, dead_letter_id: str | None) -> None:
     """In the dead letter's own transaction: queue its webhook delivery
     (nothing when no webhook is configured or the dead letter was not new)."""
     if dead_letter_id is None or not get_settings().dead_letter_webhook_url:

@@ -161,7 +161,6 @@ def test_concurrent_deliveries_of_one_dead_letter_take_its_alert_once(
     from concurrent.futures import ThreadPoolExecutor
 
     from sqlalchemy import create_engine
-    from sqlalchemy.orm import Session
 
     from app.db import dead_letters as dead_letters_db
     from app.settings import to_sqlalchemy_url
@@ -172,8 +171,7 @@ def test_concurrent_deliveries_of_one_dead_letter_take_its_alert_once(
     barrier = threading.Barrier(8)
 
     def take() -> bool:
-        with Session(engine) as session, session.begin():
-            session.connection()  # connected before the barrier
+        with engine.begin() as session:  # connected before the barrier
             barrier.wait(10)
             taken = dead_letters_db.dead_letter_take_alert(session, dead_letter_id)
             time.sleep(0.2)  # the others wait on the row lock meanwhile

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError, OperationalError
-from sqlalchemy.orm import Session
 
 from app.db import checks as checks_db
 from app.db import messages as messages_db
@@ -162,7 +162,12 @@ class _Writer:
     """One attempt at transaction 2, in `session`; what it did goes to `effects`."""
 
     def __init__(
-        self, session: Session, batch: CheckBatch, effects: Effects, *, one_statement: bool = False
+        self,
+        session: Connection,
+        batch: CheckBatch,
+        effects: Effects,
+        *,
+        one_statement: bool = False,
     ) -> None:
         self.session, self.batch, self.effects = session, batch, effects
         # Outside a transaction: every write must be one statement.

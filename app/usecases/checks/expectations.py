@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from app.db import checks as checks_db
 from app.db import messages as messages_db
@@ -64,7 +64,7 @@ class Written:
 
 
 def write_expectation(
-    session: Session,
+    session: Connection,
     row: _Row,
     observed: list[Observed],
     taken_by: dict[str, str],

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from app.db import messages as messages_db
 from app.domain.ids import new_id
@@ -74,7 +74,7 @@ def _parsed(provider: str, message: ProviderMessage) -> ParsedMail:
 
 
 def record_messages(
-    session: Session, provider: str, messages: Sequence[ProviderMessage]
+    session: Connection, provider: str, messages: Sequence[ProviderMessage]
 ) -> list[Observed]:
     """Record each observed message once; return every one with our id."""
     if not messages:
