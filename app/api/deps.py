@@ -25,14 +25,16 @@ async def get_app_settings(request: Request) -> Settings:
     return settings
 
 
-async def principal(
-    request: Request, settings: Annotated[Settings, Depends(get_app_settings)]
-) -> Principal:
+async def principal(request: Request) -> Principal:
     """The caller, from `Authorization: Bearer <token>`; else 401 (429
-    `too_many_failures` once the address has sent too many unknown tokens)."""
+    `too_many_failures` once the address has sent too many unknown tokens).
+
+    Each dependency costs FastAPI a resolution per request: the settings are
+    read here, not depended on, and `namespace` calls this directly."""
     known = getattr(request.state, "principal", None)
     if isinstance(known, Principal):  # resolved earlier in this request
         return known
+    settings: Settings = request.app.state.settings
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -50,8 +52,9 @@ async def principal(
     return found
 
 
-async def namespace(caller: Annotated[Principal, Depends(principal)]) -> str:
+async def namespace(request: Request) -> str:
     """The caller's namespace: routes that act on content take tenants only (ops: 403)."""
+    caller = await principal(request)
     if caller.namespace is None:
         raise OpsForbidden()
     return caller.namespace
