@@ -3,21 +3,20 @@
 any token check or body read) sees the request. httptools itself has no
 limit; uvicorn's `h11_max_incomplete_event_size` bounds the h11 protocol only.
 
-It also sends an answer's head and body in one write: uvicorn writes the
-status line and headers as soon as the app sends `http.response.start`, and
-the body separately, two system calls (and two wake-ups of the client over
-loopback) where one does. Writes made in one turn of the event loop are
-joined and written at the end of it (a large one is not copied: what is
-pending goes first, then it, as they came).
+It also sends an answer's head and body in one write (`JoinedWrites`):
+uvicorn writes the status line and headers as soon as the app sends
+`http.response.start`, and the body separately, two system calls (and two
+wake-ups of the client over loopback) where one does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.infra.joined_writes import JoinedWrites
 
 # Request headers (names, values, their separators) past this get 431.
 MAX_HEADER_BYTES = 64 * 1024
@@ -30,55 +29,6 @@ _RAW_HEAD_SLACK = 256 * 1024
 # unread data resets the connection, and the client may lose the answer.
 _LINGER_SECONDS = 5.0
 _LINGER_BYTES = 64 * 1024 * 1024
-
-
-# A write this large goes out on its own, not copied into a joined buffer.
-_JOIN_BELOW = 16 * 1024
-
-
-class _JoinedWrites:
-    """A transport whose writes within one turn of the event loop reach the
-    socket as one. Everything else is the transport's own; closing (or
-    writing EOF) sends what is pending first, in order."""
-
-    __slots__ = ("_loop", "_pending", "_transport")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._pending: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        if len(data) >= _JOIN_BELOW:
-            self.flush()
-            self._transport.write(data)
-            return
-        if not self._pending:
-            self._loop.call_soon(self.flush)
-        self._pending.append(bytes(data))
-
-    def flush(self) -> None:
-        if not self._pending:
-            return
-        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
-        self._pending.clear()
-        if not self._transport.is_closing():  # the client may have gone meanwhile
-            self._transport.write(data)
-
-    def write_eof(self) -> None:
-        self.flush()
-        self._transport.write_eof()
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def abort(self) -> None:
-        self._pending.clear()
-        self._transport.abort()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
 
 
 class HeaderLimitedProtocol(HttpToolsProtocol):
@@ -94,7 +44,7 @@ class HeaderLimitedProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         # Flow control keeps the real transport; the answers go through this.
-        self.transport = _JoinedWrites(transport, self.loop)  # type: ignore[assignment]
+        self.transport = JoinedWrites(transport, self.loop)  # type: ignore[assignment]
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

@@ -12,6 +12,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import MISSING, SMTP, syntax
 
 from app.domain.mail import PLAIN_ADDR_SPEC
+from app.infra.joined_writes import JoinedWrites
 from app.settings import Settings
 from app.smtp.data import TOO_LONG, read_data
 from app.smtp.handler import SinkHandler, aiosmtpd_names
@@ -105,7 +106,9 @@ class _CappedSMTP(SMTP):
         return super()._getaddr(arg)  # type: ignore[no-any-return]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)  # arms aiosmtpd's timer at `timeout`
+        # A multi-line reply (EHLO's) goes out in one write, not one per line.
+        joined = JoinedWrites(cast(asyncio.Transport, transport), self.loop)
+        super().connection_made(cast(asyncio.BaseTransport, joined))  # arms aiosmtpd's timer
         self._reset_timeout(self._first_command_seconds)
 
     def data_received(self, data: bytes) -> None:

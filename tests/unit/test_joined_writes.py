@@ -1,4 +1,4 @@
-"""The API protocol's joined writes: an answer's head and body made in one
+"""Joined writes (the API's and the sink's): an answer's head and body made in one
 turn of the event loop reach the socket in one write, in order, and nothing
 pending is lost or reordered by a large write, a close or an EOF."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from app.cli.http_protocol import _JOIN_BELOW, _JoinedWrites
+from app.infra.joined_writes import JOIN_BELOW, JoinedWrites
 
 pytestmark = pytest.mark.anyio
 
@@ -48,9 +48,9 @@ class RecordingTransport:
         return f"extra:{name}"
 
 
-def joined() -> tuple[_JoinedWrites, RecordingTransport]:
+def joined() -> tuple[JoinedWrites, RecordingTransport]:
     transport = RecordingTransport()
-    return _JoinedWrites(transport, asyncio.get_running_loop()), transport  # type: ignore[arg-type]
+    return JoinedWrites(transport, asyncio.get_running_loop()), transport  # type: ignore[arg-type]
 
 
 async def next_turn() -> None:
@@ -75,9 +75,17 @@ async def test_writes_of_separate_turns_stay_separate_and_in_order() -> None:
     assert transport.events == [("write", b"a"), ("write", b"b")]
 
 
+async def test_writelines_joins_in_order_with_what_is_pending() -> None:
+    writes, transport = joined()
+    writes.write(b"250-first\r\n")
+    writes.writelines([b"250-second\r\n", b"250 last\r\n"])
+    await next_turn()
+    assert transport.events == [("write", b"250-first\r\n250-second\r\n250 last\r\n")]
+
+
 async def test_a_large_write_follows_what_is_pending_without_being_joined() -> None:
     writes, transport = joined()
-    large = b"x" * _JOIN_BELOW
+    large = b"x" * JOIN_BELOW
     writes.write(b"head")
     writes.write(large)
     writes.write(b"tail")
