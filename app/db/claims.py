@@ -25,6 +25,7 @@ _CLAIM_TAKE = raw.Query(
                            claims_used = claims_used + 1, updated_at = now()
                      WHERE id = :id AND namespace = :namespace AND run_id = :run_id
                        AND status = :src AND claims_used < max_claims
+                       AND message_id IS NOT NULL
                      RETURNING id, run_id, recipient, message_id, claim_fence,
                                max_claims, claims_used,
                                now() + make_interval(secs => :lease) AS lease_until
@@ -61,8 +62,10 @@ def claim_take(
     The guarded UPDATE bumps the claim fence and the claims used; the claim is
     inserted from what it returned, and the message (raw bytes included, None
     once purged) read with it. None when the signal is not this namespace's
-    and run's, not `found` (someone moved first), or has no claim left: the
-    caller then reads why. ``message_id`` is None when the message is gone."""
+    and run's, not `found` (someone moved first), has no claim left or no
+    message (deleted by hand): the caller then reads why. Taking nothing it
+    writes nothing, so it may run committed on its own; what it takes has its
+    message (the foreign key holds it), raw bytes None once purged."""
     return raw.row(
         session,
         _CLAIM_TAKE,

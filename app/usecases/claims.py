@@ -20,7 +20,7 @@ from app.db import dead_letters as dead_letters_db
 from app.db import messages as messages_db
 from app.db import server as server_db
 from app.db import signals as signals_db
-from app.db.engine import transaction
+from app.db.engine import autocommit, transaction
 from app.domain import whole_message
 from app.domain.expectations import Expect
 from app.domain.ids import new_id
@@ -97,10 +97,16 @@ def lapse_leases(limit: int = 500) -> int:
 def claim(namespace: str, signal_id: str, req: ClaimCreate) -> Answer:
     """Lease a found signal's message to `req.owner` (default: the token's
     name, which for a tenant's token is its namespace)."""
+    # The common case, a found signal, is one statement committed alone: no
+    # BEGIN and COMMIT around it. When it takes nothing, it wrote nothing.
+    with autocommit() as session:
+        taken = _take(session, signal_id, namespace, req)
+    if taken is not None:
+        return _claimed(taken)
     dead: list[str] = []
     with transaction() as session:
-        # The common case, a found signal, is one statement; anything else
-        # (not found, another run, claimed, a lease to lapse) reads why.
+        # Anything else (not found, another run, claimed, a lease to lapse,
+        # a message gone) reads why, or takes it if it turned found meanwhile.
         taken = _take(session, signal_id, namespace, req)
         if taken is None:
             signal = signals_db.signal_get(session, signal_id, namespace)
@@ -120,6 +126,8 @@ def claim(namespace: str, signal_id: str, req: ClaimCreate) -> Answer:
             if taken is None:
                 signal = signals_db.signal_get(session, signal_id, namespace)
                 assert signal is not None
+                if signal["status"] == Status.FOUND and signal["message_id"] is None:
+                    raise NotFound(f"no message of signal {signal_id}")  # deleted by hand
                 answer = _refusal(session, signal)
     publish(dead)
     # Parsed for its content once committed: no lock is held meanwhile.

@@ -129,6 +129,32 @@ def test_claim_with_another_run_id_is_run_mismatch(stack: Stack) -> None:
     assert r.json()["error"]["code"] == "run_mismatch"
 
 
+def test_a_claim_of_a_signal_whose_message_was_deleted_by_hand_takes_nothing(
+    stack: Stack,
+) -> None:
+    """A found signal whose message is gone (signals.message_id set null) is
+    404, and the claim, committed on its own, took nothing: still found, no
+    claim used, no claim row."""
+    signal = found_signal(stack)
+    db = stack.env["SIGNALBOX_DATABASE_URL"]
+    with psycopg.connect(db) as conn:
+        (message_id,) = conn.execute(
+            "SELECT message_id FROM signals WHERE id = %s", (signal["signal_id"],)
+        ).fetchone()
+        conn.execute("DELETE FROM messages WHERE id = %s", (message_id,))
+    r = claim(stack, signal)
+    assert r.status_code == 404, r.text
+    assert r.json()["error"]["code"] == "not_found"
+    with psycopg.connect(db) as conn:
+        status, used = conn.execute(
+            "SELECT status, claims_used FROM signals WHERE id = %s", (signal["signal_id"],)
+        ).fetchone()
+        (claims,) = conn.execute(
+            "SELECT count(*) FROM claims WHERE signal_id = %s", (signal["signal_id"],)
+        ).fetchone()
+    assert (status, used, claims) == ("found", 0, 0)
+
+
 def test_claim_of_an_expired_signal_answers_410_with_the_dead_letter(stack: Stack) -> None:
     """A claim of an expired signal answers 410 with its dead letter."""
     with stack.client() as api:
