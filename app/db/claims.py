@@ -86,19 +86,26 @@ def claim_get(session: Connection, claim_id: str) -> RowMapping | None:
     return first(session, "SELECT * FROM claims WHERE id = :id", {"id": claim_id})
 
 
+# A claim as `claim_lock_live` reads it, unlocked, with its message's bytes.
+_CLAIM_COLUMNS = """
+                SELECT c.*, s.namespace, s.claim_fence, s.status AS signal_status,
+                       c.lease_until > now() AS live, now() AS now,
+                       s.recipient, s.provider, s.subject_contains, s.body_contains,
+                       s.received_after, m.run_marker, m.received_at AS message_received_at"""
 _CLAIM_MESSAGE_RAW = raw.Query(
-    """
-                SELECT c.state, c.message_id, m.raw
-                  FROM claims c LEFT JOIN messages m ON m.id = c.message_id
+    _CLAIM_COLUMNS
+    + """, m.raw
+                  FROM claims c JOIN signals s ON s.id = c.signal_id
+                  LEFT JOIN messages m ON m.id = c.message_id
                  WHERE c.id = :id
 """
 )
 
 
 def claim_message_raw(session: Connection, claim_id: str) -> Row | None:
-    """A claim's state and its message's raw bytes (None once purged), unlocked,
-    in one round trip and in binary format (what a consume hashes before it
-    locks anything)."""
+    """A claim as :func:`claim_lock_live` reads it and its message's raw bytes
+    (None once purged), unlocked, in one round trip and in binary format
+    (what a consume hashes before it locks anything, or consumes from)."""
     return raw.row(session, _CLAIM_MESSAGE_RAW, {"id": claim_id}, binary=True)
 
 
@@ -119,11 +126,8 @@ def claim_active_many(session: Connection, signal_ids: Sequence[str]) -> dict[st
 
 
 _CLAIM_LOCK_LIVE = raw.Query(
-    """
-                SELECT c.*, s.namespace, s.claim_fence, s.status AS signal_status,
-                       c.lease_until > now() AS live, now() AS now,
-                       s.recipient, s.provider, s.subject_contains, s.body_contains,
-                       s.received_after, m.run_marker, m.received_at AS message_received_at
+    _CLAIM_COLUMNS
+    + """
                   FROM claims c JOIN signals s ON s.id = c.signal_id
                   LEFT JOIN messages m ON m.id = c.message_id
                  WHERE c.id = :id
@@ -171,14 +175,19 @@ def signal_release_claim(session: Connection, signal_id: str, fence: int) -> boo
 
 _CLAIM_CONSUME = raw.Query(
     """
-                WITH sig AS (
-                    UPDATE signals SET status = :dst, updated_at = now()
-                     WHERE id = :signal_id AND status = :src AND claim_fence = :fence
-                     RETURNING id, run_id
-                ), ended AS (
+                WITH ended AS (
                     UPDATE claims SET state = 'consumed', ended_at = now()
                      WHERE id = :claim_id AND fence = :fence AND state = 'active'
+                       AND lease_until > now()
+                       AND EXISTS (SELECT 1 FROM signals
+                                    WHERE id = :signal_id AND status = :src
+                                      AND claim_fence = :fence)
                      RETURNING id, claimed_at, message_id, owner
+                ), sig AS (
+                    UPDATE signals SET status = :dst, updated_at = now()
+                     WHERE id = :signal_id AND status = :src AND claim_fence = :fence
+                       AND EXISTS (SELECT 1 FROM ended)
+                     RETURNING id, run_id
                 )
                 INSERT INTO receipts (id, signal_id, claim_id, namespace, run_id, message_id,
                                       claimed_at, evidence, owner)
@@ -194,9 +203,14 @@ def claim_consume(
     session: Connection, claim: Mapping[Any, Any], receipt: Mapping[str, Any]
 ) -> Row | None:
     """claimed → consumed, the claim ended and its receipt written, in one
-    statement, each guarded by the claim's fence. ``claim`` is a row of
-    :func:`claim_lock_live` (so both rows are locked); ``receipt`` holds the
-    receipt's id and evidence. None when a guard failed (nothing written)."""
+    statement, guarded by the claim's fence, its live lease and the signal
+    still claimed under that fence. ``claim`` is a row of
+    :func:`claim_lock_live` (both rows locked) or, committed on its own, of
+    :func:`claim_message_raw`: the claim is ended first (its row locked) and
+    the signal moved only if it was, so a guard that fails on either row
+    writes nothing (a writer that ends the claim also moves the signal, and
+    must wait for the claim's lock). ``receipt`` holds the receipt's id and
+    evidence. None when a guard failed (nothing written)."""
     return raw.row(
         session,
         _CLAIM_CONSUME,

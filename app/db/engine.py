@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
@@ -122,3 +123,15 @@ def autocommit(engine: Engine | None = None) -> Iterator[Connection]:
             )
     with autocommit.connect() as connection:
         yield connection
+
+
+def retryable(error: exc.OperationalError) -> bool:
+    """PostgreSQL aborted the statement to break a deadlock or a conflict,
+    or it waited on a lock past `lock_timeout`: it wrote nothing, and the
+    same work may be tried again."""
+    return isinstance(
+        getattr(error, "orig", None),
+        psycopg.errors.DeadlockDetected
+        | psycopg.errors.SerializationFailure
+        | psycopg.errors.LockNotAvailable,
+    )

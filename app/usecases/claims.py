@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import OperationalError
 
 from app.db import claims as claims_db
 from app.db import dead_letters as dead_letters_db
 from app.db import messages as messages_db
 from app.db import server as server_db
 from app.db import signals as signals_db
-from app.db.engine import autocommit, transaction
+from app.db.engine import autocommit, retryable, transaction
 from app.domain import whole_message
 from app.domain.expectations import Expect
 from app.domain.ids import new_id
@@ -292,38 +293,73 @@ def _require_live(claim_row: Mapping[Any, Any]) -> None:
 
 
 def consume(namespace: str, claim_id: str) -> dict[str, Any]:
-    """Consume the claimed message; consuming again returns the same receipt."""
-    with transaction() as session:
-        # The message's hashes are read before the rows are locked: hashing a
-        # large message must not hold the signal meanwhile.
+    """Consume the claimed message; consuming again returns the same receipt.
+
+    The common case, a live claim, is two statements committed alone: the
+    claim and its message read unlocked (hashing a large message holds no
+    lock), then the consume, guarded by the fence, the state and the lease.
+    Anything else, or a guard that failed meanwhile (a concurrent consume,
+    a release, a lapse), is decided on the locked rows as before."""
+    with autocommit() as session:
         unlocked = claims_db.claim_message_raw(session, claim_id)
-        pinned = (
-            _message_digest(unlocked["raw"], unlocked["message_id"])
-            if unlocked is not None and unlocked["state"] == "active"
-            else {}
-        )
+    if unlocked is None or unlocked["namespace"] != namespace:
+        raise NotFound(f"no claim {claim_id}")
+    if unlocked["state"] != "active":
+        return _consume_locked(namespace, claim_id, {})
+    pinned = _message_digest(unlocked["raw"], unlocked["message_id"])
+    if unlocked["live"] and unlocked["fence"] == unlocked["claim_fence"]:
+        try:
+            with autocommit() as session:
+                receipt = _consume_row(session, unlocked, pinned)
+        except OperationalError as exc:
+            # Aborted for a deadlock or a lock wait (with a release or a lapse
+            # at the same moment): nothing was written.
+            if not retryable(exc):
+                raise
+            receipt = None
+        if receipt is not None:
+            return receipt
+    return _consume_locked(namespace, claim_id, pinned)
+
+
+def _consume_locked(namespace: str, claim_id: str, pinned: dict[str, Any]) -> dict[str, Any]:
+    with transaction() as session:
         claim_row = _live_claim(session, namespace, claim_id)
         if claim_row["state"] == "consumed":
             kept = claims_db.receipt_by_claim(session, claim_id)
             assert kept is not None
             return views.receipt_view(kept)
         _require_live(claim_row)
-        receipt = claims_db.claim_consume(
-            session,
-            claim_row,
-            {"id": new_id("rcp"), "evidence": {**_evidence(claim_row), **pinned}},
-        )
+        if not pinned:  # read while the claim was not active: read again
+            again = claims_db.claim_message_raw(session, claim_id)
+            assert again is not None
+            pinned = _message_digest(again["raw"], again["message_id"])
+        receipt = _consume_row(session, claim_row, pinned)
         if receipt is None:  # a guard failed: the transaction rolls back
             raise LeaseExpired(claim_id=claim_id)
-        _log_claim_event(
-            "signal consumed",
-            "signal_consumed",
-            run_id=claim_row["run_id"],
-            signal_id=claim_row["signal_id"],
-            claim_id=claim_id,
-            recipient=claim_row["recipient"],
-        )
-        return views.receipt_view(receipt)
+        return receipt
+
+
+def _consume_row(
+    session: Connection, claim_row: Mapping[Any, Any], pinned: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The consume's one statement; the receipt's view, or None if a guard failed."""
+    receipt = claims_db.claim_consume(
+        session,
+        claim_row,
+        {"id": new_id("rcp"), "evidence": {**_evidence(claim_row), **pinned}},
+    )
+    if receipt is None:
+        return None
+    _log_claim_event(
+        "signal consumed",
+        "signal_consumed",
+        run_id=claim_row["run_id"],
+        signal_id=claim_row["signal_id"],
+        claim_id=claim_row["id"],
+        recipient=claim_row["recipient"],
+    )
+    return views.receipt_view(receipt)
 
 
 def _log_claim_event(

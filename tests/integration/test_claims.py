@@ -220,6 +220,106 @@ def test_stale_holder_gets_lease_expired_after_another_consumer_claimed(stack: S
     assert ok.json()["claim_id"] == fresh["claim_id"]
 
 
+def race(stack: Stack, paths: list[str]) -> list[tuple[str, httpx.Response]]:
+    """POST each of `paths` at once, one thread and connection each."""
+    barrier = threading.Barrier(len(paths))
+    answers: list[tuple[str, httpx.Response]] = []
+    lock = threading.Lock()
+
+    def go(path: str) -> None:
+        with httpx.Client(
+            base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}, timeout=60
+        ) as api:
+            barrier.wait()
+            r = api.post(path)
+        with lock:
+            answers.append((path, r))
+
+    threads = [threading.Thread(target=go, args=(path,)) for path in paths]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answers
+
+
+def test_concurrent_consumes_and_a_release_of_one_claim_leave_one_consistent_outcome(
+    stack: Stack,
+) -> None:
+    """Twelve consumes and a release race on one claim: every consume that
+    wins answers the same receipt, the losers lease_expired, and the rows
+    agree (consumed with one receipt, or found again with none)."""
+    db = stack.env["SIGNALBOX_DATABASE_URL"]
+    for _ in range(3):
+        signal = found_signal(stack)
+        claim_id = claim(stack, signal).json()["claim_id"]
+        answers = race(
+            stack, [f"/v1/claims/{claim_id}/consume"] * 12 + [f"/v1/claims/{claim_id}/release"]
+        )
+        consumes = [r for path, r in answers if path.endswith("/consume")]
+        consumed = [r for r in consumes if r.status_code == 200]
+        refused = [r for r in consumes if r.status_code != 200]
+        assert all(r.status_code == 409 for r in refused), [r.text for r in refused]
+        assert all(r.json()["error"]["code"] == "lease_expired" for r in refused)
+        assert len({r.json()["receipt_id"] for r in consumed}) <= 1
+        with psycopg.connect(db) as conn:
+            status = conn.execute(
+                "SELECT status FROM signals WHERE id = %s", (signal["signal_id"],)
+            ).fetchone()[0]
+            state = conn.execute("SELECT state FROM claims WHERE id = %s", (claim_id,)).fetchone()[
+                0
+            ]
+            receipts = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT id FROM receipts WHERE claim_id = %s", (claim_id,)
+                ).fetchall()
+            ]
+        if consumed:
+            assert (status, state) == ("consumed", "consumed")
+            assert receipts == [consumed[0].json()["receipt_id"]]
+        else:
+            assert (status, state, receipts) == ("found", "released", [])
+
+
+def test_a_consume_whose_lease_ran_out_writes_nothing_even_unlocked(stack: Stack) -> None:
+    """The consume's one statement, committed on its own, refuses a claim
+    whose lease ran out after it was read (the sweep not there yet): the
+    signal stays claimed, the claim active, and no receipt is written."""
+    from sqlalchemy import create_engine
+
+    from app.db import claims as claims_db
+    from app.settings import to_sqlalchemy_url
+
+    signal = found_signal(stack)
+    claim_id = claim(stack, signal, lease=300).json()["claim_id"]
+    engine = create_engine(to_sqlalchemy_url(stack.env["SIGNALBOX_DATABASE_URL"]))
+    try:
+        with engine.connect() as conn:
+            read = claims_db.claim_message_raw(conn, claim_id)
+        assert read is not None and read["live"]
+        with engine.begin() as conn:  # the lease runs out after the read
+            conn.exec_driver_sql(
+                "UPDATE claims SET lease_until = now() - interval '1 second' WHERE id = %(id)s",
+                {"id": claim_id},
+            )
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            receipt = claims_db.claim_consume(conn, read, {"id": "rcp_test", "evidence": {}})
+            status = conn.exec_driver_sql(
+                "SELECT status FROM signals WHERE id = %(id)s", {"id": signal["signal_id"]}
+            ).scalar()
+            state = conn.exec_driver_sql(
+                "SELECT state FROM claims WHERE id = %(id)s", {"id": claim_id}
+            ).scalar()
+            receipts = conn.exec_driver_sql(
+                "SELECT count(*) FROM receipts WHERE claim_id = %(id)s", {"id": claim_id}
+            ).scalar()
+    finally:
+        engine.dispose()
+    assert receipt is None
+    assert (status, state, receipts) == ("claimed", "active", 0)
+
+
 def test_release_puts_the_signal_back_to_found_and_extend_moves_the_lease(stack: Stack) -> None:
     signal = found_signal(stack)
     held = claim(stack, signal, lease=30).json()

@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app.db import checks as checks_db
 from app.db import messages as messages_db
 from app.db.checks import CheckRecord
-from app.db.engine import autocommit, transaction
+from app.db.engine import autocommit, retryable, transaction
 from app.domain.backoff import BackoffPolicy
 from app.domain.expectations import Expect
 from app.domain.matching import pick
@@ -129,7 +128,7 @@ def write_answer(batch: CheckBatch, signal_id: str) -> Effects:
         except _NeedsTransaction:
             pass  # nothing was written
         except OperationalError as exc:
-            if not _retryable(exc):
+            if not retryable(exc):
                 raise
             # The statement wrote nothing: written again in a transaction, retried.
     attempt = 1
@@ -140,22 +139,13 @@ def write_answer(batch: CheckBatch, signal_id: str) -> Effects:
                 _Writer(session, batch, effects).write()
             return effects
         except OperationalError as exc:
-            if attempt == TX_ATTEMPTS or not _retryable(exc):
+            if attempt == TX_ATTEMPTS or not retryable(exc):
                 raise
             log.info(
                 "check result collided with another transaction; writing it again",
                 extra={"event": "check_write_retry", "signal_id": signal_id, "attempt": attempt},
             )
         attempt += 1
-
-
-def _retryable(exc: OperationalError) -> bool:
-    return isinstance(
-        getattr(exc, "orig", None),
-        psycopg.errors.DeadlockDetected
-        | psycopg.errors.SerializationFailure
-        | psycopg.errors.LockNotAvailable,
-    )
 
 
 class _Writer:
