@@ -100,7 +100,8 @@ def transaction(engine: Engine | None = None) -> Iterator[Connection]:
     """One unit of work on one connection: commit on success, roll back on
     any exception. A Core `Connection`, not an ORM `Session`: the code runs
     SQL text only, and a session's unit-of-work bookkeeping cost about as
-    much CPU per transaction as the statements themselves (bench/PROFILE.md)."""
+    much CPU per transaction as the statements themselves
+    (bench/units_of_work.py)."""
     with (engine or get_engine()).begin() as connection:
         yield connection
 

@@ -50,7 +50,7 @@ def query(sql: str) -> Query:
 def _execute(
     connection: Connection, query: Query, params: Mapping[str, Any], binary: bool = False
 ) -> psycopg.Cursor[Any]:
-    # In a transaction, psycopg sends its BEGIN with the first statement.
+    # In a transaction, psycopg sends BEGIN before the first statement.
     driver = connection.connection.driver_connection
     assert driver is not None
     cursor = driver.cursor(row_factory=dict_row)

@@ -300,26 +300,24 @@ def consume(namespace: str, claim_id: str) -> dict[str, Any]:
     lock), then the consume, guarded by the fence, the state and the lease.
     Anything else, or a guard that failed meanwhile (a concurrent consume,
     a release, a lapse), is decided on the locked rows as before."""
-    with autocommit() as session:
+    with autocommit() as session:  # one connection for both statements
         unlocked = claims_db.claim_message_raw(session, claim_id)
-    if unlocked is None or unlocked["namespace"] != namespace:
-        raise NotFound(f"no claim {claim_id}")
-    if unlocked["state"] != "active":
-        return _consume_locked(namespace, claim_id, {})
-    pinned = _message_digest(unlocked["raw"], unlocked["message_id"])
-    if unlocked["live"] and unlocked["fence"] == unlocked["claim_fence"]:
-        try:
-            with autocommit() as session:
+        if unlocked is None or unlocked["namespace"] != namespace:
+            raise NotFound(f"no claim {claim_id}")
+        receipt = None
+        pinned: dict[str, Any] = {}
+        if unlocked["state"] == "active":
+            pinned = _message_digest(unlocked["raw"], unlocked["message_id"])
+        if pinned and unlocked["live"] and unlocked["fence"] == unlocked["claim_fence"]:
+            try:
                 receipt = _consume_row(session, unlocked, pinned)
-        except OperationalError as exc:
-            # Aborted for a deadlock or a lock wait (with a release or a lapse
-            # at the same moment): nothing was written.
-            if not retryable(exc):
-                raise
-            receipt = None
-        if receipt is not None:
-            return receipt
-    return _consume_locked(namespace, claim_id, pinned)
+            except OperationalError as exc:
+                # Aborted for a deadlock or a lock wait (with a release or a
+                # lapse at the same moment): nothing was written.
+                if not retryable(exc):
+                    raise
+    # Released first: the locked path takes a connection of its own.
+    return receipt if receipt is not None else _consume_locked(namespace, claim_id, pinned)
 
 
 def _consume_locked(namespace: str, claim_id: str, pinned: dict[str, Any]) -> dict[str, Any]:
