@@ -205,22 +205,22 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
     fence_dupes = conn.execute(
         "SELECT signal_id, fence, count(*) FROM checks GROUP BY 1, 2 HAVING count(*) > 1"
     ).fetchall()
-    # A scheduled check that matched may count or not (either reading of the
-    # budget is fair); a push's or a redrive's never does.
-    counted = (
-        "c.reason = ANY(%(reasons)s) AND c.outcome NOT IN ('circuit_open', 'matched')"
-        " AND c.error_code IS DISTINCT FROM 'rate_limited'"
+    # Each check row says whether it spent the budget (`counted`, written in
+    # the statement that adds it to `checks_count`): they add up, and no
+    # push, redrive, open breaker or rate limit spent any. (A look that rode
+    # along with another signal's check when one check was left spends none
+    # either: only the row's own flag knows that.)
+    never_spends = (
+        "NOT c.reason = ANY(%(reasons)s) OR c.outcome = 'circuit_open'"
+        " OR c.error_code IS NOT DISTINCT FROM 'rate_limited'"
     )
     reconcile = conn.execute(
-        "SELECT id, checks_count, counted, counted_matched, other FROM ("
+        "SELECT id, checks_count, counted, wrongly FROM ("
         " SELECT s.id, s.checks_count,"
-        f" count(c.id) FILTER (WHERE {counted}) AS counted,"
-        " count(c.id) FILTER (WHERE c.reason = ANY(%(reasons)s) AND c.outcome = 'matched')"
-        "   AS counted_matched,"
-        " count(c.id) FILTER (WHERE NOT c.reason = ANY(%(reasons)s)"
-        "   AND c.outcome <> 'circuit_open') AS other"
+        " count(c.id) FILTER (WHERE c.counted) AS counted,"
+        f" count(c.id) FILTER (WHERE c.counted AND ({never_spends})) AS wrongly"
         " FROM signals s LEFT JOIN checks c ON c.signal_id = s.id GROUP BY s.id) t"
-        " WHERE checks_count NOT IN (counted, counted + counted_matched)",
+        " WHERE checks_count <> counted OR wrongly > 0",
         {"reasons": list(COUNTED_REASONS)},
     ).fetchall()
 
@@ -270,9 +270,9 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
             "checks_count differs from its counted check rows",
             len(reconcile),
             [
-                f"{sid}: checks_count {cc}, counted rows {rows_} (+{matched} matched),"
-                f" push/redrive rows {other}"
-                for sid, cc, rows_, matched, other in reconcile
+                f"{sid}: checks_count {cc}, rows that spent the budget {rows_}, of which"
+                f" {wrongly} never should (a push, a redrive, an open breaker, a rate limit)"
+                for sid, cc, rows_, wrongly in reconcile
             ],
         ),
         Row(

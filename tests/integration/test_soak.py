@@ -97,7 +97,8 @@ def test_invariant_checker_counts_each_kind_of_violation(database_url: str) -> N
         _signal_row(conn, "sig_wrong", status="found", message_id="msg_1", checks_count=1)
         conn.execute(
             "INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,"
-            " started_at) VALUES ('sig_wrong', 1, 1, 'sink', 'first', 'matched', now())"
+            " started_at, counted)"
+            " VALUES ('sig_wrong', 1, 1, 'sink', 'first', 'matched', now(), true)"
         )
         # Found with mail whose delivery began before the deadline (10:00:30)
         # and was acknowledged 1.3 s after it: a provider back from an outage
@@ -119,7 +120,7 @@ def test_invariant_checker_counts_each_kind_of_violation(database_url: str) -> N
             )
             conn.execute(
                 "INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,"
-                " started_at) VALUES (%s, 1, 1, 'imap', 'first', 'matched', now())",
+                " started_at, counted) VALUES (%s, 1, 1, 'imap', 'first', 'matched', now(), true)",
                 (sid,),
             )
         # A push check that spent the budget.
@@ -128,7 +129,18 @@ def test_invariant_checker_counts_each_kind_of_violation(database_url: str) -> N
         )
         conn.execute(
             "INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,"
-            " started_at) VALUES ('sig_push', 1, 1, 'sink', 'push', 'no_match', now())"
+            " started_at, counted)"
+            " VALUES ('sig_push', 1, 1, 'sink', 'push', 'no_match', now(), true)"
+        )
+        # A look that rode along with another signal's check when one check was
+        # left spent nothing (its row says so): not a violation.
+        _signal_row(
+            conn, "sig_ride", status="waiting", checks_count=0, expires_at="2099-01-01T00:00:00Z"
+        )
+        conn.execute(
+            "INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,"
+            " started_at, counted)"
+            " VALUES ('sig_ride', 1, 1, 'sink', 'scheduled', 'no_match', now(), false)"
         )
         # Still waiting long after its deadline.
         _signal_row(conn, "sig_stuck", status="waiting")
@@ -167,6 +179,7 @@ def test_invariant_checker_counts_each_kind_of_violation(database_url: str) -> N
                 planned("sig_lost"),
                 planned("sig_wrong"),
                 planned("sig_push"),
+                planned("sig_ride"),
                 planned("sig_stuck"),
                 planned("sig_nodlq"),
                 planned("sig_slow_ack", provider="imap"),
