@@ -56,8 +56,26 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # The pool processes' bulkhead (app/providers/bulkhead.py) is sized from this.
     os.environ[PROCESSES_ENV] = str(args.concurrency or os.cpu_count() or 1)
     _quiet_root_warning()
+    _stop_flower_cleanly_on_sigterm()
     _celery(argv)
     return 0
+
+
+def _stop_flower_cleanly_on_sigterm() -> None:
+    """Flower's SIGTERM handler raises SystemExit wherever the signal lands;
+    inside a weakref callback Python prints it as a traceback, ignores it,
+    and Flower runs on until it is killed. Its event loop is asked to stop
+    instead, and its command returns (then exits 0)."""
+    import flower.command
+    from tornado.ioloop import IOLoop
+
+    def stop_loop(signum: int, frame: object) -> None:
+        loop = IOLoop.current(instance=False)
+        if loop is None:  # not serving yet
+            raise SystemExit(0)
+        loop.asyncio_loop.call_soon_threadsafe(loop.stop)  # type: ignore[attr-defined]
+
+    flower.command.sigterm_handler = stop_loop  # read when Flower installs it
 
 
 def _quiet_root_warning() -> None:

@@ -327,11 +327,7 @@ def _consume_locked(namespace: str, claim_id: str, pinned: dict[str, Any]) -> di
             kept = claims_db.receipt_by_claim(session, claim_id)
             assert kept is not None
             return views.receipt_view(kept)
-        _require_live(claim_row)
-        if not pinned:  # read while the claim was not active: read again
-            again = claims_db.claim_message_raw(session, claim_id)
-            assert again is not None
-            pinned = _message_digest(again["raw"], again["message_id"])
+        _require_live(claim_row)  # so `pinned` was read while it was active
         receipt = _consume_row(session, claim_row, pinned)
         if receipt is None:  # a guard failed: the transaction rolls back
             raise LeaseExpired(claim_id=claim_id)
