@@ -56,7 +56,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # The pool processes' bulkhead (app/providers/bulkhead.py) is sized from this.
     os.environ[PROCESSES_ENV] = str(args.concurrency or os.cpu_count() or 1)
     _quiet_root_warning()
-    _stop_flower_cleanly_on_sigterm()
     _celery(argv)
     return 0
 
@@ -146,5 +145,6 @@ def cmd_flower(args: argparse.Namespace) -> int:
             " and its API refuses every call",
             file=sys.stderr,
         )
+    _stop_flower_cleanly_on_sigterm()
     _celery(argv)
     return 0
