@@ -208,7 +208,9 @@ def test_checks_go_on_when_the_breakers_redis_is_unreachable(
     signal = create_signal(stack)
     stack.send(mail(signal["recipient"]), [signal["recipient"]])
 
-    view = wait_result(stack, signal["signal_id"], wait=30)
+    # Every Redis call of a look is refused and retried by the client first:
+    # a look takes 10-15 s here on an idle machine, more under a full suite.
+    view = wait_result(stack, signal["signal_id"], wait=60)
 
     assert view["status"] == "found"
     # The look that found it was made by the sink (push) or a worker: the
