@@ -185,6 +185,34 @@ def dead_letter_take_unpublished(
     )
 
 
+def dead_letter_take_unalerted(
+    session: Connection, *, after_seconds: float, limit: int
+) -> list[str]:
+    """Take dead letters published `after_seconds` ago or more and still not
+    alerted, whose last send is as old: their message was lost or is held by
+    a consumer that died (Redis gives it back only after its visibility
+    timeout). Each is taken at most once per `after_seconds`, so a slow
+    consumer's backlog gains one copy per dead letter per period, no more."""
+    return list(
+        session.execute(
+            text(
+                """
+                UPDATE dead_letters SET publish_attempt_at = now()
+                 WHERE id IN (
+                    SELECT id FROM dead_letters
+                     WHERE alerted_at IS NULL AND published_at IS NOT NULL
+                       AND published_at < now() - make_interval(secs => :after)
+                       AND (publish_attempt_at IS NULL
+                            OR publish_attempt_at < now() - make_interval(secs => :after))
+                     ORDER BY published_at LIMIT :limit FOR UPDATE SKIP LOCKED)
+                RETURNING id
+                """
+            ),
+            {"after": after_seconds, "limit": limit},
+        ).scalars()
+    )
+
+
 def dead_letter_mark_published(session: Connection, ids: Sequence[str]) -> None:
     session.execute(
         text("UPDATE dead_letters SET published_at = now() WHERE id = ANY(:ids)"),

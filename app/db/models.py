@@ -410,6 +410,11 @@ class DeadLetter(Base):
         Index(None, "namespace", "state", "created_at"),
         partial("ix_dead_letters_unpublished", "created_at", where="published_at IS NULL"),
         partial(
+            "ix_dead_letters_unalerted",
+            "published_at",
+            where="alerted_at IS NULL AND published_at IS NOT NULL",
+        ),
+        partial(
             "ix_dead_letters_late_watch",
             "provider",
             "created_at",

@@ -185,3 +185,20 @@ def republish_unsent(lease_seconds: float = 30.0, limit: int = 200) -> int:
         )
     publish(ids)
     return len(ids)
+
+
+def resend_unalerted(after_seconds: float = 120.0, limit: int = 200) -> int:
+    """Dead letters published `after_seconds` ago and still not alerted are
+    sent again (their consumer alerts once, however often it is delivered);
+    see `dead_letters_db.dead_letter_take_unalerted` for the pace."""
+    with transaction() as session:
+        ids = dead_letters_db.dead_letter_take_unalerted(
+            session, after_seconds=after_seconds, limit=limit
+        )
+    if ids:
+        log.warning(
+            "dead letters published but not alerted are sent again",
+            extra={"event": "dead_letters_resent", "count": len(ids)},
+        )
+    publish(ids)
+    return len(ids)

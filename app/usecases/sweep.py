@@ -85,5 +85,5 @@ def sweep(
             event="sweep_look_failed",
             message="sweep's look failed; it is made again",
         )
-    republished = expiry.republish_unsent()
+    republished = expiry.republish_unsent() + expiry.resend_unalerted()
     return SweepReport(expired=expired, lapsed=lapsed, enqueued=len(due), republished=republished)

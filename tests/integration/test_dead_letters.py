@@ -185,6 +185,89 @@ def test_concurrent_deliveries_of_one_dead_letter_take_its_alert_once(
     assert winners.count(True) == 1
 
 
+def test_a_dead_letter_whose_message_was_lost_after_publishing_is_sent_again_and_alerted_once(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """A soak found an alert missing at the end of its run: the consumer held
+    the task's retry (PostgreSQL restarting) when a broker loss killed it,
+    and Redis gives an unacknowledged message back only after its visibility
+    timeout (an hour). The sweep sends again a dead letter published minutes
+    ago and never alerted; the consumer alerts once."""
+    stack = stack_factory()
+    ids = queued_dead_letters(stack, 2)
+    broker = redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"])
+    broker.delete("dead_letter")  # their messages are gone (held by a consumer that died)
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"], autocommit=True) as conn:
+        conn.execute(
+            "UPDATE dead_letters SET published_at = published_at - interval '10 minutes',"
+            " publish_attempt_at = publish_attempt_at - interval '10 minutes'"
+            " WHERE id = ANY(%s)",
+            [sorted(ids)],
+        )
+    stack.start_worker("dlq", queues="dead_letter", concurrency=1)
+
+    def alerted() -> list[str]:
+        return [
+            json.loads(line)["dead_letter_id"]
+            for line in stack.log_text("dlq").splitlines()
+            if '"dead_letter_alert"' in line
+        ]
+
+    wait_until(lambda: len(alerted()) >= 2, 60, what="the lost dead letters alerted")
+    assert sorted(alerted()) == sorted(ids)  # each once
+    assert "dead_letters_resent" in stack.log_text("beat")
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
+        row = conn.execute(
+            "SELECT count(*), bool_and(published_at > now() - interval '1 minute')"
+            " FROM dead_letters WHERE id = ANY(%s) AND alerted_at IS NOT NULL",
+            [sorted(ids)],
+        ).fetchone()
+    assert row == (2, True)  # published again, then alerted
+
+
+def test_an_unalerted_dead_letter_is_sent_again_at_most_once_per_period(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """The guard against amplifying a slow consumer's backlog: a dead letter
+    is sent again only when published `after_seconds` ago, and then not
+    again for as long; one published recently, or alerted, never."""
+    from sqlalchemy import create_engine
+
+    from app.db import dead_letters as dead_letters_db
+    from app.settings import to_sqlalchemy_url
+
+    stack = stack_factory()
+    engine = create_engine(to_sqlalchemy_url(stack.env["SIGNALBOX_DATABASE_URL"]))
+    old, recent, done = sorted(queued_dead_letters(stack, 3))
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"], autocommit=True) as conn:
+        conn.execute(
+            "UPDATE dead_letters SET published_at = now() - interval '10 minutes',"
+            " publish_attempt_at = now() - interval '11 minutes' WHERE id = ANY(%s)",
+            [[old, done]],
+        )
+        conn.execute("UPDATE dead_letters SET alerted_at = now() WHERE id = %s", [done])
+
+    def take() -> set[str]:
+        with engine.begin() as session:
+            ids = dead_letters_db.dead_letter_take_unalerted(session, after_seconds=120, limit=100)
+        return set(ids) & {old, recent, done}
+
+    try:
+        first, second = take(), take()
+    finally:
+        engine.dispose()
+    # The beat's sweep may have taken `old` first (and published it again):
+    # either way nobody takes it twice within the period.
+    assert first <= {old} and second == set()
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
+        attempted = conn.execute(
+            "SELECT publish_attempt_at > now() - interval '1 minute'"
+            " FROM dead_letters WHERE id = %s",
+            [old],
+        ).fetchone()
+    assert attempted == (True,)
+
+
 def test_list_filters_and_show(stack: Stack) -> None:
     a = expired_signal(stack)
     b = expired_signal(stack, max_checks=1, expires_in_seconds=60)
