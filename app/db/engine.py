@@ -6,22 +6,26 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from sqlalchemy import Connection, Engine, create_engine, event, exc
+from sqlalchemy import Connection, Engine, ExceptionContext, create_engine, event, exc
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from app.settings import Settings, get_settings, to_sqlalchemy_url
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # get_engine holds it while make_engine takes it
 _engines: dict[tuple[int, str], Engine] = {}
 
 
 # A pooled connection idle longer than this is pinged before it is handed out.
 PING_AFTER_IDLE_SECONDS = 1.0
+# The autocommit companion's pool: its units are one or two short statements.
+AUTOCOMMIT_POOL_SIZE = 5
+AUTOCOMMIT_MAX_OVERFLOW = 15
+_autocommit: dict[Engine, Engine] = {}
 
 
 def make_engine(
@@ -36,17 +40,43 @@ def make_engine(
     the ping is replaced. A connection in steady use is not pinged: after a
     PostgreSQL restart the first statement on it fails, as one in flight
     during the restart would, and that failure invalidates the whole pool,
-    so every other connection is replaced at its next checkout."""
+    so every other connection is replaced at its next checkout.
+
+    The engine comes with a companion for :func:`autocommit`, made here with
+    the same options (see `_autocommit_companion`)."""
     options = (
         f"-c statement_timeout={int(statement_timeout_ms)} -c lock_timeout={int(lock_timeout_ms)}"
     )
+    connect_args = {"options": options, "connect_timeout": 10}
     engine = create_engine(
         to_sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=20,
-        connect_args={"options": options, "connect_timeout": 10},
+        connect_args=connect_args,
     )
-    _ping_after_idle(engine)
+    companion = create_engine(
+        to_sqlalchemy_url(url),
+        isolation_level="AUTOCOMMIT",
+        # A connection that only ever runs in autocommit holds no transaction
+        # to roll back when it is returned.
+        pool_reset_on_return=None,
+        pool_size=AUTOCOMMIT_POOL_SIZE,
+        max_overflow=AUTOCOMMIT_MAX_OVERFLOW,
+        connect_args=connect_args,
+    )
+    for one in (engine, companion):
+        _ping_after_idle(one)
+    _invalidate_together(engine, companion)
+
+    @event.listens_for(engine, "engine_disposed")
+    def _dispose_companion(disposed: Engine) -> None:
+        with _lock:
+            kept = _autocommit.get(disposed)
+        if kept is not None:  # dispose_engines takes its companions out first
+            kept.dispose()
+
+    with _lock:
+        _autocommit[engine] = companion
     return engine
 
 
@@ -88,11 +118,14 @@ def get_engine(settings: Settings | None = None) -> Engine:
 
 
 def dispose_engines() -> None:
+    """Forget every engine without closing its connections (a forked child
+    must not close its parent's)."""
     with _lock:
-        for engine in _engines.values():
-            engine.dispose(close=False)
+        engines = [*_engines.values(), *_autocommit.values()]
         _engines.clear()
         _autocommit.clear()
+    for engine in engines:
+        engine.dispose(close=False)
 
 
 @contextmanager
@@ -106,24 +139,46 @@ def transaction(engine: Engine | None = None) -> Iterator[Connection]:
         yield connection
 
 
-_autocommit: dict[Engine, Engine] = {}
-
-
 @contextmanager
 def autocommit(engine: Engine | None = None) -> Iterator[Connection]:
     """Statements outside a transaction: each runs and commits on its own,
     without the BEGIN and COMMIT round trips of :func:`transaction`. For
     reads (under READ COMMITTED every statement of a transaction takes its
     own snapshot anyway) and for a unit of work that is one statement."""
-    engine = engine or get_engine()
-    autocommit = _autocommit.get(engine)
-    if autocommit is None:
-        with _lock:  # shares the engine's pool; the option is set per checkout
-            autocommit = _autocommit.setdefault(
+    with _autocommit_companion(engine or get_engine()).connect() as connection:
+        yield connection
+
+
+def _autocommit_companion(engine: Engine) -> Engine:
+    """The engine :func:`autocommit` checks out from: a pool of its own whose
+    connections stay in autocommit, so a checkout neither switches the
+    connection's mode nor rolls it back when it comes back (40 of the 98 µs
+    of client CPU an autocommit unit cost on the shared pool,
+    bench/units_of_work.py). An engine not made by `make_engine` shares its
+    pool, the mode set per checkout."""
+    companion = _autocommit.get(engine)
+    if companion is None:
+        with _lock:
+            companion = _autocommit.setdefault(
                 engine, engine.execution_options(isolation_level="AUTOCOMMIT")
             )
-    with autocommit.connect() as connection:
-        yield connection
+    return companion
+
+
+def _invalidate_together(engine: Engine, companion: Engine) -> None:
+    """A disconnect seen on either engine's connections (PostgreSQL restarted)
+    replaces the other's pool as well: its connections are as dead, and each
+    would otherwise fail one statement before its pool noticed."""
+
+    def replace(other: Engine) -> Callable[[ExceptionContext], None]:
+        def handle_error(context: ExceptionContext) -> None:
+            if context.is_disconnect and context.invalidate_pool_on_disconnect:
+                other.dispose()  # its idle connections closed; those in use go with the old pool
+
+        return handle_error
+
+    event.listen(engine, "handle_error", replace(companion))
+    event.listen(companion, "handle_error", replace(engine))
 
 
 def retryable(error: exc.OperationalError) -> bool:

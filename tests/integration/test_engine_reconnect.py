@@ -8,6 +8,7 @@ the whole pool. `autocommit()` runs statements without a transaction."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -86,3 +87,70 @@ def test_autocommit_runs_each_statement_on_its_own(own_postgres: object) -> None
         engine.dispose()
     assert alone == [True, True]
     assert inside == [False, False]
+
+
+def test_a_disconnect_seen_by_autocommit_replaces_the_transactions_pool_too(
+    own_postgres: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`autocommit()` checks out from a pool of its own (its connections stay
+    in autocommit). After a restart, the first statement on either pool
+    fails once, and both pools are fresh: no second statement fails."""
+    from app.db.engine import autocommit
+
+    monkeypatch.setattr(db_engine, "PING_AFTER_IDLE_SECONDS", 3600.0)  # never pinged
+    engine = make_engine(conninfo_to_url(own_postgres.get_uri()), pool_size=1)  # type: ignore[attr-defined]
+    probe = text("SELECT 1")
+    try:
+        with autocommit(engine) as session:
+            session.execute(probe)
+        with transaction(engine) as session:
+            session.execute(probe)
+        _restart(own_postgres)
+        with pytest.raises(OperationalError), autocommit(engine) as session:
+            session.execute(probe)
+        with transaction(engine) as session:  # the other pool was replaced
+            session.execute(probe)
+        with autocommit(engine) as session:
+            session.execute(probe)
+        _restart(own_postgres)
+        with pytest.raises(OperationalError), transaction(engine) as session:
+            session.execute(probe)
+        with autocommit(engine) as session:
+            session.execute(probe)
+    finally:
+        engine.dispose()
+
+
+def test_an_autocommit_connection_stays_in_autocommit_between_checkouts(
+    own_postgres: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The autocommit pool's connections are put in autocommit once, when
+    they connect: a checkout does not switch the mode, nor a return switch
+    it back (on the shared pool each did both)."""
+    from app.db.engine import autocommit
+
+    engine = make_engine(conninfo_to_url(own_postgres.get_uri()), pool_size=1)  # type: ignore[attr-defined]
+    companion = db_engine._autocommit_companion(engine)
+    switches: list[str] = []
+    for name in ("set_isolation_level", "reset_isolation_level"):
+        real = getattr(companion.dialect, name)
+
+        def counted(*args: object, _name: str = name, _real: Any = real) -> Any:
+            switches.append(_name)
+            return _real(*args)
+
+        monkeypatch.setattr(companion.dialect, name, counted)
+    try:
+        pids = set()
+        for _ in range(3):
+            with autocommit(engine) as session:
+                pids.add(session.execute(text("SELECT pg_backend_pid()")).scalar_one())
+                driver = session.connection.driver_connection
+                assert driver is not None and driver.autocommit is True
+        with transaction(engine) as session:  # the other pool's connection is not
+            driver = session.connection.driver_connection
+            assert driver is not None and driver.autocommit is False
+    finally:
+        engine.dispose()
+    assert len(pids) == 1  # one pooled connection, reused
+    assert switches == ["set_isolation_level"]  # when it connected, only
