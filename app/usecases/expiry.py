@@ -18,7 +18,7 @@ from app.db import dead_letters as dead_letters_db
 from app.db import due as due_db
 from app.db import messages as messages_db
 from app.db import signals as signals_db
-from app.db.engine import transaction
+from app.db.engine import autocommit, transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
 from app.domain.expectations import duplicate_sentence
 from app.domain.ids import new_id
@@ -190,8 +190,9 @@ def republish_unsent(lease_seconds: float = 30.0, limit: int = 200) -> int:
 def resend_unalerted(after_seconds: float = 120.0, limit: int = 200) -> int:
     """Dead letters published `after_seconds` ago and still not alerted are
     sent again (their consumer alerts once, however often it is delivered);
-    see `dead_letters_db.dead_letter_take_unalerted` for the pace."""
-    with transaction() as session:
+    see `dead_letters_db.dead_letter_take_unalerted` for the pace. Its one
+    statement commits alone: the sweep makes it every second."""
+    with autocommit() as session:
         ids = dead_letters_db.dead_letter_take_unalerted(
             session, after_seconds=after_seconds, limit=limit
         )
