@@ -3,7 +3,9 @@
 After a restart (stopped and started here), a connection idle in the pool is
 pinged and replaced before use (no error); one in steady use (not pinged,
 to save a round trip per transaction) fails once, and that failure replaces
-the whole pool. `autocommit()` runs statements without a transaction."""
+the whole pool. `autocommit()` runs statements without a transaction, from a
+pool of its own whose connections stay in autocommit; a disconnect seen on
+either pool replaces both."""
 
 from __future__ import annotations
 
