@@ -46,6 +46,15 @@ def queued_dead_letters(stack: Stack, count: int) -> set[str]:
     return ids
 
 
+def alerted(stack: Stack, process: str = "dlq") -> list[str]:
+    """The dead letter ids `process` logged a `dead_letter_alert` for, in order."""
+    return [
+        json.loads(line)["dead_letter_id"]
+        for line in stack.log_text(process).splitlines()
+        if '"dead_letter_alert"' in line
+    ]
+
+
 def test_each_expiry_is_published_once_to_the_dead_letter_queue(
     stack_factory: Callable[..., Stack],
 ) -> None:
@@ -99,16 +108,8 @@ def test_a_dead_letter_consumed_while_postgresql_is_down_is_alerted_once_it_is_b
         what="the consumer to meet the database down",
     )
     server.ensure_postgres_running()
-
-    def alerted() -> list[str]:
-        return [
-            json.loads(line)["dead_letter_id"]
-            for line in stack.log_text("dlq").splitlines()
-            if '"dead_letter_alert"' in line
-        ]
-
-    wait_until(lambda: len(alerted()) >= 2, 60, what="the alerts once PostgreSQL is back")
-    assert sorted(alerted()) == sorted(ids)  # each once
+    wait_until(lambda: len(alerted(stack)) >= 2, 60, what="the alerts once PostgreSQL is back")
+    assert sorted(alerted(stack)) == sorted(ids)  # each once
 
 
 def test_a_dead_letter_published_twice_is_alerted_once(
@@ -136,12 +137,7 @@ def test_a_dead_letter_published_twice_is_alerted_once(
         )
 
     wait_until(lambda: handled() >= 4, 60, what="all four deliveries handled")
-    alerted = [
-        json.loads(line)["dead_letter_id"]
-        for line in stack.log_text("dlq").splitlines()
-        if '"dead_letter_alert"' in line
-    ]
-    assert sorted(alerted) == sorted(ids)  # each once
+    assert sorted(alerted(stack)) == sorted(ids)  # each once
     with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
         rows = conn.execute(
             "SELECT count(*) FROM dead_letters WHERE id = ANY(%s) AND alerted_at IS NOT NULL",
@@ -205,16 +201,8 @@ def test_a_dead_letter_whose_message_was_lost_after_publishing_is_sent_again_and
             [sorted(ids)],
         )
     stack.start_worker("dlq", queues="dead_letter", concurrency=1)
-
-    def alerted() -> list[str]:
-        return [
-            json.loads(line)["dead_letter_id"]
-            for line in stack.log_text("dlq").splitlines()
-            if '"dead_letter_alert"' in line
-        ]
-
-    wait_until(lambda: len(alerted()) >= 2, 60, what="the lost dead letters alerted")
-    assert sorted(alerted()) == sorted(ids)  # each once
+    wait_until(lambda: len(alerted(stack)) >= 2, 60, what="the lost dead letters alerted")
+    assert sorted(alerted(stack)) == sorted(ids)  # each once
     assert "dead_letters_resent" in stack.log_text("beat")
     with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:
         row = conn.execute(
