@@ -270,6 +270,7 @@ def preload_pg_stat_statements(data_dir: Path) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
         conn.execute("ALTER SYSTEM SET pg_stat_statements.track = 'top'")
+        conn.execute("ALTER SYSTEM SET pg_stat_statements.track_planning = on")
     server._cleanup()  # pg_ctl stop (the only handle)
 
 
