@@ -47,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.long_polls = LongPollGate(settings.max_long_polls)
     # A sink signal's first look is made by the API that created it.
     app.state.look_here = checks.in_process_check_for(settings)
+    app.state.quick_first_look = checks.quick_first_look_for(settings)
     errors.install(app)
     app.add_middleware(GateMiddleware, settings=settings)
     for module in (signals, claims, messages, dead_letters, triage, chaos, ops):

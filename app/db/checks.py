@@ -74,6 +74,97 @@ def signal_lock_for_check(
     )
 
 
+# A new sink signal's first look when the sink holds no mail it could see:
+# the lock, the sink's search and the no-match write of `signal_lock_for_check`,
+# the sink provider and `signal_record_check`, in one statement. The row is
+# taken only as its create left it (no check took it, no push made it due
+# again: a push committed after this statement's snapshot changes
+# `next_check_reason`, and the lock re-reads the row, so it is then not
+# taken) and before its deadline (a final look decides an expiry, which this
+# statement does not write). Any sink message to the recipient from the
+# near-miss lookback before its window on, in the window or before it, and
+# nothing is written: the caller makes the whole look instead.
+_FIRST_LOOK_EMPTY = raw.Query(
+    """
+                WITH clock AS (
+                    SELECT clock_timestamp() AS looked_at
+                ), taken AS (
+                    SELECT s.id, s.recipient, s.received_after
+                      FROM signals s, clock
+                     WHERE s.id = :id AND s.status = 'waiting'
+                       AND s.check_fence = :fence AND s.next_check_reason = 'first'
+                       AND s.next_check_at <= clock.looked_at
+                       AND clock.looked_at < s.expires_at
+                       AND (s.check_lease_until IS NULL OR s.check_lease_until < now())
+                       FOR UPDATE OF s SKIP LOCKED
+                ), mail AS (
+                    SELECT 1 FROM sink_messages sm, taken t
+                     WHERE sm.all_recipients && ARRAY[lower(t.recipient)]::text[]
+                       AND sm.received_at >= t.received_after - make_interval(secs => :lookback)
+                     LIMIT 1
+                ), upd AS (
+                    UPDATE signals s
+                       SET check_fence = s.check_fence + 1,
+                           checks_count = s.checks_count + :inc,
+                           consecutive_errors = 0,
+                           last_check_at = now(),
+                           last_look_at = clock.looked_at,
+                           last_outcome = 'no_match',
+                           last_error_code = NULL,
+                           next_check_at = :next_at,
+                           next_check_reason = :next_reason,
+                           check_lease_until = NULL,
+                           updated_at = now()
+                      FROM taken, clock
+                     WHERE s.id = taken.id AND NOT EXISTS (SELECT 1 FROM mail)
+                    RETURNING s.id, s.generation, s.provider, s.check_fence
+                ), chk AS (
+                    INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,
+                                        error_code, batch_id, started_at, counted, messages_seen)
+                    SELECT upd.id, upd.generation, upd.check_fence, upd.provider, 'first',
+                           'no_match', NULL, :batch, clock.looked_at, :counted, 0
+                      FROM upd, clock
+                    ON CONFLICT (signal_id, fence) DO NOTHING
+                )
+                SELECT count(*) AS n FROM upd
+"""
+)
+
+
+def signal_first_look_if_empty(
+    session: Connection,
+    signal_id: str,
+    *,
+    fence: int,
+    lookback_seconds: float,
+    counted: bool,
+    next_check_at: datetime | None,
+    next_check_reason: str,
+    batch_id: str,
+) -> bool:
+    """The first look of a new sink signal, made and written in one statement
+    when the sink holds no message to its recipient from `lookback_seconds`
+    before its window on (see `_FIRST_LOOK_EMPTY`): its check row (reason
+    `first`, outcome `no_match`, none seen) and the signal's next check, as
+    the whole look would write them. False when nothing was written: the
+    signal was not as its create left it, or the sink holds mail for it."""
+    row = raw.row(
+        session,
+        _FIRST_LOOK_EMPTY,
+        {
+            "id": signal_id,
+            "fence": fence,
+            "lookback": lookback_seconds,
+            "inc": 1 if counted else 0,
+            "counted": counted,
+            "next_at": next_check_at,
+            "next_reason": next_check_reason,
+            "batch": batch_id,
+        },
+    )
+    return row is not None and int(row["n"]) == 1
+
+
 def signal_extend_check_leases(
     session: Connection, fences: Sequence[tuple[str, int]], lease_seconds: float
 ) -> int:

@@ -248,6 +248,15 @@ class CircuitBreaker:
             ],
         )
 
+    def clean(self) -> bool:
+        """Closed with no failure counted: a call now would be admitted and its
+        success would change nothing. One read, no transition (unlike
+        `before_call`, it never takes the half-open probe)."""
+        raw_state, failures = self.redis.hmget(self._state_key, ["state", "failures"])
+        if raw_state is not None and _text(raw_state) == OPEN:
+            return False
+        return failures is not None and _text(failures) == "0"
+
     def state(self) -> str:
         """The current state: ``closed``, ``half_open`` or ``open``."""
         raw_state, raw_until = self.redis.hmget(self._state_key, ["state", "open_until"])

@@ -35,6 +35,13 @@ class SinkProvider:
         self.name = name
         self.latency = float(simulate_latency_seconds)
 
+    @property
+    def plain(self) -> bool:
+        """Its search is the query on `sink_messages` and nothing more (no
+        simulated latency): a first look that finds nothing may be made in
+        one statement (`app.usecases.checks.first`)."""
+        return not self.latency
+
     def search(self, query: SearchQuery) -> Sequence[ProviderMessage]:
         """Every message to each recipient at or after its window (paged, so a
         busy address hides nothing), plus the latest few just before it."""

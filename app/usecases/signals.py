@@ -42,6 +42,7 @@ from app.providers.runtime import provider_configs, pushes
 from app.settings import Settings
 from app.usecases import holds, views
 from app.usecases.checks import BATCH_LIMIT, InProcessCheck, try_check_in_process
+from app.usecases.checks.first import QuickFirstLook
 from app.usecases.inputs import MailboxCreate, SignalCreate, check_received_after
 
 log = logging.getLogger("signalbox.signals")
@@ -96,12 +97,14 @@ def signal_create(
     idempotency_key: str | None,
     *,
     look_here: InProcessCheck | None = None,
+    quick_look: QuickFirstLook | None = None,
 ) -> Created:
     """Create a signal, or return the one its idempotency key already names.
 
     With `look_here` (the API passes `checks.check_in_process`), a new signal
     of a provider that pushes gets its first look in this process, not as a
-    task: the answer's `first_look` (docs/api.md, "The first look")."""
+    task: the answer's `first_look` (docs/api.md, "The first look"), made in
+    one statement by `quick_look` when the sink holds no mail for it."""
     _check_provider(settings, req.provider, namespace)
     key = idempotency_key or f"{req.run_id}:{req.test_case}"
     domain_owner = settings.namespace_domain_owners.get(ownership.domain_of(req.recipient))
@@ -145,7 +148,7 @@ def signal_create(
         )
         view = views.signal_views(session, [row])[0] if row is not None else None
     if view is not None:
-        return _created(settings, namespace, req, view, look_here)
+        return _created(settings, namespace, req, row, view, look_here, quick_look)
     with transaction() as session:
         facts = signals_db.signal_create_facts(session, namespace, req.recipient)
         # Judged by the database's clock, the authority for every timestamp.
@@ -177,15 +180,17 @@ def signal_create(
                 raise IdempotencyConflict("idempotency key changed hands; retry the request")
             _raise_if_conflicting(row, values)
             return Created(view=views.signal_views(session, [row])[0], created=False)
-    return _created(settings, namespace, req, view, look_here)
+    return _created(settings, namespace, req, row, view, look_here, quick_look)
 
 
 def _created(
     settings: Settings,
     namespace: str,
     req: SignalCreate,
+    row: Any,
     view: dict[str, Any],
     look_here: InProcessCheck | None,
+    quick_look: QuickFirstLook | None,
 ) -> Created:
     """What follows a new signal's commit: count it, log it, send its first
     look (or hand it to the caller, to make here)."""
@@ -202,7 +207,8 @@ def _created(
         },
     )
     if look_here is not None and pushes(settings, req.provider):
-        look = partial(first_look_here, settings, look_here, signal_id, req.provider)
+        quick = partial(quick_look, row) if quick_look is not None else None
+        look = partial(first_look_here, settings, look_here, signal_id, req.provider, quick=quick)
         return Created(view=view, created=True, first_look=look)
     dispatch.enqueue_first_look(req.provider, signal_id, settings.requeue_after_seconds)
     return Created(view=view, created=True)
@@ -252,15 +258,24 @@ _LOOKS_HERE = _LooksHere()
 
 
 def first_look_here(
-    settings: Settings, look_here: InProcessCheck, signal_id: str, provider: str
+    settings: Settings,
+    look_here: InProcessCheck,
+    signal_id: str,
+    provider: str,
+    *,
+    quick: Callable[[], bool] | None = None,
 ) -> None:
     """The first look of a new signal of a provider that pushes, made in this
     process after its commit: the sink's search is a database query, so the
-    look costs no task, no broker round trip and no worker. It is the same
-    check, lease and fence as a worker's, and takes every due signal of the
-    provider (creates meanwhile ride in its next round). A round that cannot
-    be made here sends its task as before, which takes them all the same; if
-    that fails too, the signals are still due and the sweep looks."""
+    look costs no task, no broker round trip and no worker. `quick()` makes
+    it in one statement when the sink holds no mail for the signal
+    (`app.usecases.checks.first`). Otherwise it is the same check, lease and
+    fence as a worker's, and takes every due signal of the provider (creates
+    meanwhile ride in its next round). A round that cannot be made here
+    sends its task as before, which takes them all the same; if that fails
+    too, the signals are still due and the sweep looks."""
+    if quick is not None and _quick(quick, signal_id, provider):
+        return
     if _LOOKS_HERE.join(provider, signal_id):
         return
     try:
@@ -284,6 +299,24 @@ def first_look_here(
     except BaseException:  # interrupted: the next create looks (the sweep meanwhile)
         _LOOKS_HERE.abandon(provider)
         raise
+
+
+def _quick(quick: Callable[[], bool], signal_id: str, provider: str) -> bool:
+    """`quick()`, a failure logged and taken as "not made" (it wrote
+    nothing): the whole look follows."""
+    try:
+        return quick()
+    except Exception as exc:
+        log.info(
+            "one-statement first look failed; the whole look follows",
+            extra={
+                "event": "quick_first_look_failed",
+                "signal_id": signal_id,
+                "provider": provider,
+                "error": type(exc).__name__,
+            },
+        )
+        return False
 
 
 def _check_owner(

@@ -44,7 +44,12 @@ def create_signal(
     idempotency_key: Annotated[str | None, Header(max_length=512)] = None,
 ) -> JSONResponse:
     created = signals.signal_create(
-        settings, namespace, body, idempotency_key, look_here=request.app.state.look_here
+        settings,
+        namespace,
+        body,
+        idempotency_key,
+        look_here=request.app.state.look_here,
+        quick_look=request.app.state.quick_first_look,
     )
     answer = created.view
     # A likely typo is pointed out; the signal is created all the same.

@@ -12,7 +12,9 @@ worker that died or stalled past its lease can never write over a newer check.
 - `heartbeat`: the check lease renewed while the provider is asked;
 - `observed`: the process's parse cache and recording the observed messages;
 - `criteria`: the search, criteria and candidates the matcher takes;
-- `decide`: transaction 2.
+- `decide`: transaction 2;
+- `first`: a new sink signal's first look in one statement, when the sink
+  holds no mail for it.
 """
 
 from app.usecases.checks.call import ProviderAnswer, ask_provider, provider_or_error
@@ -21,6 +23,7 @@ from app.usecases.checks.criteria import (
     criteria_for,
     search_query,
 )
+from app.usecases.checks.first import QuickFirstLook, first_look_if_empty, quick_first_look_for
 from app.usecases.checks.observed import Observed, parse_with, record_messages
 from app.usecases.checks.run import (
     BATCH_LIMIT,
@@ -38,13 +41,16 @@ __all__ = [
     "InProcessCheck",
     "Observed",
     "ProviderAnswer",
+    "QuickFirstLook",
     "ask_provider",
     "candidates_for",
     "check_in_process",
     "criteria_for",
+    "first_look_if_empty",
     "in_process_check_for",
     "parse_with",
     "provider_or_error",
+    "quick_first_look_for",
     "record_messages",
     "run_check",
     "search_query",

@@ -1,0 +1,123 @@
+"""A new sink signal's first look in one statement, when the sink holds no
+mail for it.
+
+Most first looks come before the mail: the test creates the signal, then
+makes the application send. The whole look is then three units of work
+(take the signal under a lease, search the sink, write `no_match`), a
+breaker round trip and a lease heartbeat, all to learn that the sink holds
+nothing for the address. Here the same look is one statement
+(`checks_db.signal_first_look_if_empty`): it takes the signal only as its
+create left it, searches the sink in the same snapshot and writes the check
+row and the next check exactly as the whole look would. When the sink holds
+any mail the look could see (in the window or a near miss before it), or
+anything else is not as simple (another check or a push took the signal,
+the breaker has failures or is open, the deadline has passed, a signal
+that expects something other than its first match), nothing is written and
+the caller makes the whole look (`app.usecases.signals.first_look_here`).
+
+Why a mail is not missed: it is stored (committed) before its push makes the
+signal due again. Stored before this statement's snapshot, the statement
+sees it and writes nothing. Stored after, its push either waits for this
+statement's row lock and makes the signal due when it commits, or has
+already changed the row, which the lock re-reads and then does not take.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from app.db import checks as checks_db
+from app.db.engine import autocommit
+from app.domain.backoff import BackoffPolicy
+from app.domain.expectations import Expect
+from app.domain.ids import new_id
+from app.domain.scheduling import Counters, after_check
+from app.domain.states import CheckOutcome, CheckReason
+from app.observability import metrics
+from app.settings import Settings
+from app.usecases.checks.criteria import NEAR_MISS_LOOKBACK
+
+# Makes a new signal's first look in one statement when it can (True: made).
+QuickFirstLook = Callable[[Mapping[str, Any]], bool]
+
+
+def quick_first_look_for(settings: Settings) -> QuickFirstLook:
+    """`first_look_if_empty` with this process's providers and breakers."""
+    from app.providers.breaker import breaker_for
+    from app.providers.runtime import provider_for
+
+    return partial(
+        first_look_if_empty, settings, provider_for=provider_for, breaker_for=breaker_for
+    )
+
+
+def first_look_if_empty(
+    settings: Settings,
+    signal: Mapping[str, Any],
+    *,
+    provider_for: Any,
+    breaker_for: Any,
+    rng: random.Random | None = None,
+) -> bool:
+    """Make the first look of `signal` (its row as the create returned it) in
+    one statement; True when it was made and written, False when the caller
+    must make the whole look (nothing was written). Raises what the database
+    or the breaker's Redis raised; nothing is written then either."""
+    if signal["expect"] != Expect.FIRST or signal["next_check_reason"] != CheckReason.FIRST:
+        return False
+    name = signal["provider"]
+    if not getattr(provider_for(name), "plain", False):
+        return False
+    # A breaker with failures counted (or open) is the whole look's to judge:
+    # it records the outcome and resets the count. Only a read here.
+    clean = getattr(breaker_for(name), "clean", None)
+    if clean is None or not clean():
+        return False
+    due_at: datetime = signal["next_check_at"]
+    # The look begins after the create (the statement checks it is due and
+    # before the deadline); a sink's next look after one that found nothing
+    # is the deadline's, whatever the moment taken here.
+    now = max(due_at, signal.get("view_now") or due_at)
+    step = after_check(
+        Counters(
+            checks_count=signal["checks_count"],
+            max_checks=signal["max_checks"],
+            consecutive_errors=signal["consecutive_errors"],
+            expires_at=signal["expires_at"],
+            due_at=due_at,
+        ),
+        CheckOutcome.NO_MATCH,
+        reason=CheckReason.FIRST,
+        looked_at=now,
+        now=now,
+        retry_after=None,
+        policy=BackoffPolicy(
+            base_seconds=settings.backoff_base_seconds, cap_seconds=settings.backoff_cap_seconds
+        ),
+        max_provider_errors=settings.max_consecutive_provider_errors,
+        rand=(rng or random).random(),
+        pushes=True,
+    )
+    if step.expiry is not None:  # the look would end the signal: the whole look writes that
+        return False
+    began = time.perf_counter()
+    with autocommit() as session:  # one statement: its own transaction
+        written = checks_db.signal_first_look_if_empty(
+            session,
+            signal["id"],
+            fence=signal["check_fence"],
+            lookback_seconds=NEAR_MISS_LOOKBACK.total_seconds(),
+            counted=step.counts,
+            next_check_at=step.next_check_at,
+            next_check_reason=step.next_reason.value,
+            batch_id=new_id("chk"),
+        )
+    if written:
+        metrics.provider_call(name, time.perf_counter() - began)
+        metrics.check_recorded(name, CheckOutcome.NO_MATCH.value)
+    return written

@@ -1,0 +1,309 @@
+"""A new sink signal's first look in one statement when the sink holds no
+mail for it (app.usecases.checks.first): it writes what the whole look
+writes, and leaves every other case to the whole look, having written
+nothing: mail the look could see (in the window, a near miss, a header
+recipient), a push or another check that took the signal, a lock held
+elsewhere, a deadline passed, a breaker with failures, an expectation. On
+the test's own PostgreSQL and Redis, in this process; the race with a real
+delivery runs on the whole stack."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+from psycopg.rows import dict_row
+
+from app.db.engine import get_engine
+from app.providers.breaker import KEY_PREFIX
+from app.settings import get_settings
+from app.usecases import signals
+from app.usecases.checks import in_process_check_for, quick_first_look_for
+from app.usecases.inputs import SignalCreate
+from tests.integration.helpers import create_signal, mail, signal_view
+from tests.stack import Stack
+
+pytestmark = pytest.mark.integration
+
+
+class Looks:
+    """Creates sink signals in this process; `quick[id]` is what the
+    one-statement look answered for each (absent: it was not asked)."""
+
+    def __init__(self) -> None:
+        self.settings = get_settings()
+        self.real = quick_first_look_for(self.settings)
+        self.quick: dict[str, bool] = {}
+        self.rows: dict[str, Mapping[str, Any]] = {}
+
+    def record(self, row: Mapping[str, Any]) -> bool:
+        self.rows[row["id"]] = row
+        self.quick[row["id"]] = answer = self.real(row)
+        return answer
+
+    def create(self, *, quick: bool = True, look: bool = True, **fields: Any) -> str:
+        """A new signal (fresh recipient unless given); its first look made
+        unless `look` is False."""
+        req = SignalCreate(
+            run_id=f"run-{uuid.uuid4().hex[:6]}",
+            test_case=f"case-{uuid.uuid4().hex[:6]}",
+            recipient=fields.pop("recipient", f"q-{uuid.uuid4().hex[:8]}@example.test"),
+            expires_in_seconds=fields.pop("expires_in_seconds", 300),
+            **fields,
+        )
+        created = signals.signal_create(
+            self.settings,
+            "default",
+            req,
+            None,
+            look_here=in_process_check_for(self.settings),
+            quick_look=self.record if quick else None,
+        )
+        assert created.created and created.first_look is not None
+        signal_id = str(created.view["signal_id"])
+        if look:
+            created.first_look()
+        return signal_id
+
+
+def sql(statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(str(get_settings().database_url), autocommit=True) as conn:
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def store(recipient: str, *, at: str = "now()", envelope: bool = True) -> None:
+    """A sink message to `recipient` received at `at` (SQL), with no push;
+    `envelope` False: named only in its headers (all_recipients)."""
+    data = mail(recipient)
+    sql(
+        "INSERT INTO sink_messages (mail_from, envelope_recipients, all_recipients, size,"
+        f" raw, received_at) VALUES ('app@example.test', %s, %s, %s, %s, {at})",
+        [recipient] if envelope else ["other@example.test"],
+        [recipient] if envelope else ["other@example.test", recipient],
+        len(data),
+        data,
+    )
+
+
+SIGNAL_COLUMNS = (
+    "status, checks_count, consecutive_errors, last_outcome, last_error_code,"
+    " next_check_reason, check_fence, check_lease_until, next_check_at - expires_at,"
+    " last_look_at IS NOT NULL, last_check_at IS NOT NULL"
+)
+CHECK_COLUMNS = "generation, fence, provider, reason, outcome, error_code, counted, messages_seen"
+
+
+def written(signal_id: str) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+    (signal,) = sql(f"SELECT {SIGNAL_COLUMNS} FROM signals WHERE id = %s", signal_id)
+    checks = sql(f"SELECT {CHECK_COLUMNS} FROM checks WHERE signal_id = %s", signal_id)
+    return signal, checks
+
+
+@pytest.fixture
+def looks(service_env: dict[str, str]) -> Iterator[Looks]:
+    made = Looks()
+    # A breaker is clean once a look has succeeded: the first whole look of
+    # the sink (a fresh Redis knows no breaker) records it.
+    made.create(quick=False)
+    yield made
+    get_engine().dispose()  # this process's pooled connections, before the database goes
+
+
+def test_a_look_with_no_mail_is_one_statement_and_writes_what_the_whole_look_writes(
+    looks: Looks,
+) -> None:
+    whole = looks.create(quick=False)
+    quick = looks.create()
+    assert looks.quick == {quick: True}
+    assert written(quick) == written(whole)
+    signal, checks = written(quick)
+    assert signal == (
+        "waiting",
+        1,
+        0,
+        "no_match",
+        None,
+        "scheduled",
+        1,
+        None,
+        timedelta(0),
+        True,
+        True,
+    )
+    assert checks == [(1, 1, "sink", "first", "no_match", None, True, 0)]
+    # The check row and the look agree on when it began.
+    ((same,),) = sql(
+        "SELECT s.last_look_at = c.started_at FROM signals s JOIN checks c ON c.signal_id = s.id"
+        " WHERE s.id = %s",
+        quick,
+    )
+    assert same
+
+
+def test_mail_it_finds_the_next_look_finds_the_mail(looks: Looks) -> None:
+    """After a one-statement look, a delivery's push still finds the signal
+    (the look left it waiting, its next check at the deadline)."""
+    from app.usecases.intake import push
+
+    signal_id = looks.create()
+    assert looks.quick[signal_id]
+    recipient = looks.rows[signal_id]["recipient"]
+    store(recipient)
+    push(looks.settings, [], [recipient], check_here=in_process_check_for(looks.settings))
+    assert sql("SELECT status FROM signals WHERE id = %s", signal_id) == [("found",)]
+
+
+@pytest.mark.parametrize(
+    ("at", "envelope"),
+    [
+        ("now() + interval '1 second'", True),  # in the window
+        ("now() - interval '5 minutes'", True),  # a near miss before it
+        ("now() - interval '600 seconds'", True),  # the lookback's first instant
+        ("now() + interval '1 second'", False),  # named only in To or Cc
+    ],
+    ids=["in-window", "near-miss", "lookback-edge", "header-recipient"],
+)
+def test_mail_the_look_could_see_is_left_to_the_whole_look(
+    looks: Looks, at: str, envelope: bool
+) -> None:
+    recipient = f"q-{uuid.uuid4().hex[:8]}@example.test"
+    ((now,),) = sql("SELECT now()")
+    store(recipient, at=at.replace("now()", f"'{now.isoformat()}'::timestamptz"), envelope=envelope)
+    signal_id = looks.create(recipient=recipient, received_after=now)
+    assert looks.quick == {signal_id: False}
+    # The whole look was made instead, once.
+    assert [c[3] for c in written(signal_id)[1]] == ["first"]
+    if at.startswith("now() +") and envelope:
+        assert sql("SELECT status FROM signals WHERE id = %s", signal_id) == [("found",)]
+
+
+@pytest.mark.parametrize(
+    "at",
+    ["now() - interval '601 seconds'", "now() + interval '1 second'"],
+    ids=["before-the-lookback", "another-recipient"],
+)
+def test_mail_the_look_could_not_see_does_not_stop_it(looks: Looks, at: str) -> None:
+    recipient = f"q-{uuid.uuid4().hex[:8]}@example.test"
+    ((now,),) = sql("SELECT now()")
+    other = at.endswith("'1 second'")
+    store(
+        f"x-{recipient}" if other else recipient,
+        at=at.replace("now()", f"'{now.isoformat()}'::timestamptz"),
+    )
+    signal_id = looks.create(recipient=recipient, received_after=now)
+    assert looks.quick == {signal_id: True}
+
+
+def _changed(change: str) -> Callable[[str], None]:
+    def apply(signal_id: str) -> None:
+        sql(f"UPDATE signals SET {change} WHERE id = %s", signal_id)
+
+    return apply
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        # A delivery's push made it due again after the create.
+        "next_check_reason = 'push', enqueued_at = clock_timestamp()",
+        # Another check took it (its fence moved on).
+        "check_fence = check_fence + 1",
+        # Under another check's lease.
+        "check_lease_until = now() + interval '30 seconds'",
+        # Its deadline passed: a final look decides an expiry, written whole.
+        "expires_at = now() - interval '1 second'",
+    ],
+    ids=["pushed", "fence-moved", "leased", "past-deadline"],
+)
+def test_a_signal_not_as_its_create_left_it_is_not_written(looks: Looks, change: str) -> None:
+    signal_id = looks.create(look=False)
+    row = created_row(signal_id)
+    _changed(change)(signal_id)
+    changed = written(signal_id)
+    assert not looks.real(row)
+    assert written(signal_id) == changed
+    assert changed[1] == []
+
+
+def created_row(signal_id: str) -> Mapping[str, Any]:
+    """The signal's row as its create returned it (read before any change)."""
+    with psycopg.connect(str(get_settings().database_url), autocommit=True) as conn:
+        conn.row_factory = dict_row  # type: ignore[assignment]
+        row = conn.execute(
+            "SELECT *, clock_timestamp() AS view_now FROM signals WHERE id = %s", (signal_id,)
+        ).fetchone()
+    assert row is not None and row["check_fence"] == 0
+    return row
+
+
+def test_a_row_locked_elsewhere_is_skipped_not_waited_for(looks: Looks) -> None:
+    signal_id = looks.create(look=False)
+    row = created_row(signal_id)
+    with psycopg.connect(str(get_settings().database_url)) as holder:
+        holder.execute("SELECT 1 FROM signals WHERE id = %s FOR UPDATE", (signal_id,))
+        began = time.monotonic()
+        assert not looks.real(row)
+        assert time.monotonic() - began < 5
+    assert written(signal_id)[1] == []
+
+
+def test_a_breaker_with_failures_or_open_is_the_whole_looks_to_judge(looks: Looks) -> None:
+    client = redis.Redis.from_url(get_settings().broker_url)
+    state, probe = f"{KEY_PREFIX}state:sink", f"{KEY_PREFIX}probe:sink"
+    client.hset(state, mapping={"state": "closed", "failures": 2})
+    signal_id = looks.create(look=False)
+    row = created_row(signal_id)
+    assert not looks.real(row)
+    # Half-open (open, its time over): the read takes no probe slot, so the
+    # whole look that follows is the probe.
+    client.hset(state, mapping={"state": "open", "open_until": time.time() - 1})
+    assert not looks.real(row)
+    assert client.exists(probe) == 0
+    assert written(signal_id)[1] == []
+
+
+@pytest.mark.parametrize("expect", ["exactly_one", "none"])
+def test_a_signal_that_expects_more_than_a_first_match_is_looked_at_whole(
+    looks: Looks, expect: str
+) -> None:
+    signal_id = looks.create(expect=expect)
+    assert looks.quick == {signal_id: False}
+    assert [c[3] for c in written(signal_id)[1]] == ["first"]
+
+
+def test_a_delivery_racing_the_first_look_is_found_by_its_push(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """Creates and deliveries to the same address at the same moment, with
+    no worker and no beat: only the first look and the delivery's push can
+    find the mail. A look that wrote `no_match` over a mail it did not see
+    would leave the signal to its deadline, 10 minutes away."""
+    stack = stack_factory()
+    stack.start(worker=False, beat=False)
+    rng = random.Random(23)
+    delays = [rng.uniform(0, 0.008) for _ in range(80)]
+
+    def one(delay: float) -> dict[str, Any]:
+        recipient = f"race-{uuid.uuid4().hex[:8]}@example.test"
+        sent = threading.Thread(
+            target=lambda: (time.sleep(delay), stack.send(mail(recipient), [recipient]))
+        )
+        signal = create_signal(stack, recipient=recipient, expires_in_seconds=600)
+        sent.start()
+        sent.join()
+        return signal_view(stack, signal["signal_id"], wait=20)
+
+    with ThreadPoolExecutor(4) as pool:
+        views = list(pool.map(one, delays))
+    assert [v["status"] for v in views] == ["found"] * len(delays)
+    assert "quick_first_look_failed" not in stack.log_text("api")
