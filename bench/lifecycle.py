@@ -172,9 +172,10 @@ def _statements(stack: _stack.UpStack, lifecycles: int, top: int) -> str:
              ORDER BY calls DESC
             """
         ).fetchall()
-        sessions = conn.execute(
+        opened = conn.execute(
             "SELECT sessions FROM pg_stat_database WHERE datname = 'signalbox'"
-        ).fetchone()[0]
+        ).fetchone()
+        sessions = opened[0] if opened is not None else 0
         tables = conn.execute(
             "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
             " WHERE n_tup_ins + n_tup_upd > 0 ORDER BY n_tup_ins + n_tup_upd DESC LIMIT 6"
