@@ -120,9 +120,10 @@ _FIRST_LOOK_EMPTY = raw.Query(
                     RETURNING s.id, s.generation, s.provider, s.check_fence
                 ), chk AS (
                     INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,
-                                        error_code, batch_id, started_at, counted, messages_seen)
+                                        error_code, batch_id, started_at, finished_at, counted,
+                                        messages_seen)
                     SELECT upd.id, upd.generation, upd.check_fence, upd.provider, 'first',
-                           'no_match', NULL, :batch, clock.looked_at, :counted, 0
+                           'no_match', NULL, :batch, clock.looked_at, clock_timestamp(), :counted, 0
                       FROM upd, clock
                     ON CONFLICT (signal_id, fence) DO NOTHING
                 )

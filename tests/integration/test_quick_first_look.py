@@ -141,13 +141,14 @@ def test_a_look_with_no_mail_is_one_statement_and_writes_what_the_whole_look_wri
         True,
     )
     assert checks == [(1, 1, "sink", "first", "no_match", None, True, 0)]
-    # The check row and the look agree on when it began; written after that.
-    ((same, after),) = sql(
-        "SELECT s.last_look_at = c.started_at, s.last_check_at >= s.last_look_at"
+    # The check row and the look agree on when it began; both say it ended after.
+    ((same, after, finished),) = sql(
+        "SELECT s.last_look_at = c.started_at, s.last_check_at >= s.last_look_at,"
+        " c.finished_at >= c.started_at"
         " FROM signals s JOIN checks c ON c.signal_id = s.id WHERE s.id = %s",
         quick,
     )
-    assert same and after
+    assert same and after and finished
 
 
 def test_mail_it_finds_the_next_look_finds_the_mail(looks: Looks) -> None:
