@@ -21,8 +21,10 @@ from typing import Any
 import psycopg
 import pytest
 import redis
+from fastapi.testclient import TestClient
 from psycopg.rows import dict_row
 
+from app.api.app import create_app
 from app.db.engine import get_engine
 from app.providers.breaker import KEY_PREFIX
 from app.settings import get_settings
@@ -30,7 +32,7 @@ from app.usecases import signals
 from app.usecases.checks import in_process_check_for, quick_first_look_for
 from app.usecases.inputs import SignalCreate
 from tests.integration.helpers import create_signal, mail, signal_view
-from tests.stack import Stack
+from tests.stack import TOKENS, Stack
 
 pytestmark = pytest.mark.integration
 
@@ -149,6 +151,27 @@ def test_a_look_with_no_mail_is_one_statement_and_writes_what_the_whole_look_wri
         quick,
     )
     assert same and after and finished
+
+
+def test_the_create_route_makes_the_first_look_in_one_statement(looks: Looks) -> None:
+    """`POST /v1/signals` hands the created row to the one-statement look
+    (`app.state.quick_first_look`), which writes the first check: a route
+    that stopped passing it would leave every first look to the whole look,
+    and nothing else here would notice."""
+    app = create_app(looks.settings)
+    app.state.quick_first_look = looks.record  # the real look, its answers kept
+    recipient = f"route-{uuid.uuid4().hex[:8]}@example.test"
+    headers = {"Authorization": f"Bearer {TOKENS['default']}"}
+    with TestClient(app, headers=headers) as client:  # runs the route's background first look
+        response = client.post(
+            "/v1/signals",
+            json={"run_id": "run-route", "test_case": "case-route", "recipient": recipient},
+        )
+    assert response.status_code == 201, response.text
+    signal_id = response.json()["signal_id"]
+    assert looks.quick == {signal_id: True}
+    assert looks.rows[signal_id]["recipient"] == recipient
+    assert [c[3:5] for c in written(signal_id)[1]] == [("first", "no_match")]
 
 
 def test_mail_it_finds_the_next_look_finds_the_mail(looks: Looks) -> None:

@@ -19,11 +19,10 @@ from app.db import checks as checks_db
 from app.db import messages as messages_db
 from app.db.checks import CheckRecord
 from app.db.engine import autocommit, retryable, transaction
-from app.domain.backoff import BackoffPolicy
 from app.domain.expectations import Expect
 from app.domain.matching import pick
 from app.domain.ownership import sees
-from app.domain.scheduling import Counters, after_check, spends_budget
+from app.domain.scheduling import spends_budget
 from app.domain.states import CheckOutcome, CheckReason, Status
 from app.infra.keys import recipient_hash
 from app.observability import metrics
@@ -32,6 +31,7 @@ from app.usecases.checks.call import ProviderAnswer
 from app.usecases.checks.criteria import candidates_for, criteria_for
 from app.usecases.checks.expectations import write_expectation
 from app.usecases.checks.observed import Observed, record_messages
+from app.usecases.checks.step import next_step
 from app.usecases.expiry import expire_signal
 from app.usecases.visibility import belonging
 
@@ -250,23 +250,14 @@ class _Writer:
                 )
                 return
 
-        step = after_check(
-            Counters(
-                checks_count=row["checks_count"],
-                max_checks=row["max_checks"],
-                consecutive_errors=row["consecutive_errors"],
-                expires_at=row["expires_at"],
-                due_at=row["next_check_at"],
-            ),
+        step = next_step(
+            settings,
+            row,
             answer.outcome,
             reason=reason,
             looked_at=batch.started_at,
             now=now,
             retry_after=answer.retry_after,
-            policy=BackoffPolicy(
-                base_seconds=settings.backoff_base_seconds, cap_seconds=settings.backoff_cap_seconds
-            ),
-            max_provider_errors=settings.max_consecutive_provider_errors,
             rand=batch.rng.random(),
             pushes=batch.pushes,
         )

@@ -33,14 +33,13 @@ from typing import Any
 
 from app.db import checks as checks_db
 from app.db.engine import autocommit
-from app.domain.backoff import BackoffPolicy
 from app.domain.expectations import Expect
 from app.domain.ids import new_id
-from app.domain.scheduling import Counters, after_check
 from app.domain.states import CheckOutcome, CheckReason
 from app.observability import metrics
 from app.settings import Settings
 from app.usecases.checks.criteria import NEAR_MISS_LOOKBACK
+from app.usecases.checks.step import next_step
 
 # Makes a new signal's first look in one statement when it can (True: made).
 QuickFirstLook = Callable[[Mapping[str, Any]], bool]
@@ -83,23 +82,14 @@ def first_look_if_empty(
     # before the deadline); a sink's next look after one that found nothing
     # is the deadline's, whatever the moment taken here.
     now = max(due_at, signal.get("view_now") or due_at)
-    step = after_check(
-        Counters(
-            checks_count=signal["checks_count"],
-            max_checks=signal["max_checks"],
-            consecutive_errors=signal["consecutive_errors"],
-            expires_at=signal["expires_at"],
-            due_at=due_at,
-        ),
+    step = next_step(
+        settings,
+        signal,
         CheckOutcome.NO_MATCH,
         reason=CheckReason.FIRST,
         looked_at=now,
         now=now,
         retry_after=None,
-        policy=BackoffPolicy(
-            base_seconds=settings.backoff_base_seconds, cap_seconds=settings.backoff_cap_seconds
-        ),
-        max_provider_errors=settings.max_consecutive_provider_errors,
         rand=(rng or random).random(),
         pushes=True,
     )
