@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from app.db.engine import make_engine
+from app.db.engine import get_engine, make_engine
 from tests.integration.helpers import OPS_TOKEN
+from tests.integration.looks import Looks
 from tests.servers import DovecotServer, MaildevServer, dovecot_server, maildev_server
 from tests.servers.webhook_receiver import Receiver, webhook_receiver
 from tests.stack import Stack
@@ -27,6 +28,17 @@ def dovecot(tmp_path: Path) -> Iterator[DovecotServer]:
     """A private Dovecot for this test (config and log under tmp_path/dovecot)."""
     with dovecot_server(tmp_path / "dovecot") as server:
         yield server
+
+
+@pytest.fixture
+def looks(service_env: dict[str, str]) -> Iterator[Looks]:
+    """Signals created and looked at in this process (tests/integration/looks.py)."""
+    made = Looks()
+    # A breaker is clean once a look has succeeded: the first whole look of
+    # the sink (a fresh Redis knows no breaker) records it.
+    made.create(quick=False)
+    yield made
+    get_engine().dispose()  # this process's pooled connections, before the database goes
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -25,76 +25,14 @@ from fastapi.testclient import TestClient
 from psycopg.rows import dict_row
 
 from app.api.app import create_app
-from app.db.engine import get_engine
 from app.providers.breaker import KEY_PREFIX
 from app.settings import get_settings
-from app.usecases import signals
-from app.usecases.checks import in_process_check_for, quick_first_look_for
-from app.usecases.inputs import SignalCreate
+from app.usecases.checks import in_process_check_for
 from tests.integration.helpers import create_signal, mail, signal_view
+from tests.integration.looks import Looks, sql, store
 from tests.stack import TOKENS, Stack
 
 pytestmark = pytest.mark.integration
-
-
-class Looks:
-    """Creates sink signals in this process; `quick[id]` is what the
-    one-statement look answered for each (absent: it was not asked)."""
-
-    def __init__(self) -> None:
-        self.settings = get_settings()
-        self.real = quick_first_look_for(self.settings)
-        self.quick: dict[str, bool] = {}
-        self.rows: dict[str, Mapping[str, Any]] = {}
-
-    def record(self, row: Mapping[str, Any]) -> bool:
-        self.rows[row["id"]] = row
-        self.quick[row["id"]] = answer = self.real(row)
-        return answer
-
-    def create(self, *, quick: bool = True, look: bool = True, **fields: Any) -> str:
-        """A new signal (fresh recipient unless given); its first look made
-        unless `look` is False."""
-        req = SignalCreate(
-            run_id=f"run-{uuid.uuid4().hex[:6]}",
-            test_case=f"case-{uuid.uuid4().hex[:6]}",
-            recipient=fields.pop("recipient", f"q-{uuid.uuid4().hex[:8]}@example.test"),
-            expires_in_seconds=fields.pop("expires_in_seconds", 300),
-            **fields,
-        )
-        created = signals.signal_create(
-            self.settings,
-            "default",
-            req,
-            None,
-            look_here=in_process_check_for(self.settings),
-            quick_look=self.record if quick else None,
-        )
-        assert created.created and created.first_look is not None
-        signal_id = str(created.view["signal_id"])
-        if look:
-            created.first_look()
-        return signal_id
-
-
-def sql(statement: str, *params: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(str(get_settings().database_url), autocommit=True) as conn:
-        cursor = conn.execute(statement, params)
-        return cursor.fetchall() if cursor.description else []
-
-
-def store(recipient: str, *, at: str = "now()", envelope: bool = True) -> None:
-    """A sink message to `recipient` received at `at` (SQL), with no push;
-    `envelope` False: named only in its headers (all_recipients)."""
-    data = mail(recipient)
-    sql(
-        "INSERT INTO sink_messages (mail_from, envelope_recipients, all_recipients, size,"
-        f" raw, received_at) VALUES ('app@example.test', %s, %s, %s, %s, {at})",
-        [recipient] if envelope else ["other@example.test"],
-        [recipient] if envelope else ["other@example.test", recipient],
-        len(data),
-        data,
-    )
 
 
 SIGNAL_COLUMNS = (
@@ -109,16 +47,6 @@ def written(signal_id: str) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
     (signal,) = sql(f"SELECT {SIGNAL_COLUMNS} FROM signals WHERE id = %s", signal_id)
     checks = sql(f"SELECT {CHECK_COLUMNS} FROM checks WHERE signal_id = %s", signal_id)
     return signal, checks
-
-
-@pytest.fixture
-def looks(service_env: dict[str, str]) -> Iterator[Looks]:
-    made = Looks()
-    # A breaker is clean once a look has succeeded: the first whole look of
-    # the sink (a fresh Redis knows no breaker) records it.
-    made.create(quick=False)
-    yield made
-    get_engine().dispose()  # this process's pooled connections, before the database goes
 
 
 def test_a_look_with_no_mail_is_one_statement_and_writes_what_the_whole_look_writes(

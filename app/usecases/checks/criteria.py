@@ -76,11 +76,11 @@ def candidates_for(
     which are already another signal's."""
     return [
         Candidate(
-            message_id=mid,
-            received_at=m.received_at.astimezone(UTC),
-            mail=parsed,
-            envelope_recipients=tuple(a.lower() for a in m.envelope_recipients),
-            taken_by_other=taken_by_other(mid),
+            message_id=o.message_id,
+            received_at=o.message.received_at.astimezone(UTC),
+            mail=o.mail,
+            envelope_recipients=tuple(a.lower() for a in o.message.envelope_recipients),
+            taken_by_other=taken_by_other(o.message_id),
         )
-        for mid, m, parsed in observed
+        for o in observed
     ]

@@ -184,9 +184,13 @@ class _Writer:
                     for o in observed
                 ),
             )
-            ids = [o.message_id for o in observed]
+            # A message this transaction recorded is no signal's yet: only
+            # the others are asked after (the usual push look asks nothing).
+            ids = [o.message_id for o in observed if not o.recorded_now]
             for namespace in sorted({r["namespace"] for r in taken}):
-                taken_by[namespace] = messages_db.message_taken(session, ids, namespace)
+                taken_by[namespace] = (
+                    messages_db.message_taken(session, ids, namespace) if ids else {}
+                )
         # Earlier signals get first pick of a message both would match.
         for row in sorted(taken, key=lambda r: (r["created_at"], r["id"])):
             # A namespace sees only the mail that belongs to it, in every

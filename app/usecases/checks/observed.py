@@ -18,11 +18,15 @@ from app.providers.base import ProviderMessage
 
 
 class Observed(NamedTuple):
-    """A recorded message: our id, what the provider gave, and its parse."""
+    """A recorded message: our id, what the provider gave, and its parse;
+    `recorded_now`: the call that returned it recorded it, in the caller's
+    transaction (no one else knows its id before that commits, so no signal
+    has the message yet)."""
 
     message_id: str
     message: ProviderMessage
     mail: ParsedMail
+    recorded_now: bool = False
 
     @property
     def delivered_to(self) -> list[str]:
@@ -79,13 +83,13 @@ def record_messages(
     """Record each observed message once; return every one with our id."""
     if not messages:
         return []
-    parsed = [(m, _parsed(provider, m)) for m in messages]
+    parsed = [(m, _parsed(provider, m), new_id("msg")) for m in messages]
     ids = messages_db.message_record_new(
         session,
         provider,
         [
             {
-                "id": new_id("msg"),
+                "id": our_id,
                 "provider": provider,
                 "provider_message_id": m.provider_message_id,
                 "received_at": m.received_at,
@@ -97,11 +101,13 @@ def record_messages(
                 "bare_lf": has_bare_lf(m.raw),
                 "raw": m.raw,
             }
-            for m, p in parsed
+            for m, p, our_id in parsed
         ],
     )
+    # The id this call made up is the one recorded only if this call's
+    # insert recorded the message (ids are unique, never reused).
     return [
-        Observed(ids[m.provider_message_id], m, p)
-        for m, p in parsed
+        Observed(ids[m.provider_message_id], m, p, ids[m.provider_message_id] == our_id)
+        for m, p, our_id in parsed
         if m.provider_message_id in ids
     ]

@@ -1,0 +1,77 @@
+"""Signals created and looked at in this process, on the test's own
+PostgreSQL and Redis (the `looks` fixture): the first look, whole or in one
+statement, and the found write, without a stack's processes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+
+from app.settings import get_settings
+from app.usecases import signals
+from app.usecases.checks import in_process_check_for, quick_first_look_for
+from app.usecases.inputs import SignalCreate
+from tests.integration.helpers import mail
+
+
+class Looks:
+    """Creates sink signals in this process; `quick[id]` is what the
+    one-statement look answered for each (absent: it was not asked)."""
+
+    def __init__(self) -> None:
+        self.settings = get_settings()
+        self.real = quick_first_look_for(self.settings)
+        self.quick: dict[str, bool] = {}
+        self.rows: dict[str, Mapping[str, Any]] = {}
+
+    def record(self, row: Mapping[str, Any]) -> bool:
+        self.rows[row["id"]] = row
+        self.quick[row["id"]] = answer = self.real(row)
+        return answer
+
+    def create(self, *, quick: bool = True, look: bool = True, **fields: Any) -> str:
+        """A new signal (fresh recipient unless given); its first look made
+        unless `look` is False."""
+        req = SignalCreate(
+            run_id=f"run-{uuid.uuid4().hex[:6]}",
+            test_case=f"case-{uuid.uuid4().hex[:6]}",
+            recipient=fields.pop("recipient", f"q-{uuid.uuid4().hex[:8]}@example.test"),
+            expires_in_seconds=fields.pop("expires_in_seconds", 300),
+            **fields,
+        )
+        created = signals.signal_create(
+            self.settings,
+            "default",
+            req,
+            None,
+            look_here=in_process_check_for(self.settings),
+            quick_look=self.record if quick else None,
+        )
+        assert created.created and created.first_look is not None
+        signal_id = str(created.view["signal_id"])
+        if look:
+            created.first_look()
+        return signal_id
+
+
+def sql(statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(str(get_settings().database_url), autocommit=True) as conn:
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def store(recipient: str, *, at: str = "now()", envelope: bool = True) -> None:
+    """A sink message to `recipient` received at `at` (SQL), with no push;
+    `envelope` False: named only in its headers (all_recipients)."""
+    data = mail(recipient)
+    sql(
+        "INSERT INTO sink_messages (mail_from, envelope_recipients, all_recipients, size,"
+        f" raw, received_at) VALUES ('app@example.test', %s, %s, %s, %s, {at})",
+        [recipient] if envelope else ["other@example.test"],
+        [recipient] if envelope else ["other@example.test", recipient],
+        len(data),
+        data,
+    )
