@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from app.db import server as server_db
 from app.db import sink_messages as sink_messages_db
-from app.db.engine import transaction
+from app.db.engine import autocommit
 from app.domain.mail import ParsedMail, bounds_exceeded, header_recipients_within
 from app.infra import dispatch
 from app.infra.keys import recipient_hash
@@ -36,8 +36,10 @@ Received = tuple[str | None, Sequence[str], bytes]
 
 def store_many(settings: Settings, received: Sequence[Received]) -> list[int]:
     """Store messages raw (nothing is parsed) with their envelope recipients,
-    in one transaction. Returns their sink ids, in order."""
-    with transaction() as session:
+    in one statement that is its own transaction: committed (durably, with
+    PostgreSQL's synchronous commit) when it returns, in one round trip
+    instead of three. Returns their sink ids, in order."""
+    with autocommit() as session:
         ids = sink_messages_db.sink_messages_store(session, received)
     for sink_id, (_, rcpts, raw) in zip(ids, received, strict=True):
         log.info(
@@ -60,7 +62,7 @@ def warm(settings: Settings) -> None:
     (the Celery import and broker connection alone took ~0.8 s). A failure
     here is only logged: the first message then connects, as before."""
     try:
-        with transaction() as session:
+        with autocommit() as session:  # the pool the store and the push use
             server_db.ping(session)
     except Exception as exc:
         warn_unreachable(
@@ -94,7 +96,7 @@ def add_header_recipients(
     )
     if not extra:
         return []
-    with transaction() as session:
+    with autocommit() as session:  # one statement: its own transaction
         sink_messages_db.sink_message_add_recipients(session, sink_id, extra)
     push(settings, [sink_id], extra, check_here=check_here)
     return extra
