@@ -31,14 +31,20 @@ def dovecot(tmp_path: Path) -> Iterator[DovecotServer]:
 
 
 @pytest.fixture
-def looks(service_env: dict[str, str]) -> Iterator[Looks]:
+def in_process(service_env: dict[str, str]) -> Iterator[None]:
+    """Use cases called in this process, on the test's database and Redis."""
+    yield
+    get_engine().dispose()  # this process's pooled connections, before the database goes
+
+
+@pytest.fixture
+def looks(in_process: None) -> Looks:
     """Signals created and looked at in this process (tests/integration/looks.py)."""
     made = Looks()
     # A breaker is clean once a look has succeeded: the first whole look of
     # the sink (a fresh Redis knows no breaker) records it.
     made.create(quick=False)
-    yield made
-    get_engine().dispose()  # this process's pooled connections, before the database goes
+    return made
 
 
 @pytest.fixture

@@ -6,47 +6,34 @@ and a batch that fails stores none of its messages."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.db import sink_messages as sink_messages_db
-from app.db.engine import get_engine
 from app.settings import get_settings
 from app.usecases import intake
 from tests.integration.helpers import mail
+from tests.integration.looks import sql
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def here(service_env: dict[str, str]) -> Iterator[None]:
-    """The use case runs in this process, on the test's database."""
-    yield
-    get_engine().dispose()  # this process's pooled connections, before the database goes
-
-
 def stored(ids: list[int]) -> list[tuple[Any, ...]]:
-    with psycopg.connect(str(get_settings().database_url), autocommit=True) as conn:
-        return conn.execute(
-            "SELECT id, envelope_recipients, size FROM sink_messages WHERE id = ANY(%s)"
-            " ORDER BY id",
-            [ids],
-        ).fetchall()
+    return sql(
+        "SELECT id, envelope_recipients, size FROM sink_messages WHERE id = ANY(%s) ORDER BY id",
+        ids,
+    )
 
 
 def sink_rows() -> int:
-    with psycopg.connect(str(get_settings().database_url), autocommit=True) as conn:
-        row = conn.execute("SELECT count(*) FROM sink_messages").fetchone()
-        assert row is not None
-        return int(row[0])
+    ((n,),) = sql("SELECT count(*) FROM sink_messages")
+    return int(n)
 
 
 def test_a_stored_batch_is_committed_when_the_store_returns_in_one_round_trip(
-    here: None, monkeypatch: pytest.MonkeyPatch
+    in_process: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     autocommitted: list[bool] = []
     real = sink_messages_db.sink_messages_store
@@ -67,7 +54,7 @@ def test_a_stored_batch_is_committed_when_the_store_returns_in_one_round_trip(
     assert stored(ids) == [(i, [t], len(mail(t))) for i, t in zip(ids, to, strict=True)]
 
 
-def test_a_batch_that_fails_stores_none_of_its_messages(here: None) -> None:
+def test_a_batch_that_fails_stores_none_of_its_messages(in_process: None) -> None:
     before = sink_rows()
     good = ("app@example.test", ["ok@example.test"], mail("ok@example.test"))
     bad = ("app\x00@example.test", ["bad@example.test"], mail("bad@example.test"))  # NUL: no text
