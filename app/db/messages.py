@@ -40,19 +40,28 @@ def message_record_many(session: Connection, rows: Sequence[Mapping[Any, Any]]) 
 
 
 def message_record_new(
-    session: Connection, provider: str, rows: Sequence[Mapping[Any, Any]]
+    session: Connection,
+    provider: str,
+    rows: Sequence[Mapping[Any, Any]],
+    known: Mapping[str, str | None] | None = None,
 ) -> dict[str, str]:
     """Record the observed messages not recorded yet, once each, and return
     provider id → our id for all of `rows`.
 
     Raw bytes already stored are never sent again: the known ids are read
-    first. New rows are inserted in provider-id order, the one order every
-    check inserts in, so two checks recording overlapping mail never
-    deadlock on the unique index.
+    first, except those in `known` (provider id → our id, or None: not
+    recorded when the provider was asked; one recorded since is found by
+    its insert, which then records nothing). New rows are inserted in
+    provider-id order, the one order every check inserts in, so two checks
+    recording overlapping mail never deadlock on the unique index.
     """
     if not rows:
         return {}
-    ids = message_ids_by_provider_id(session, provider, [r["provider_message_id"] for r in rows])
+    known = known or {}
+    ids = {pid: our_id for pid, our_id in known.items() if our_id is not None}
+    unknown = [r["provider_message_id"] for r in rows if r["provider_message_id"] not in known]
+    if unknown:
+        ids.update(message_ids_by_provider_id(session, provider, unknown))
     new = sorted(
         (r for r in rows if r["provider_message_id"] not in ids),
         key=lambda r: str(r["provider_message_id"]),

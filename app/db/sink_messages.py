@@ -84,15 +84,33 @@ def sink_message_page(
     windows: Sequence[tuple[str, datetime]],
     after: tuple[datetime, int] | None,
     limit: int,
+    recorded_by: str,
 ) -> Sequence[Row]:
     """One page (oldest first, after `after`) of the sink messages to any of
-    the `windows`' recipients received at or after that recipient's moment."""
+    the `windows`' recipients received at or after that recipient's moment,
+    each with `recorded_id` (see :func:`_with_recorded_id`)."""
     params = _window_params(windows)
+    params["recorded_by"] = recorded_by
     return raw.rows(
         session,
-        raw.query(_page_sql(after, limit, params)),
+        raw.query(
+            _with_recorded_id(_page_sql(after, limit, params)) + " ORDER BY q.received_at, q.id"
+        ),
         params,
         binary=True,  # the raw bytes as they are, not as hex twice their size
+    )
+
+
+def _with_recorded_id(sql: str) -> str:
+    """The rows of `sql` (sink messages), each with `recorded_id`: our id in
+    `messages` for it as provider `:recorded_by`'s message, NULL when no
+    check has recorded it. A check records what it sees with these, without
+    asking again which of them are recorded (one statement fewer per look)."""
+    return (
+        "SELECT q.*, (SELECT m.id FROM messages m WHERE m.provider = :recorded_by"
+        " AND m.provider_message_id = CAST(q.id AS text)) AS recorded_id FROM ("
+        + sql
+        + ") q"
     )
 
 
@@ -128,15 +146,17 @@ def sink_message_first_page(
     limit: int,
     lookback_seconds: float,
     per_recipient: int,
+    recorded_by: str,
 ) -> tuple[Sequence[Row], Sequence[Row]]:
     """The first page of :func:`sink_message_page` and the rows of
-    :func:`sink_message_before_windows`, in one round trip: (page, before)."""
+    :func:`sink_message_before_windows`, in one round trip: (page, before),
+    each row with `recorded_id` (see :func:`_with_recorded_id`)."""
     params = _window_params(windows)
-    params.update(lookback=lookback_seconds, per=per_recipient)
-    sql = (
-        "SELECT * FROM (SELECT false AS before_window, p.* FROM ("
+    params.update(lookback=lookback_seconds, per=per_recipient, recorded_by=recorded_by)
+    sql = _with_recorded_id(
+        "SELECT false AS before_window, p.* FROM ("
         + _page_sql(None, limit, params)
-        + ") p) page UNION ALL SELECT true, b.* FROM ("
+        + ") p UNION ALL SELECT true, b.* FROM ("
         + _BEFORE_WINDOWS.sql
         + ") b"
     )

@@ -44,12 +44,19 @@ class ProviderMessage:
     MailDev: its id; sink: the row id). `received_at` is the provider's
     receive time in UTC (timezone-aware). `envelope_recipients` are the
     RCPT TO addresses where the provider knows them, lower-cased.
+
+    `recorded_known`: the provider read our own record of the message with
+    it (the sink, whose mailbox is our database), and `recorded_id` is our
+    id for it in `messages` when a check had recorded it then, else None.
+    Other providers cannot tell: recording their messages asks the database.
     """
 
     provider_message_id: str
     received_at: datetime
     raw: bytes
     envelope_recipients: tuple[str, ...] = field(default_factory=tuple)
+    recorded_known: bool = False
+    recorded_id: str | None = None
 
 
 class Provider(Protocol):

@@ -62,10 +62,15 @@ class SinkProvider:
                         limit=PAGE_SIZE,
                         lookback_seconds=lookback,
                         per_recipient=BEFORE_WINDOW_PER_RECIPIENT,
+                        recorded_by=self.name,
                     )
                 else:
                     page = sink_messages_db.sink_message_page(
-                        session, windows=windows, after=None, limit=PAGE_SIZE
+                        session,
+                        windows=windows,
+                        after=None,
+                        limit=PAGE_SIZE,
+                        recorded_by=self.name,
                     )
                 while True:
                     for r in page:
@@ -74,7 +79,11 @@ class SinkProvider:
                         break
                     after = (page[-1]["received_at"], int(page[-1]["id"]))
                     page = sink_messages_db.sink_message_page(
-                        session, windows=windows, after=after, limit=PAGE_SIZE
+                        session,
+                        windows=windows,
+                        after=after,
+                        limit=PAGE_SIZE,
+                        recorded_by=self.name,
                     )
                 for r in before:
                     rows.setdefault(int(r["id"]), r)
@@ -88,6 +97,8 @@ class SinkProvider:
                 received_at=r["received_at"],
                 raw=bytes(r["raw"]),
                 envelope_recipients=tuple(r["envelope_recipients"]),
+                recorded_known=True,
+                recorded_id=r["recorded_id"],
             )
             for r in rows.values()
         ]

@@ -1,8 +1,11 @@
 """The found write (app/usecases/checks/decide.py): a message the look
 itself recorded is no signal's yet, so nobody is asked who took it; a
 message recorded before is, and a signal of the same namespace that has it
-keeps it. Whole looks made in this process on the test's own PostgreSQL and
-Redis (the `looks` fixture)."""
+keeps it. The sink's search tells which of its messages are recorded
+(`ProviderMessage.recorded_id`), so the write does not ask that either; a
+message recorded between the search and the write is still recorded once.
+Whole looks made in this process on the test's own PostgreSQL and Redis
+(the `looks` fixture)."""
 
 from __future__ import annotations
 
@@ -15,8 +18,11 @@ import pytest
 
 from app.db import checks as checks_db
 from app.db import messages as messages_db
+from app.db.engine import transaction
+from app.providers import sink
+from app.providers.base import SearchQuery
 from app.usecases import signals
-from app.usecases.checks import in_process_check_for
+from app.usecases.checks import in_process_check_for, record_messages
 from tests.integration.looks import Looks, sql, store
 
 pytestmark = pytest.mark.integration
@@ -34,6 +40,21 @@ class Asked:
             return real(session, message_ids, namespace)
 
         monkeypatch.setattr(messages_db, "message_taken", spy)
+
+
+class Known:
+    """`messages_db.message_ids_by_provider_id` (which messages are recorded
+    already), its calls kept (provider ids)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[list[str]] = []
+        real = messages_db.message_ids_by_provider_id
+
+        def spy(session: Any, provider: str, provider_ids: Sequence[str]) -> dict[str, str]:
+            self.calls.append(list(provider_ids))
+            return real(session, provider, provider_ids)
+
+        monkeypatch.setattr(messages_db, "message_ids_by_provider_id", spy)
 
 
 def status_and_message(signal_id: str) -> tuple[str, str | None]:
@@ -103,3 +124,113 @@ def test_one_look_over_two_signals_gives_a_new_message_to_the_earlier_only(
     assert status_and_message(later) == ("waiting", None)
     assert marks == [earlier]  # the later one never tried the taken message
     assert asked.calls == []
+
+
+def sink_ids(recipient: str) -> list[str]:
+    return [
+        str(i)
+        for (i,) in sql(
+            "SELECT id FROM sink_messages WHERE %s = ANY(all_recipients) ORDER BY id", recipient
+        )
+    ]
+
+
+def our_ids(provider_ids: Sequence[str]) -> dict[str, str]:
+    return dict(
+        sql(
+            "SELECT provider_message_id, id FROM messages"
+            " WHERE provider = 'sink' AND provider_message_id = ANY(%s)",
+            list(provider_ids),
+        )
+    )
+
+
+def test_a_sink_look_never_asks_which_messages_are_recorded(
+    looks: Looks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither when the look records the message (it is new) nor when a
+    later signal's look sees it recorded: the search answered both."""
+    known = Known(monkeypatch)
+    recipient = an_address()
+    store(recipient)
+    first = looks.create(quick=False, recipient=recipient, received_after=a_minute_back())
+    _, message_id = status_and_message(first)
+    assert message_id is not None
+    second = looks.create(quick=False, recipient=recipient, received_after=a_minute_back())
+    assert status_and_message(second) == ("waiting", None)
+    assert status_and_message(first) == ("found", message_id)
+    assert known.calls == []
+    assert list(our_ids(sink_ids(recipient)).values()) == [message_id]
+
+
+@pytest.mark.parametrize("lookback", [False, True], ids=["window", "window-and-before"])
+def test_the_sink_search_tells_our_id_for_each_recorded_message_on_every_page(
+    in_process: None, monkeypatch: pytest.MonkeyPatch, lookback: bool
+) -> None:
+    """Three messages, read a page of one at a time (the first page and the
+    pages after it are different statements), the latest also as a near
+    miss before a window when `lookback`: the one a check recorded carries
+    our id, the others none."""
+    monkeypatch.setattr(sink, "PAGE_SIZE", 1)
+    recipient = an_address()
+    for seconds in (30, 20, 10):
+        store(recipient, at=f"now() - interval '{seconds} seconds'")
+    ids = sink_ids(recipient)
+    provider = sink.SinkProvider()
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    with transaction() as session:  # a check records the middle one
+        record_messages(
+            session,
+            "sink",
+            [
+                m
+                for m in provider.search(
+                    SearchQuery(since=since, recipients=frozenset({recipient}))
+                )
+                if m.provider_message_id == ids[1]
+            ],
+        )
+    recorded = our_ids(ids)
+    assert list(recorded) == [ids[1]]
+    window = {recipient: since}
+    if lookback:  # the third message is before this window: a near miss
+        third_at = sql("SELECT received_at FROM sink_messages WHERE id = %s", int(ids[2]))[0][0]
+        window = {recipient: third_at + timedelta(microseconds=1)}
+    query = SearchQuery(
+        since=since - timedelta(minutes=1) if lookback else since,
+        recipients=frozenset({recipient}),
+        windows=window,
+    )
+    seen = {m.provider_message_id: m for m in provider.search(query)}
+    assert sorted(seen) == sorted(ids)
+    assert all(m.recorded_known for m in seen.values())
+    assert {pid: m.recorded_id for pid, m in seen.items()} == {
+        ids[0]: None,
+        ids[1]: recorded[ids[1]],
+        ids[2]: None,
+    }
+
+
+def test_a_message_recorded_between_the_search_and_the_write_is_recorded_once(
+    in_process: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search said nobody had recorded it; another check recorded it
+    before this one wrote: this check records nothing more, gets that id,
+    and does not count it as its own (so the write asks who has it)."""
+    recipient = an_address()
+    store(recipient)
+    query = SearchQuery(
+        since=datetime.now(UTC) - timedelta(minutes=1), recipients=frozenset({recipient})
+    )
+    (seen,) = sink.SinkProvider().search(query)
+    assert seen.recorded_known and seen.recorded_id is None
+    with transaction() as session:  # the other check, committed first
+        (other,) = record_messages(session, "sink", [seen])
+    assert other.recorded_now
+    known = Known(monkeypatch)
+    with transaction() as session:
+        (mine,) = record_messages(session, "sink", [seen])
+    assert mine.message_id == other.message_id
+    assert not mine.recorded_now
+    assert known.calls == [[seen.provider_message_id]]  # asked only after its insert did nothing
+    assert our_ids([seen.provider_message_id]) == {seen.provider_message_id: other.message_id}

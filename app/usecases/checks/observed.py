@@ -80,7 +80,9 @@ def _parsed(provider: str, message: ProviderMessage) -> ParsedMail:
 def record_messages(
     session: Connection, provider: str, messages: Sequence[ProviderMessage]
 ) -> list[Observed]:
-    """Record each observed message once; return every one with our id."""
+    """Record each observed message once; return every one with our id.
+    Whether a message is recorded already is asked of the database unless
+    the provider's answer told (`ProviderMessage.recorded_known`)."""
     if not messages:
         return []
     parsed = [(m, _parsed(provider, m), new_id("msg")) for m in messages]
@@ -103,6 +105,7 @@ def record_messages(
             }
             for m, p, our_id in parsed
         ],
+        known={m.provider_message_id: m.recorded_id for m in messages if m.recorded_known},
     )
     # The id this call made up is the one recorded only if this call's
     # insert recorded the message (ids are unique, never reused).
