@@ -23,7 +23,6 @@ _INSERT_MESSAGE = """
                     :recipients, :delivered_to, :run_marker, :size, :bare_lf, :raw)
             ON CONFLICT (provider, provider_message_id) DO NOTHING
 """
-_INSERT_ONE_MESSAGE = raw.Query(_INSERT_MESSAGE + " RETURNING provider_message_id, id")
 
 
 def _with_defaults(row: Mapping[Any, Any]) -> dict[Any, Any]:
@@ -66,21 +65,61 @@ def message_record_new(
         (r for r in rows if r["provider_message_id"] not in ids),
         key=lambda r: str(r["provider_message_id"]),
     )
-    if len(new) == 1:
-        # The usual case (one new mail per look): inserted, its id returned,
-        # in one round trip. Nothing returned: another check recorded it
-        # first (its transaction committed while this insert waited).
-        inserted = raw.row(session, _INSERT_ONE_MESSAGE, _with_defaults(new[0]))
-        if inserted is not None:
-            ids[inserted["provider_message_id"]] = inserted["id"]
-            return ids
-    elif new:
-        message_record_many(session, new)
-    if new:
-        ids.update(
-            message_ids_by_provider_id(session, provider, [r["provider_message_id"] for r in new])
+    missing: list[str] = []
+    for start in range(0, len(new), INSERT_CHUNK):
+        chunk = new[start : start + INSERT_CHUNK]
+        inserted = dict(
+            (r["provider_message_id"], r["id"])
+            for r in raw.rows(session, _insert_returning(len(chunk)), _numbered(chunk))
         )
+        ids.update(inserted)
+        # Not returned: another check recorded it first (its transaction
+        # committed while this insert waited); its id is read below.
+        missing += [
+            r["provider_message_id"] for r in chunk if r["provider_message_id"] not in inserted
+        ]
+    if missing:
+        ids.update(message_ids_by_provider_id(session, provider, missing))
     return ids
+
+
+# Messages per INSERT: each row is 11 parameters (psycopg takes at most
+# 65,535 in one statement), and a look at a busy address sees thousands.
+INSERT_CHUNK = 200
+_COLUMNS = (
+    "id",
+    "provider",
+    "provider_message_id",
+    "received_at",
+    "subject",
+    "recipients",
+    "delivered_to",
+    "run_marker",
+    "size",
+    "bare_lf",
+    "raw",
+)
+
+
+def _insert_returning(count: int) -> raw.Query:
+    """An INSERT of `count` messages in the order given, each recorded only
+    if new; returns (provider_message_id, id) of those it recorded."""
+    values = ", ".join(
+        "(" + ", ".join(f":{column}{i}" for column in _COLUMNS) + ")" for i in range(count)
+    )
+    return raw.query(
+        f"INSERT INTO messages ({', '.join(_COLUMNS)}) VALUES {values}"
+        " ON CONFLICT (provider, provider_message_id) DO NOTHING"
+        " RETURNING provider_message_id, id"
+    )
+
+
+def _numbered(rows: Sequence[Mapping[Any, Any]]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for i, row in enumerate(rows):
+        full = _with_defaults(row)
+        params.update((f"{column}{i}", full[column]) for column in _COLUMNS)
+    return params
 
 
 _IDS_BY_PROVIDER_ID = raw.Query(

@@ -234,3 +234,32 @@ def test_a_message_recorded_between_the_search_and_the_write_is_recorded_once(
     assert not mine.recorded_now
     assert known.calls == [[seen.provider_message_id]]  # asked only after its insert did nothing
     assert our_ids([seen.provider_message_id]) == {seen.provider_message_id: other.message_id}
+
+
+def test_new_messages_are_recorded_in_chunks_and_only_one_recorded_meanwhile_is_asked(
+    in_process: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three new messages, inserted two per statement: each insert returns
+    the ids it recorded; the one another check recorded first is the only
+    one read back, and the only one not counted as this check's own."""
+    monkeypatch.setattr(messages_db, "INSERT_CHUNK", 2)
+    recipient = an_address()
+    for seconds in (30, 20, 10):
+        store(recipient, at=f"now() - interval '{seconds} seconds'")
+    query = SearchQuery(
+        since=datetime.now(UTC) - timedelta(minutes=1), recipients=frozenset({recipient})
+    )
+    seen = sink.SinkProvider().search(query)
+    assert len(seen) == 3 and all(m.recorded_known and m.recorded_id is None for m in seen)
+    with transaction() as session:  # another check records the middle one first
+        (other,) = record_messages(session, "sink", [seen[1]])
+    known = Known(monkeypatch)
+    with transaction() as session:
+        mine = record_messages(session, "sink", seen)
+    assert [o.message.provider_message_id for o in mine] == [m.provider_message_id for m in seen]
+    assert [o.recorded_now for o in mine] == [True, False, True]
+    assert mine[1].message_id == other.message_id
+    assert known.calls == [[seen[1].provider_message_id]]
+    assert our_ids([m.provider_message_id for m in seen]) == {
+        o.message.provider_message_id: o.message_id for o in mine
+    }
