@@ -10,15 +10,16 @@ Whole looks made in this process on the test's own PostgreSQL and Redis
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from app.db import checks as checks_db
 from app.db import messages as messages_db
-from app.db.engine import transaction
+from app.db.engine import get_engine, transaction
 from app.providers import sink
 from app.providers.base import SearchQuery
 from app.usecases import signals
@@ -55,6 +56,29 @@ class Known:
             return real(session, provider, provider_ids)
 
         monkeypatch.setattr(messages_db, "message_ids_by_provider_id", spy)
+
+
+class Savepoints:
+    """The savepoints the engine's connections open, counted (the found
+    write opens one around a take the unique index may refuse)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.engine = get_engine()
+        event.listen(self.engine, "savepoint", self._opened)
+
+    def _opened(self, *args: Any) -> None:
+        self.count += 1
+
+    def close(self) -> None:
+        event.remove(self.engine, "savepoint", self._opened)
+
+
+@pytest.fixture
+def savepoints(in_process: None) -> Iterator[Savepoints]:
+    counted = Savepoints()
+    yield counted
+    counted.close()
 
 
 def status_and_message(signal_id: str) -> tuple[str, str | None]:
@@ -263,3 +287,38 @@ def test_new_messages_are_recorded_in_chunks_and_only_one_recorded_meanwhile_is_
     assert our_ids([m.provider_message_id for m in seen]) == {
         o.message.provider_message_id: o.message_id for o in mine
     }
+
+
+def test_a_message_the_look_recorded_is_taken_without_a_savepoint(
+    looks: Looks, savepoints: Savepoints
+) -> None:
+    recipient = an_address()
+    signal_id = looks.create(look=False, recipient=recipient)
+    store(recipient)
+    signals.push("sink", [recipient], check_here=in_process_check_for(looks.settings))
+    status, message_id = status_and_message(signal_id)
+    assert status == "found" and message_id is not None
+    assert savepoints.count == 0
+
+
+def test_a_message_recorded_by_an_earlier_look_is_taken_under_a_savepoint(
+    looks: Looks, savepoints: Savepoints
+) -> None:
+    """The first signal's look records the mail as a near miss (its subject
+    does not match); the second signal's look takes the recorded message,
+    which the unique index may refuse (a signal elsewhere took it): under a
+    savepoint, so a refusal costs only that take."""
+    recipient = an_address()
+    store(recipient)
+    missed = looks.create(
+        quick=False,
+        recipient=recipient,
+        received_after=a_minute_back(),
+        subject_contains="no such subject",
+    )
+    assert status_and_message(missed) == ("waiting", None)
+    assert savepoints.count == 0
+    second = looks.create(quick=False, recipient=recipient, received_after=a_minute_back())
+    status, message_id = status_and_message(second)
+    assert status == "found" and message_id is not None
+    assert savepoints.count == 1

@@ -195,7 +195,11 @@ def isolated_stack(stack_factory: Callable[..., Stack]) -> Iterator[Stack]:
 def test_mail_to_an_owned_address_never_reaches_another_namespace(isolated_stack: Stack) -> None:
     """The intruder's signal was made while the API did not know the domain
     as owned (it even holds the address there); the processes that check
-    know it is namespace default's: the mail is default's alone."""
+    know it is namespace default's: the mail is default's alone. The mail is
+    sent once the signal's first look is written: the API makes that look,
+    with the API's stale view of the domain (the case under test is the
+    looks made where ownership is known; sent before, the mail could meet
+    the stale look first)."""
     stack = isolated_stack
     recipient = f"team-{uuid.uuid4().hex[:8]}@owned.test"
     run_id = f"run-{uuid.uuid4().hex[:8]}"
@@ -204,6 +208,13 @@ def test_mail_to_an_owned_address_never_reaches_another_namespace(isolated_stack
         theirs = intruder.post(
             "/v1/signals", json={**body, "expires_in_seconds": 3, "max_checks": 50}
         ).json()
+        wait_until(
+            lambda: count(
+                stack, "SELECT count(*) FROM checks WHERE signal_id = %s", theirs["signal_id"]
+            ),
+            10,
+            what="the intruder's first look",
+        )
         stack.send(mail(recipient, "Your login code", run=run_id), [recipient])
         view = intruder.get(f"/v1/signals/{theirs['signal_id']}", params={"wait": 20}).json()
     assert view["status"] == "expired", view
