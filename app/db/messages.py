@@ -11,31 +11,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, text
+from sqlalchemy import Connection, RowMapping
 
 from app.db import raw
-from app.db.rows import Row, affected, by_column, every, first
-
-_INSERT_MESSAGE = """
-            INSERT INTO messages (id, provider, provider_message_id, received_at, subject,
-                                  recipients, delivered_to, run_marker, size, bare_lf, raw)
-            VALUES (:id, :provider, :provider_message_id, :received_at, :subject,
-                    :recipients, :delivered_to, :run_marker, :size, :bare_lf, :raw)
-            ON CONFLICT (provider, provider_message_id) DO NOTHING
-"""
+from app.db.rows import Row, by_column, every, first
 
 
 def _with_defaults(row: Mapping[Any, Any]) -> dict[Any, Any]:
     return {"delivered_to": None, "bare_lf": False, **row}
-
-
-def message_record_many(session: Connection, rows: Sequence[Mapping[Any, Any]]) -> int:
-    """Record observed messages once each (unique on provider and the
-    provider's id); returns how many were new."""
-    if not rows:
-        return 0
-    result = session.execute(text(_INSERT_MESSAGE), [_with_defaults(r) for r in rows])
-    return affected(result)
 
 
 def message_record_new(

@@ -69,8 +69,9 @@ def _found(engine: Engine) -> tuple[str, str]:
     signal_id = _signal(engine)
     message_id = f"msg_{uuid.uuid4().hex[:24]}"
     with transaction(engine) as s:
-        messages_db.message_record_many(
+        messages_db.message_record_new(
             s,
+            "sink",
             [
                 {
                     "id": message_id,
