@@ -192,9 +192,10 @@ def test_the_sink_search_tells_our_id_for_each_recorded_message_on_every_page(
     in_process: None, monkeypatch: pytest.MonkeyPatch, lookback: bool
 ) -> None:
     """Three messages, read a page of one at a time (the first page and the
-    pages after it are different statements), the latest also as a near
-    miss before a window when `lookback`: the one a check recorded carries
-    our id, the others none."""
+    pages after it are different statements); with `lookback` the window
+    opens at the second, so the first comes as a near miss before it (the
+    first page's other half). The two a check recorded carry our id, the
+    other none, whichever part of the search read them."""
     monkeypatch.setattr(sink, "PAGE_SIZE", 1)
     recipient = an_address()
     for seconds in (30, 20, 10):
@@ -202,36 +203,28 @@ def test_the_sink_search_tells_our_id_for_each_recorded_message_on_every_page(
     ids = sink_ids(recipient)
     provider = sink.SinkProvider()
     since = datetime.now(UTC) - timedelta(minutes=1)
-    with transaction() as session:  # a check records the middle one
+    everything = provider.search(SearchQuery(since=since, recipients=frozenset({recipient})))
+    with transaction() as session:  # a check records the first and the last
         record_messages(
-            session,
-            "sink",
-            [
-                m
-                for m in provider.search(
-                    SearchQuery(since=since, recipients=frozenset({recipient}))
-                )
-                if m.provider_message_id == ids[1]
-            ],
+            session, "sink", [m for m in everything if m.provider_message_id in (ids[0], ids[2])]
         )
     recorded = our_ids(ids)
-    assert list(recorded) == [ids[1]]
-    window = {recipient: since}
-    if lookback:  # the third message is before this window: a near miss
-        third_at = sql("SELECT received_at FROM sink_messages WHERE id = %s", int(ids[2]))[0][0]
-        window = {recipient: third_at + timedelta(microseconds=1)}
+    assert sorted(recorded) == sorted([ids[0], ids[2]])
+    window = since
+    if lookback:
+        ((window,),) = sql("SELECT received_at FROM sink_messages WHERE id = %s", int(ids[1]))
     query = SearchQuery(
         since=since - timedelta(minutes=1) if lookback else since,
         recipients=frozenset({recipient}),
-        windows=window,
+        windows={recipient: window},
     )
     seen = {m.provider_message_id: m for m in provider.search(query)}
     assert sorted(seen) == sorted(ids)
     assert all(m.recorded_known for m in seen.values())
     assert {pid: m.recorded_id for pid, m in seen.items()} == {
-        ids[0]: None,
-        ids[1]: recorded[ids[1]],
-        ids[2]: None,
+        ids[0]: recorded[ids[0]],
+        ids[1]: None,
+        ids[2]: recorded[ids[2]],
     }
 
 
