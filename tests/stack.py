@@ -214,16 +214,26 @@ class Stack:
     def start_beat(self) -> None:
         self.spawn("beat", ["beat"])
 
-    def start(self, *, worker: bool = True, beat: bool = True) -> Stack:
-        """Start the processes in parallel, then wait until each answers."""
+    def start(
+        self,
+        *,
+        smtp: bool = True,
+        worker: bool = True,
+        beat: bool = True,
+        worker_queues: str = "signals,dead_letter",
+    ) -> Stack:
+        """Start the API and the chosen processes in parallel, then wait until
+        each answers (beat is not waited for: it serves nothing)."""
         self.spawn("api", ["api"])
-        self.spawn("smtp", ["smtp"])
+        if smtp:
+            self.spawn("smtp", ["smtp"])
         if worker:
-            self.spawn_worker()
+            self.spawn_worker(queues=worker_queues)
         if beat:
             self.start_beat()
         self.wait_api()
-        self.wait_smtp()
+        if smtp:
+            self.wait_smtp()
         if worker:
             self.wait_worker()
         return self

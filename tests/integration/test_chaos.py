@@ -33,9 +33,7 @@ def owned_stack(stack_factory: Callable[..., Stack]) -> Stack:
             "SIGNALBOX_CHAOS_MAX_SECONDS": "600",
         }
     )
-    stack.start_api()
-    stack.start_smtp()
-    return stack
+    return stack.start(worker=False, beat=False)
 
 
 @pytest.fixture

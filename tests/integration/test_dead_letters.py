@@ -18,29 +18,35 @@ from tests.stack import Stack, wait_until
 pytestmark = pytest.mark.integration
 
 
-def expired_signal(stack: Stack, **fields: object) -> dict:
-    payload = {
-        "run_id": f"run-{uuid.uuid4().hex[:8]}",
-        "test_case": f"t-{uuid.uuid4().hex[:4]}",
-        "recipient": f"user-{uuid.uuid4().hex[:6]}@example.test",
-        "expires_in_seconds": 2,
-        **fields,
-    }
+def expired_signals(stack: Stack, count: int, **fields: object) -> list[dict]:
+    """`count` signals with no mail, created together and waited for until
+    each has expired: their views, in order of creation."""
+    created = []
     with stack.client() as api:
-        signal = api.post("/v1/signals", json=payload).json()
-    view = wait_result(stack, signal["signal_id"], wait=15)
-    assert view["status"] == "expired", view
-    return view
+        for _ in range(count):
+            payload = {
+                "run_id": f"run-{uuid.uuid4().hex[:8]}",
+                "test_case": f"t-{uuid.uuid4().hex[:4]}",
+                "recipient": f"user-{uuid.uuid4().hex[:6]}@example.test",
+                "expires_in_seconds": 2,
+                **fields,
+            }
+            created.append(api.post("/v1/signals", json=payload).json()["signal_id"])
+    views = [wait_result(stack, signal_id, wait=15) for signal_id in created]
+    for view in views:
+        assert view["status"] == "expired", view
+    return views
+
+
+def expired_signal(stack: Stack, **fields: object) -> dict:
+    return expired_signals(stack, 1, **fields)[0]
 
 
 def queued_dead_letters(stack: Stack, count: int) -> set[str]:
     """Start the stack with no consumer of `dead_letter`, expire `count`
     signals and wait for their dead letters on that queue: their ids."""
-    stack.start_api()
-    stack.start_smtp()
-    stack.start_worker(queues="signals")  # the dead letters wait in their queue
-    stack.start_beat()
-    ids = {expired_signal(stack)["dead_letter"]["dead_letter_id"] for _ in range(count)}
+    stack.start(worker_queues="signals")  # the dead letters wait in their queue
+    ids = {view["dead_letter"]["dead_letter_id"] for view in expired_signals(stack, count)}
     broker = redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"])
     wait_until(lambda: broker.llen("dead_letter") >= count, 10, what="dead letters published")
     return ids
@@ -59,12 +65,9 @@ def test_each_expiry_is_published_once_to_the_dead_letter_queue(
     stack_factory: Callable[..., Stack],
 ) -> None:
     stack = stack_factory()
-    stack.start_api()
-    stack.start_smtp()
     # This worker does not consume `dead_letter`: its messages stay countable.
-    stack.start_worker(queues="signals")
-    stack.start_beat()
-    views = [expired_signal(stack) for _ in range(3)]
+    stack.start(worker_queues="signals")
+    views = expired_signals(stack, 3)
 
     broker = redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"])
     wait_until(lambda: broker.llen("dead_letter") >= 3, 10, what="dead letters published")

@@ -309,10 +309,7 @@ def test_signals_expire_with_provider_errors_when_maildev_never_returns(
         SIGNALBOX_BREAKER_OPEN_SECONDS="1",
         SIGNALBOX_MAX_CONSECUTIVE_PROVIDER_ERRORS="3",
     )
-    stack.start_api()
-    stack.start_smtp()
-    stack.start_worker(queues="signals")  # leaves `dead_letter` messages countable
-    stack.start_beat()
+    stack.start(worker_queues="signals")  # leaves `dead_letter` messages countable
     maildev.stop()
     signals = [create(stack, "catcher") for _ in range(5)]
 

@@ -126,12 +126,15 @@ def _pids_with(metrics_dir: Path, key_part: str) -> set[str]:
     return pids
 
 
-def _one_check_each(stack: Stack, count: int) -> list[str]:
+def _one_check_each(stack: Stack, count: int, expires_in: int = 30) -> list[str]:
     """`count` signals of one check each (max_checks 1: the first check spends
     the budget) of the polled provider `md`, whose checks the worker makes,
-    waited for until every signal of the database has used its check: their ids."""
+    waited for until every signal of the database has used its check: their ids.
+    Those whose check comes at the deadline expire `expires_in` seconds after."""
     ids = [
-        create_signal(stack, provider="md", expires_in_seconds=30, max_checks=1)["signal_id"]
+        create_signal(stack, provider="md", expires_in_seconds=expires_in, max_checks=1)[
+            "signal_id"
+        ]
         for _ in range(count)
     ]
     wait_until(
@@ -253,10 +256,12 @@ def test_each_worker_serves_its_own_counters_on_its_metrics_port(
     # Which worker takes a task is the broker's choice: each round has one
     # worker consuming, w1 alone, then w2 alone (w1 still runs and serves).
     stack.start_worker("w1", extra_env={"SIGNALBOX_METRICS_PORT": str(ports["w1"])})
-    ids = _one_check_each(stack, 12)
+    # A check the bulkhead refused (both children busy) leaves the signal's one
+    # check for its deadline: a short one keeps the rounds short.
+    ids = _one_check_each(stack, 12, expires_in=6)
     stack.start_worker("w2", extra_env={"SIGNALBOX_METRICS_PORT": str(ports["w2"])})
     _stop_consuming(stack, "w1", "signals")
-    ids += _one_check_each(stack, 12)
+    ids += _one_check_each(stack, 12, expires_in=6)
     per_worker = {name: checks_of(name) for name in ("w1", "w2")}
     check_rows = db_scalar(stack, "SELECT count(*) FROM checks")
     # Each worker counts its own checks only; together they are all of them.

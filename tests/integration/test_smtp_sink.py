@@ -30,9 +30,7 @@ def strict_stack(stack_factory: Callable[..., Stack]) -> Stack:
             "SIGNALBOX_SMTP_MAX_BYTES": "20000",
         }
     )
-    stack.start_api()
-    stack.start_smtp()
-    return stack
+    return stack.start(worker=False, beat=False)
 
 
 def test_recipient_outside_accepted_domains_gets_550(strict_stack: Stack) -> None:
