@@ -108,9 +108,7 @@ def _with_recorded_id(sql: str) -> str:
     asking again which of them are recorded (one statement fewer per look)."""
     return (
         "SELECT q.*, (SELECT m.id FROM messages m WHERE m.provider = :recorded_by"
-        " AND m.provider_message_id = CAST(q.id AS text)) AS recorded_id FROM ("
-        + sql
-        + ") q"
+        " AND m.provider_message_id = CAST(q.id AS text)) AS recorded_id FROM (" + sql + ") q"
     )
 
 

@@ -254,7 +254,8 @@ def make_controller(settings: Settings) -> SinkController:
     handler = SinkHandler(
         settings, check_here=checks.in_process_check_for(settings), chaos=SinkChaos(settings)
     )
-    # Its matching parses in the parse pool: no message stalls the sink.
+    # Its matching parses in the parse pool (a small message in the look's
+    # thread, bounded to milliseconds): no message stalls the sink.
     checks.parse_with(handler.parser.parse_blocking)
     return SinkController(
         handler,

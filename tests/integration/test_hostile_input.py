@@ -177,8 +177,9 @@ def test_parse_pool_gives_up_on_a_parse_past_its_limit_and_recovers() -> None:
 def test_the_sinks_own_looks_parse_in_the_pool_where_the_cpu_budget_applies() -> None:
     """The sink makes its signals' looks in threads beside its event loop,
     where no CPU timer can interrupt a parse: there a hostile message would
-    be parsed to the end. The sink's checks parse in its pool instead, where
-    the budget cuts the parse short (bound `time`)."""
+    be parsed to the end. The sink's checks parse a message of this size
+    (over INLINE_PARSE_BYTES) in its pool instead, where the budget cuts the
+    parse short (bound `time`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from app.domain.mail import bounds_exceeded, parse_mail
@@ -205,6 +206,42 @@ def test_the_sinks_own_looks_parse_in_the_pool_where_the_cpu_budget_applies() ->
         controller.loop.close()  # never started: close what __init__ opened
     assert "time" in bounds_exceeded(in_the_pool)
     assert in_the_pool.subject.startswith("Your report is ready")
+
+
+def test_a_look_parses_a_small_message_in_its_own_thread_and_a_larger_one_in_the_pool() -> None:
+    """A look's parse of a message of at most INLINE_PARSE_BYTES is made in
+    the look's own thread (no pool process is started for it), parsed to the
+    end: at that size the bounds keep any parse short. One byte more goes to
+    the pool, where the CPU budget cuts a slow parse short."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.domain.mail import bounds_exceeded, parse_mail
+    from app.infra.parse_pool import INLINE_PARSE_BYTES
+    from tests.hostile_mail import HEAD
+
+    def sized(size: int) -> bytes:
+        """Slow MIME parts (distinct parameters each) cut to `size` bytes."""
+        whole = (
+            HEAD
+            + b"Subject: many parts\r\nContent-Type: multipart/mixed; boundary=B\r\n\r\n"
+            + slow_part_lines(200)
+        )
+        assert len(whole) > size
+        return whole[:size]
+
+    small, large = sized(INLINE_PARSE_BYTES), sized(INLINE_PARSE_BYTES + 1)
+    pool = ParsePool(workers=1, budget_seconds=0.001)  # far less than either parse takes
+    try:
+        with ThreadPoolExecutor(1) as thread:
+            here = thread.submit(pool.parse_blocking, small).result()
+            assert pool._executor is None  # no process was needed
+            there = thread.submit(pool.parse_blocking, large).result()
+        assert pool._executor is not None
+    finally:
+        pool.close()
+    assert here == parse_mail(small, time_budget=None)
+    assert "time" not in bounds_exceeded(here) and here.subject == "many parts"
+    assert "time" in bounds_exceeded(there) and there.subject == "many parts"
 
 
 # --------------------------------------------------------------------------- masking

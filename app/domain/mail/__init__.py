@@ -33,7 +33,8 @@ cut legitimate mail short), enforced where it can be:
 - the SMTP sink never parses on its event loop: it stores the raw bytes,
   answers, and parses in a worker process (``app/infra/parse_pool.py``), where the
   first rule applies, and the sink stops waiting for a parse stuck past a
-  generous wall-clock limit;
+  generous wall-clock limit (its looks parse a message of at most 16 KiB in
+  their own thread, where the bounds alone keep it to milliseconds);
 - in any other thread (the API's request threads) signals cannot interrupt,
   and the bounds alone keep a parse short.
 

@@ -48,7 +48,8 @@ PARSED_CACHE_ENTRIES = 4096
 _PARSED_LOCK = threading.Lock()
 # How this process parses a message it matches. A worker parses in its own
 # main thread, where parse_mail's CPU budget applies; the sink and the API,
-# whose checks run in threads beside their event loops, parse in a parse pool.
+# whose checks run in threads beside their event loops, parse in a parse pool
+# (a message of at most 16 KiB in the check's own thread: app/infra/parse_pool.py).
 _parse: Callable[[bytes], ParsedMail] = parse_mail
 
 
