@@ -18,7 +18,7 @@ A thread that may wait (``parse_blocking``: the sink's and the API's looks)
 parses a message of at most ``INLINE_PARSE_BYTES`` itself. At that size the
 bounds of ``app.domain.mail`` keep any parse to a few milliseconds, so the
 CPU budget has nothing to cut, and the round trip to a pool process (pickling
-both ways, two process wake-ups: 0.4–0.9 ms of a look, as measured) is saved.
+both ways, two process wake-ups: 0.4 to 0.9 ms of a look, as measured) is saved.
 """
 
 from __future__ import annotations
