@@ -187,7 +187,9 @@ def test_the_sink_holds_at_most_its_bound_of_stored_messages_for_parsing(
         sink = handler_mod.SinkHandler(settings)  # type: ignore[arg-type]
         try:
             count = bound + 5
-            received = [(None, ["a@example.test"], b"x" * 10) for _ in range(count)]
+            # Larger than a message looked at on the event loop: each is held.
+            raw = b"x" * (handler_mod.INLINE_SCAN_BYTES + 1)
+            received = [(None, ["a@example.test"], raw) for _ in range(count)]
             sink._after_store(received, list(range(count)))
             held = sink.parses_waiting
             release.set()
@@ -204,3 +206,67 @@ def test_the_sink_holds_at_most_its_bound_of_stored_messages_for_parsing(
     skipped = [r for r in caplog.records if getattr(r, "event", None) == "sink_parse_skipped"]
     assert len(skipped) == 5
     assert sorted(pushed) == list(range(bound + 5))  # every stored message is pushed
+
+
+def test_a_small_message_naming_only_its_envelope_is_looked_at_on_the_loop_and_not_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Up to INLINE_SCAN_BYTES the look for more recipients is made on the
+    event loop: a message whose To and Cc name only envelope recipients is
+    then neither held nor handed to a thread; one naming another address is
+    held for its parse, not looked at again; a larger message is looked at
+    in a thread, as before."""
+    from types import SimpleNamespace
+
+    from app.domain.mail import ParsedMail
+    from app.smtp import handler as handler_mod
+    from app.usecases import intake
+
+    looked: list[tuple[bytes, str]] = []
+    real_needs_parse = intake.needs_parse
+
+    def needs_parse(raw: bytes, rcpts: Sequence[str]) -> bool:
+        looked.append((raw, threading.current_thread().name))
+        return real_needs_parse(raw, rcpts)
+
+    def push_many(
+        settings: object, stored: Sequence[intake.Stored], *, check_here: object = None
+    ) -> list[None]:
+        return [None] * len(stored)
+
+    parsed: list[bytes] = []
+
+    async def parse(raw: bytes) -> ParsedMail | None:
+        parsed.append(raw)
+        return None  # the message keeps its envelope recipients
+
+    monkeypatch.setattr(intake, "needs_parse", needs_parse)
+    monkeypatch.setattr(intake, "push_many", push_many)
+    settings = SimpleNamespace(accepted_domains=(), smtp_max_bytes=1024)
+    head = b"From: app@example.test\r\nTo: a@example.test\r\n"
+    plain = head + b"Subject: hi\r\n\r\nbody\r\n"
+    other = head + b"Cc: b@example.test\r\nSubject: hi\r\n\r\nbody\r\n"
+    large = plain + b"x" * (handler_mod.INLINE_SCAN_BYTES + 1 - len(plain))
+    edge = plain + b"x" * (handler_mod.INLINE_SCAN_BYTES - len(plain))
+
+    async def scenario() -> tuple[int, str]:
+        sink = handler_mod.SinkHandler(settings)  # type: ignore[arg-type]
+        monkeypatch.setattr(sink.parser, "parse", parse)
+        try:
+            loop_thread = threading.current_thread().name
+            received = [(None, ["a@example.test"], raw) for raw in (plain, edge, other, large)]
+            sink._after_store(received, [1, 2, 3, 4])
+            held = sink.parses_waiting
+            while sink.pending:
+                await asyncio.gather(*sink.pending)
+            return held, loop_thread
+        finally:
+            sink.close()
+
+    held, loop_thread = asyncio.run(scenario())
+    assert held == 2  # `other` for its parse, `large` for its look
+    by_message = {raw: thread for raw, thread in looked}
+    assert len(looked) == 4  # each message looked at once
+    assert by_message[plain] == by_message[edge] == by_message[other] == loop_thread
+    assert by_message[large].startswith("sink-after")
+    assert parsed == [other]  # `large` names only its envelope: not parsed
