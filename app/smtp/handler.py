@@ -35,8 +35,8 @@ log = logging.getLogger("signalbox.smtp")
 MAX_PENDING_PARSES = 64
 
 # A stored message this small is looked at for more recipients on the event
-# loop itself: the look is a linear scan of its header block (no parse;
-# under half a millisecond at this size, whatever the header holds), and most
+# loop itself: the look is a linear scan of its header block (no parse; at
+# most 0.5 ms at this size in every hostile header shape measured), and most
 # messages name only envelope recipients, so they need no task, no thread and
 # no parse. A larger message is looked at in a thread.
 INLINE_SCAN_BYTES = 16 * 1024
