@@ -98,9 +98,18 @@ _FIRST_LOOK_EMPTY = raw.Query(
                        AND (s.check_lease_until IS NULL OR s.check_lease_until < now())
                        FOR UPDATE OF s SKIP LOCKED
                 ), mail AS (
-                    SELECT 1 FROM sink_messages sm, taken t
-                     WHERE sm.all_recipients && ARRAY[lower(t.recipient)]::text[]
-                       AND sm.received_at >= t.received_after - make_interval(secs => :lookback)
+                    -- The recipient's messages from the GIN index, the time
+                    -- bound applied to them: `OFFSET 0` keeps the LIMIT out of
+                    -- that scan. Without it the planner, expecting a match
+                    -- among many rows, read the whole table in order to stop
+                    -- at the first: every stored message for each new signal,
+                    -- 119 ms at 100,000 (EXPLAIN ANALYZE).
+                    SELECT 1
+                      FROM taken t,
+                           LATERAL (SELECT received_at FROM sink_messages
+                                     WHERE all_recipients && ARRAY[lower(t.recipient)]::text[]
+                                    OFFSET 0) sm
+                     WHERE sm.received_at >= t.received_after - make_interval(secs => :lookback)
                      LIMIT 1
                 ), upd AS (
                     UPDATE signals s
