@@ -238,6 +238,24 @@ class PgbenchUnit:
         return (self.before.tps + self.after.tps) / 2
 
 
+def _store_others(stack: _stack.UpStack, count: int) -> None:
+    """`count` small sink messages, each to an address no client uses,
+    received over the last minute, then ANALYZE (as autovacuum would)."""
+    import psycopg
+
+    with psycopg.connect(stack.database_url(), autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO sink_messages (mail_from, envelope_recipients, all_recipients, size,"
+            " raw, received_at)"
+            " SELECT 'app@example.test', ARRAY[a], ARRAY[a], 1, 'x'::bytea,"
+            "        now() - (g %% 60) * interval '1 second'"
+            "   FROM (SELECT g, format('other-%%s@example.test', g) AS a"
+            "           FROM generate_series(1, %s) g) o",
+            (count,),
+        )
+        conn.execute("ANALYZE sink_messages")
+
+
 def pgbench_cost(
     stack: _stack.UpStack, seconds: int, *, initialize: bool
 ) -> tuple[_stack.PgbenchResult, float]:
@@ -274,8 +292,16 @@ def main() -> int:
         "--profile-dir", type=Path, default=Path(tempfile.gettempdir()) / "signalbox-profiles"
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary data dir")
+    parser.add_argument(
+        "--stored",
+        type=int,
+        default=0,
+        metavar="N",
+        help="sink messages to other addresses stored before the run, within every"
+        " signal's near-miss lookback (a busy shared sink; 0)",
+    )
     args = parser.parse_args()
-    if args.clients < 1 or args.duration <= 0:
+    if args.clients < 1 or args.duration <= 0 or args.stored < 0:
         parser.error("--clients must be at least 1 and --duration positive")
     try:
         return _run(args)
@@ -297,6 +323,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"running {_stack.postgres_bin('pgbench')} -i, then -N ...", flush=True)
         pgbench, pg_before = pgbench_cost(stack, args.pgbench_seconds, initialize=True)
         print(f"pgbench -N: {pgbench.tps:.0f} tps, {pg_before * 1e6:.0f} µs per tx", flush=True)
+        if args.stored:
+            print(f"storing {args.stored} sink messages to other addresses ...", flush=True)
+            _store_others(stack, args.stored)
         time.sleep(2)  # let the server settle after pgbench
         run_id = f"bench-{uuid.uuid4().hex[:10]}"
         # First lifecycles pay for imports, pools and Celery's first send: not measured.
@@ -399,6 +428,8 @@ def report(
         f"  clients     {args.clients}, {args.duration:.0f} s measured"
         f" ({args.warmup:.0f} s warm-up)"
     )
+    if args.stored:
+        print(f"  stored      {args.stored} sink messages to other addresses, before the run")
     print(f"  postgres    {pg_settings}")
     print(f"  load avg    {load} (at the end of the measured window)")
     print()
