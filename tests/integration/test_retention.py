@@ -3,7 +3,10 @@ worker, deletes aged content and then aged evidence, never a waiting signal's da
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
+from typing import Any
 
 import pytest
 
@@ -263,3 +266,96 @@ def test_holds_are_deleted_once_their_mail_and_signals_are_past_every_horizon(
     run_retention(stack)
     left = {r[0] for r in db_rows(stack, "SELECT address FROM address_holds")}
     assert left == {live, "recent@example.test"}
+
+
+def _subplans_reading_signals(plan: dict[str, Any], name: str | None = None) -> list[str | None]:
+    """For every node of `plan` (EXPLAIN's JSON) that reads the signals
+    table: the subplan it runs in (None: the statement's own plan)."""
+    name = plan.get("Subplan Name", name)
+    found = [name] if plan.get("Relation Name") == "signals" else []
+    for child in plan.get("Plans", []):
+        found += _subplans_reading_signals(child, name)
+    return found
+
+
+def test_old_mail_is_deleted_past_many_waiting_signals_reading_them_once(
+    in_process: None,
+) -> None:
+    """Retention keeps the old mail of waiting signals' recipients (however
+    the address is cased in the signal) and deletes the rest, reading the
+    waiting recipients once per batch: it compared every old row with every
+    waiting signal (20 s a batch at 20,000 waiting and 2,000 old sink
+    messages, past the statement timeout at 100,000, so nothing old was ever
+    deleted)."""
+    from sqlalchemy import text
+
+    from app.db import retention as retention_db
+    from app.db.engine import transaction
+
+    waiting, old = 3000, 200
+    with transaction() as session:
+        session.execute(
+            text(
+                "INSERT INTO signals (id, namespace, idempotency_key, run_id, test_case,"
+                " recipient, received_after, expires_at, max_checks, provider, next_check_at)"
+                " SELECT 'sig_r' || g, 'default', 'k' || g, 'run', 'case',"
+                "        'Waiting-' || g || '@Example.test', now(), now() + interval '1 day', 10,"
+                "        'sink', now() + interval '1 hour'"
+                "   FROM generate_series(1, :n) g"
+            ),
+            {"n": waiting},
+        )
+        # Old mail: every tenth to a waiting signal's recipient (lower-cased, as stored).
+        addresses = (
+            "CASE WHEN g % 10 = 0 THEN 'waiting-' || g || '@example.test'"
+            " ELSE 'gone-' || g || '@example.test' END"
+        )
+        session.execute(
+            text(
+                "INSERT INTO sink_messages (mail_from, envelope_recipients, all_recipients,"
+                " size, raw, received_at)"
+                f" SELECT 'app@example.test', ARRAY[{addresses}], ARRAY[{addresses}], 1,"
+                "        'x'::bytea, now() - interval '100 hours'"
+                "   FROM generate_series(1, :n) g"
+            ),
+            {"n": old},
+        )
+        session.execute(
+            text(
+                "INSERT INTO messages (id, provider, provider_message_id, received_at,"
+                " observed_at, recipients)"
+                f" SELECT 'msg_r' || g, 'sink', 'r' || g, now() - interval '100 hours',"
+                f"        now() - interval '100 hours', ARRAY[{addresses}]"
+                "   FROM generate_series(1, :n) g"
+            ),
+            {"n": old},
+        )
+        session.execute(text("ANALYZE signals"))
+    with transaction() as session:
+        for sql in (retention_db._SINK_MESSAGES_OLD, retention_db._MESSAGES_OLD):
+            ((plan,),) = session.execute(
+                text("EXPLAIN (FORMAT JSON) " + sql), {"secs": 72 * 3600, "limit": 1000}
+            ).all()
+            shown = json.dumps(plan)
+            # PostgreSQL shows a subplan run once and hashed as `hashed SubPlan n`.
+            hashed = [
+                name
+                for name in _subplans_reading_signals(plan[0]["Plan"])
+                if name is not None and re.search(rf"hashed {name}\b", shown)
+            ]
+            assert hashed, "the waiting recipients are not hashed once per statement"
+            # Other reads of signals are keyed lookups or run once (the in-play
+            # messages); none may scan the waiting signals for each old row.
+        sink = retention_db.sink_message_delete_old(session, older_than_hours=72, limit=1000)
+        messages = retention_db.message_delete_old(session, older_than_hours=72, limit=1000)
+    assert (sink, messages) == (old - old // 10, old - old // 10)
+    with transaction() as session:
+        kept = session.execute(
+            text(
+                "SELECT (SELECT count(*) FROM sink_messages"
+                "         WHERE all_recipients[1] LIKE 'waiting-%'),"
+                "       (SELECT count(*) FROM messages WHERE recipients[1] LIKE 'waiting-%'),"
+                "       (SELECT count(*) FROM sink_messages WHERE all_recipients[1] LIKE 'gone-%')"
+            )
+        ).one()
+    assert tuple(kept) == (old // 10, old // 10, 0)
