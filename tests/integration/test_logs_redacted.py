@@ -106,6 +106,9 @@ def test_full_flow_logs_are_json_lines_without_content_or_addresses(
     assert {"signal_created", "signal_found", "signal_claimed", "signal_consumed"} <= events, events
     assert all(e.get("run_id") == run_id for e in ours if e.get("event") != "check_requeued")
     assert any(e.get("recipient_hash") == recipient_hash(recipient) for e in ours)
+    # The look's own line (its hash is made only for a line logged).
+    found = [e for e in ours if e.get("event") == "signal_found"]
+    assert found and all(e.get("recipient_hash") == recipient_hash(recipient) for e in found)
     received = [e for e in entries if e.get("event") == "sink_received"]
     assert any(recipient_hash(recipient) in e.get("recipient_hashes", []) for e in received)
     alerts = [e for e in entries if e.get("event") == "dead_letter_alert"]

@@ -216,13 +216,18 @@ class _Writer:
         reason = CheckReason(row["next_check_reason"] or CheckReason.SCHEDULED.value)
         provider = row["provider"]
         answer, settings = batch.answer, batch.settings
-        log_extra = {
-            "run_id": row["run_id"],
-            "signal_id": signal_id,
-            "recipient_hash": recipient_hash(row["recipient"], settings),
-            "provider": provider,
-            "reason": reason.value,
-        }
+
+        def log_extra() -> dict[str, Any]:
+            # Made only for a line logged: the hash is an HMAC, and a push
+            # look at a shared address decides hundreds of signals that log nothing.
+            return {
+                "run_id": row["run_id"],
+                "signal_id": signal_id,
+                "recipient_hash": recipient_hash(row["recipient"], settings),
+                "provider": provider,
+                "reason": reason.value,
+            }
+
         # What this signal's namespace saw of the look (never another's mail).
         seen = seen_here if answer.outcome is CheckOutcome.NO_MATCH else None
 
@@ -251,7 +256,7 @@ class _Writer:
                 effects.checks.append((provider, CheckOutcome.MATCHED.value))
                 effects.found.append((provider, (now - row["created_at"]).total_seconds()))
                 effects.logs.append(
-                    ("signal found", {"event": "signal_found", **log_extra, "message_id": winner})
+                    ("signal found", {"event": "signal_found", **log_extra(), "message_id": winner})
                 )
                 return
 
@@ -296,7 +301,7 @@ class _Writer:
         observed: list[Observed],
         taken_by: dict[str, str],
         check_record: Callable[[CheckOutcome, str | None, bool], CheckRecord],
-        log_extra: dict[str, Any],
+        log_extra: Callable[[], dict[str, Any]],
         now: datetime,
     ) -> bool:
         """An `exactly_one` or `none` signal after a look that saw the provider
@@ -320,7 +325,7 @@ class _Writer:
         if written.found:
             effects.found.append((provider, (now - row["created_at"]).total_seconds()))
         if written.event is not None:
-            extra = {"event": written.event, **log_extra, "message_id": written.message_id}
+            extra = {"event": written.event, **log_extra(), "message_id": written.message_id}
             effects.logs.append((written.event.replace("_", " "), extra))
         if written.dead_letter:
             effects.dead_letters.append(written.dead_letter)
