@@ -7,6 +7,7 @@ that did not match it, with why.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -114,14 +115,17 @@ _TAKEN = raw.Query(
     "SELECT message_id, id FROM signals WHERE namespace = :ns AND message_id = ANY(:ids)"
     " AND status <> 'arrived'"
 )
-# `also` travels as one comma-joined text per row (unnest cannot take an
-# array of arrays of different lengths); a Why value holds no comma.
+# The misses travel as one JSON array of objects (m: message id, w: why,
+# a: also, ad: typo address), not as four arrays: psycopg dumps a list into
+# a PostgreSQL array element by element, in Python (1.15 ms for the four
+# arrays of 100 misses, against 0.09 ms for json.dumps), and a push look at
+# a shared address records a miss for every message of the window, for
+# every signal of it.
 _NEAR_MISSES = raw.Query(
     """
     INSERT INTO near_misses (signal_id, message_id, why, also, address)
-    SELECT :s, m, w, coalesce(string_to_array(nullif(a, ''), ','), '{}'), nullif(ad, '')
-      FROM unnest(CAST(:mids AS text[]), CAST(:whys AS text[]), CAST(:alsos AS text[]),
-                  CAST(:addresses AS text[])) AS t(m, w, a, ad)
+    SELECT :s, t.m, t.w, ARRAY(SELECT jsonb_array_elements_text(t.a)), t.ad
+      FROM jsonb_to_recordset(CAST(:misses AS jsonb)) AS t(m text, w text, a jsonb, ad text)
     ON CONFLICT DO NOTHING
     RETURNING why
     """
@@ -204,17 +208,14 @@ def near_miss_record_many(
     miss. Returns the `why` of each one that was new."""
     if not misses:
         return []
-    rows = raw.rows(
-        session,
-        _NEAR_MISSES,
-        {
-            "s": signal_id,
-            "mids": [m[0] for m in misses],
-            "whys": [m[1] for m in misses],
-            "alsos": [",".join(m[2]) for m in misses],
-            "addresses": [a or "" for a in (addresses or [None] * len(misses))],
-        },
+    typos = addresses or [None] * len(misses)
+    payload = json.dumps(
+        [
+            {"m": mid, "w": why, "a": list(also), "ad": address or None}
+            for (mid, why, also), address in zip(misses, typos, strict=True)
+        ]
     )
+    rows = raw.rows(session, _NEAR_MISSES, {"s": signal_id, "misses": payload})
     return [r["why"] for r in rows]
 
 

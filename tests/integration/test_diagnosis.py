@@ -241,3 +241,52 @@ def test_the_signal_page_shows_every_event_of_its_life_in_order(stack: Stack) ->
     ], events
     assert "check" in events
     assert dl["dead_letter_id"] in life
+
+
+def test_near_misses_are_recorded_as_given_and_once(looks: Any) -> None:
+    """`near_miss_record_many` stores each miss with its reasons and typo
+    address exactly as given (commas, quotes, non-ASCII: they travel as JSON),
+    in one statement, and a miss recorded again is not new."""
+    from sqlalchemy import text
+
+    from app.db import messages as messages_db
+    from app.db.engine import transaction
+
+    signal_id = looks.create(look=False)
+    mids = [f"msg_nm{i}" for i in range(3)]
+    with transaction() as session:
+        for mid in mids:
+            session.execute(
+                text(
+                    "INSERT INTO messages (id, provider, provider_message_id, received_at,"
+                    " recipients) VALUES (:id, 'sink', :id, now(), ARRAY['a@example.test'])"
+                ),
+                {"id": mid},
+            )
+        new = messages_db.near_miss_record_many(
+            session,
+            signal_id,
+            [
+                (mids[0], "subject_mismatch", ["body_mismatch", "run_marker_mismatch"]),
+                (mids[1], "recipient_typo", ()),
+                (mids[2], "body_mismatch", []),
+            ],
+            addresses=[None, 'o\'brien,"x"@exämple.test', ""],
+        )
+        assert new == ["subject_mismatch", "recipient_typo", "body_mismatch"]
+        again = messages_db.near_miss_record_many(
+            session, signal_id, [(mids[1], "subject_mismatch", ["x"])]
+        )
+        assert again == []  # already recorded: kept as it was
+        rows = session.execute(
+            text(
+                "SELECT message_id, why, also, address FROM near_misses"
+                " WHERE signal_id = :s ORDER BY message_id"
+            ),
+            {"s": signal_id},
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        (mids[0], "subject_mismatch", ["body_mismatch", "run_marker_mismatch"], None),
+        (mids[1], "recipient_typo", [], 'o\'brien,"x"@exämple.test'),
+        (mids[2], "body_mismatch", [], None),
+    ]
