@@ -68,9 +68,21 @@ _SINK_MESSAGES_OLD = _delete_oldest(
 )
 
 
+# The waiting recipients' hash must fit in work_mem (times
+# hash_mem_multiplier), or PostgreSQL plans the comparison per row again:
+# 4 MB (x 2) holds about 100,000 addresses. This room, for the batch's
+# transaction only, holds about two million.
+_WAITING_HASH_WORK_MEM = "64MB"
+
+
+def _room_for_the_waiting(session: Connection) -> None:
+    session.execute(text(f"SET LOCAL work_mem = '{_WAITING_HASH_WORK_MEM}'"))
+
+
 def sink_message_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
     """Delete sink messages received before the cutoff, except those addressed
     to a waiting signal's recipient or recorded as an in-play signal's message."""
+    _room_for_the_waiting(session)
     return _count(session, _SINK_MESSAGES_OLD, older_than_hours=older_than_hours, limit=limit)
 
 
@@ -90,6 +102,7 @@ def message_delete_old(session: Connection, *, older_than_hours: float, limit: i
     """Delete observed messages older than the cutoff that no signal points
     at, that are no waiting signal's near miss, and that are not addressed to
     a waiting signal's recipient (it could still match them)."""
+    _room_for_the_waiting(session)
     return _count(session, _MESSAGES_OLD, older_than_hours=older_than_hours, limit=limit)
 
 
