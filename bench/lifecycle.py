@@ -302,7 +302,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.clients < 1 or args.duration <= 0 or args.stored < 0:
-        parser.error("--clients must be at least 1 and --duration positive")
+        parser.error("--clients must be at least 1, --duration positive, --stored not negative")
     try:
         return _run(args)
     except KeyboardInterrupt:

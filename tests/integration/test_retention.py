@@ -348,9 +348,9 @@ def test_old_mail_is_deleted_past_many_waiting_signals_reading_them_once(
                 for name in _subplans_reading_signals(plan[0]["Plan"])
                 if name is not None and re.search(rf"hashed {name}\b", shown)
             ]
+            # (The plan's other reads of signals are keyed lookups, or run once:
+            # the in-play messages' signals.)
             assert hashed, "the waiting recipients are not hashed once per statement"
-            # Other reads of signals are keyed lookups or run once (the in-play
-            # messages); none may scan the waiting signals for each old row.
     assert (sink, messages) == (old - old // 10, old - old // 10)
     with transaction() as session:
         kept = session.execute(
