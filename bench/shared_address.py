@@ -25,7 +25,6 @@ import uuid
 from email.message import EmailMessage
 from pathlib import Path
 
-import httpx
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,11 +45,7 @@ def main() -> int:
     print("starting signalbox-server up --no-flower on embedded PostgreSQL and Redis ...")
     with _stack.running_stack(flower=False, keep=args.keep) as stack:
         run_id = f"shared-{uuid.uuid4().hex[:8]}"
-        with httpx.Client(
-            base_url=stack.api_url,
-            headers={"Authorization": f"Bearer {stack.token}"},
-            timeout=httpx.Timeout(60, connect=5),
-        ) as api:
+        with stack.client() as api:
             ids = []
             for i in range(n):
                 created = api.post(
