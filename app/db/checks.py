@@ -3,13 +3,15 @@
 A check takes its signals with `FOR UPDATE SKIP LOCKED`, stamps a lease and
 a new fence (`signal_lock_for_check`), commits, calls the provider with no
 lock held, then writes its result guarded by the fence: the signal's update
-and the check's row in one statement (`signal_record_check`,
+and the check's row in one statement (`signal_record_check`, or
+`signal_record_checks` for all the signals of a look that found nothing;
 `signal_mark_found`). A write whose fence no longer holds writes nothing.
 Also here: a signal's checks, listed and counted by outcome.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -239,31 +241,58 @@ _CHECK_ROW = """
 """
 
 
-_RECORD_CHECK = raw.Query(
+# A check that found nothing, for any signals of one look: its row and its
+# effect on each signal, in one statement, each guarded by its fence. The
+# values come as a JSON array of objects (psycopg dumps one string, not an
+# array per column), and the rows are locked in the order a push locks them
+# (`created_at`, `id`), so the two never wait for each other in opposite
+# orders.
+_RECORD_CHECKS = raw.Query(
     """
-            WITH upd AS (
-                UPDATE signals
-                   SET checks_count = checks_count + :inc,
-                       consecutive_errors = :errors,
+            WITH t AS (
+                SELECT * FROM jsonb_to_recordset(CAST(:writes AS jsonb))
+                    AS t(id text, fence bigint, inc int, errors int, next_at timestamptz,
+                         next_reason text, c_reason text, c_outcome text, c_error text,
+                         c_counted boolean, c_seen int)
+            ), locked AS (
+                SELECT s.id FROM signals s JOIN t ON t.id = s.id
+                 WHERE s.check_fence = t.fence AND s.status = 'waiting'
+                 ORDER BY s.created_at, s.id
+                 FOR UPDATE OF s
+            ), upd AS (
+                UPDATE signals s
+                   SET checks_count = s.checks_count + t.inc,
+                       consecutive_errors = t.errors,
                        last_check_at = now(),
                        -- A check that made no call (breaker open, provider
                        -- busy) is no look: expiry still waits for one.
-                       last_look_at = CASE WHEN :c_outcome = 'circuit_open' THEN last_look_at
+                       last_look_at = CASE WHEN t.c_outcome = 'circuit_open' THEN s.last_look_at
                                            ELSE :c_started END,
-                       last_outcome = :c_outcome,
-                       last_error_code = :c_error,
-                       next_check_at = CASE WHEN enqueued_at > :c_started THEN now()
-                                            ELSE :next_at END,
-                       next_check_reason = CASE WHEN enqueued_at > :c_started THEN 'push'
-                                                ELSE :next_reason END,
+                       last_outcome = t.c_outcome,
+                       last_error_code = t.c_error,
+                       next_check_at = CASE WHEN s.enqueued_at > :c_started THEN now()
+                                            ELSE t.next_at END,
+                       next_check_reason = CASE WHEN s.enqueued_at > :c_started THEN 'push'
+                                                ELSE t.next_reason END,
                        check_lease_until = NULL,
                        updated_at = now()
-                 WHERE id = :id AND check_fence = :fence AND status = 'waiting'
-                RETURNING id, generation, provider,
-                          coalesce(enqueued_at > :c_started, false) AS pushed
-            )"""
-    + _CHECK_ROW
-    + "SELECT pushed FROM upd"
+                  FROM t, locked
+                 WHERE s.id = t.id AND s.id = locked.id
+                   AND s.check_fence = t.fence AND s.status = 'waiting'
+                RETURNING s.id, s.generation, s.provider, t.fence, t.c_reason, t.c_outcome,
+                          t.c_error, t.c_counted, t.c_seen,
+                          coalesce(s.enqueued_at > :c_started, false) AS pushed
+            ), chk AS (
+                INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,
+                                    error_code, batch_id, started_at, counted, messages_seen)
+                SELECT upd.id, upd.generation, upd.fence, upd.provider, upd.c_reason,
+                       upd.c_outcome, upd.c_error, :c_batch, :c_started, upd.c_counted,
+                       upd.c_seen
+                  FROM upd
+                ON CONFLICT (signal_id, fence) DO NOTHING
+            )
+            SELECT id, pushed FROM upd
+    """
 )
 
 
@@ -285,20 +314,63 @@ def signal_record_check(
     (due now, reason `push`) instead of being overwritten by the backoff,
     and the caller must send the task again.
     """
-    row = raw.row(
-        session,
-        _RECORD_CHECK,
-        {
-            **check.params(),
-            "id": signal_id,
-            "fence": fence,
-            "inc": 1 if check.counted else 0,
-            "errors": consecutive_errors,
-            "next_at": next_check_at,
-            "next_reason": next_check_reason,
-        },
+    write = CheckWrite(
+        signal_id, fence, check, consecutive_errors, next_check_at, next_check_reason
     )
-    return (row is not None, bool(row["pushed"]) if row is not None else False)
+    written = signal_record_checks(session, [write])
+    return (signal_id in written, written.get(signal_id, False))
+
+
+@dataclass(frozen=True)
+class CheckWrite:
+    """One signal's no-match write of a look (`signal_record_checks`)."""
+
+    signal_id: str
+    fence: int
+    check: CheckRecord
+    consecutive_errors: int
+    next_check_at: datetime | None
+    next_check_reason: str
+
+
+def signal_record_checks(session: Connection, writes: Sequence[CheckWrite]) -> dict[str, bool]:
+    """`signal_record_check` for several signals in one statement: each
+    written only if its fence still holds. The checks of one look share
+    their start and batch id (the first write's are used for all).
+
+    Returns signal id → pushed, for each signal written."""
+    if not writes:
+        return {}
+    first_check = writes[0].check
+    if any(
+        w.check.started_at != first_check.started_at or w.check.batch_id != first_check.batch_id
+        for w in writes
+    ):
+        raise ValueError("the checks written together must share their start and batch id")
+    payload = json.dumps(
+        [
+            {
+                "id": w.signal_id,
+                "fence": w.fence,
+                "inc": 1 if w.check.counted else 0,
+                "errors": w.consecutive_errors,
+                "next_at": None if w.next_check_at is None else w.next_check_at.isoformat(),
+                "next_reason": w.next_check_reason,
+                "c_reason": w.check.reason,
+                "c_outcome": w.check.outcome,
+                "c_error": w.check.error_code,
+                "c_counted": w.check.counted,
+                "c_seen": w.check.messages_seen,
+            }
+            for w in writes
+        ]
+    )
+    rows = raw.rows(
+        session,
+        _RECORD_CHECKS,
+        {"writes": payload, "c_started": first_check.started_at, "c_batch": first_check.batch_id},
+    )
+    return {r["id"]: bool(r["pushed"]) for r in rows}
 
 
 _MARK_FOUND = raw.Query(

@@ -63,10 +63,12 @@ def sql(statement: str, *params: Any) -> list[tuple[Any, ...]]:
         return cursor.fetchall() if cursor.description else []
 
 
-def store(recipient: str, *, at: str = "now()", envelope: bool = True) -> None:
+def store(
+    recipient: str, *, at: str = "now()", envelope: bool = True, subject: str | None = None
+) -> None:
     """A sink message to `recipient` received at `at` (SQL), with no push;
     `envelope` False: named only in its headers (all_recipients)."""
-    data = mail(recipient)
+    data = mail(recipient) if subject is None else mail(recipient, subject=subject)
     sql(
         "INSERT INTO sink_messages (mail_from, envelope_recipients, all_recipients, size,"
         f" raw, received_at) VALUES ('app@example.test', %s, %s, %s, %s, {at})",

@@ -156,13 +156,16 @@ def dovecot_server(
     if os.geteuid() == 0:
         mail_pw = pwd.getpwnam(mail_user)
         os.chown(mail_root, mail_pw.pw_uid, mail_pw.pw_gid)
+    # Dovecot's sockets live under base_dir, and a socket's path must fit in
+    # 108 bytes: pytest's tmp_path (a worker's, a long test name) may not.
+    run_dir = Path(tempfile.mkdtemp(prefix="sbdc-"))
     port = free_port()
     config_path = root / "dovecot.conf"
     log_path = root / "dovecot.log"
     config_path.write_text(
         f"""# Written by tests/servers/dovecot.py for one test run.
 instance_name = signalbox-test-{port}
-base_dir = {root}/run
+base_dir = {run_dir}
 state_dir = {root}/state
 listen = {LOOPBACK}
 protocols = imap
@@ -216,3 +219,4 @@ service imap-login {{
     finally:
         server.stop()
         shutil.rmtree(mail_root, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)

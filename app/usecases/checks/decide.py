@@ -163,6 +163,12 @@ class _Writer:
         self.session, self.batch, self.effects = session, batch, effects
         # Outside a transaction: every write must be one statement.
         self.one_statement = one_statement
+        # In a transaction, the no-match writes and the near misses of all
+        # the look's signals wait here and go in one statement each
+        # (`_flush`): a push look at a shared address decides hundreds of
+        # signals, and two round trips each were most of its time.
+        self._checks: list[checks_db.CheckWrite] = []
+        self._misses: list[tuple[str, str, str, Sequence[str], str | None]] = []
 
     def write(self) -> None:
         """Record the messages, decide and write every signal.
@@ -202,6 +208,25 @@ class _Writer:
             # must not take it.
             in_time = [o for o in mine if o.message.received_at <= row["expires_at"]]
             self._decide(row, in_time, len(mine), taken_by.get(row["namespace"], {}), now)
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write the no-match writes and near misses waiting in the buffers.
+        Anything that reads a signal's near misses or its check rows in this
+        transaction (an expiry's diagnosis) comes after a flush."""
+        provider = self.batch.taken[0]["provider"]
+        if self._misses:
+            new = messages_db.near_misses_record(self.session, self._misses)
+            self.effects.mismatches.extend((provider, why) for _, why in new)
+            self._misses = []
+        if self._checks:
+            outcome = {w.signal_id: w.check.outcome for w in self._checks}
+            written = checks_db.signal_record_checks(self.session, self._checks)
+            self._checks = []
+            for signal_id, pushed in written.items():
+                self.effects.checks.append((provider, outcome[signal_id]))
+                if pushed:
+                    self.effects.pushed.append(signal_id)
 
     def _decide(
         self,
@@ -273,11 +298,26 @@ class _Writer:
         )
         if self.one_statement and step.expiry is not None:
             raise _NeedsTransaction  # the check and the expiry are written together
+        record = check_record(answer.outcome, answer.error_code, step.counts)
+        if not self.one_statement and step.expiry is None:
+            self._checks.append(
+                checks_db.CheckWrite(
+                    signal_id,
+                    fence,
+                    record,
+                    consecutive_errors=step.consecutive_errors,
+                    next_check_at=step.next_check_at,
+                    next_check_reason=step.next_reason.value,
+                )
+            )
+            return
+        # The expiry's diagnosis reads the near misses and checks written so far.
+        self._flush()
         written, pushed = checks_db.signal_record_check(
             session,
             signal_id,
             fence,
-            check_record(answer.outcome, answer.error_code, step.counts),
+            record,
             consecutive_errors=step.consecutive_errors,
             next_check_at=step.next_check_at,
             next_check_reason=step.next_reason.value,
@@ -361,12 +401,11 @@ class _Writer:
 
         while True:
             result = pick(criteria, candidates_for(observed, taken_by_other))
-            new = messages_db.near_miss_record_many(
-                session,
-                row["id"],
-                [(n.candidate.message_id, n.why.value, n.also) for n in result.near_misses],
+            signal_id = row["id"]
+            self._misses.extend(
+                (signal_id, n.candidate.message_id, n.why.value, n.also, None)
+                for n in result.near_misses
             )
-            self.effects.mismatches.extend((row["provider"], why) for why in new)
             if result.winner is None:
                 return None
             mid = result.winner.message_id

@@ -78,6 +78,14 @@ def _parsed(provider: str, message: ProviderMessage) -> ParsedMail:
     return mail
 
 
+def forget_parsed() -> None:
+    """Forget every remembered parse. A message id is unique within one
+    database: a process that moves to another (a test's own database) must
+    not take its messages for the earlier one's."""
+    with _PARSED_LOCK:
+        _PARSED.clear()
+
+
 def record_messages(
     session: Connection, provider: str, messages: Sequence[ProviderMessage]
 ) -> list[Observed]:
