@@ -181,9 +181,12 @@ def _reset_process_state() -> None:
     from app.db.engine import dispose_engines
     from app.providers import runtime
     from app.settings import get_settings
+    from app.usecases.checks.observed import forget_parsed
 
     get_settings.cache_clear()
     dispose_engines()
+    # The sink's message ids start again in each test's database.
+    forget_parsed()
     runtime._configs.clear()
     runtime._instances.clear()
     from app.infra import queue

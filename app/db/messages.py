@@ -115,9 +115,9 @@ _TAKEN = raw.Query(
     "SELECT message_id, id FROM signals WHERE namespace = :ns AND message_id = ANY(:ids)"
     " AND status <> 'arrived'"
 )
-# The misses travel as one JSON array of objects (s: signal id, m: message
-# id, w: why, a: the other reasons, comma-joined (a Why holds no comma), ad:
-# typo address), not as five arrays: psycopg dumps a list into
+# The misses travel as one JSON array of arrays ([signal id, message id, why,
+# the other reasons comma-joined (a Why holds no comma), typo address or
+# null]), not as five PostgreSQL arrays: psycopg dumps a list into
 # a PostgreSQL array element by element, in Python (1.15 ms for the four
 # arrays of 100 misses, against 0.09 ms for json.dumps), and a push look at
 # a shared address records a miss for every message of the window, for
@@ -125,9 +125,8 @@ _TAKEN = raw.Query(
 _NEAR_MISSES = raw.Query(
     """
     INSERT INTO near_misses (signal_id, message_id, why, also, address)
-    SELECT t.s, t.m, t.w, coalesce(string_to_array(nullif(t.a, ''), ','), '{}'), t.ad
-      FROM jsonb_to_recordset(CAST(:misses AS jsonb))
-           AS t(s text, m text, w text, a text, ad text)
+    SELECT e->>0, e->>1, e->>2, coalesce(string_to_array(nullif(e->>3, ''), ','), '{}'), e->>4
+      FROM jsonb_array_elements(CAST(:misses AS jsonb)) AS e
     ON CONFLICT DO NOTHING
     RETURNING signal_id, why
     """
@@ -231,13 +230,13 @@ def near_misses_record(
     each one that was new."""
     if not misses:
         return []
-    kept: dict[tuple[str, str], dict[str, str | None]] = {}
+    given: set[tuple[str, str]] = set()
+    kept: list[tuple[str, str, str, str, str | None]] = []
     for signal_id, mid, why, also, address in misses:
-        kept.setdefault(
-            (signal_id, mid),
-            {"s": signal_id, "m": mid, "w": why, "a": ",".join(also), "ad": address or None},
-        )
-    rows = raw.rows(session, _NEAR_MISSES, {"misses": json.dumps(list(kept.values()))})
+        if (signal_id, mid) not in given:
+            given.add((signal_id, mid))
+            kept.append((signal_id, mid, why, ",".join(also), address or None))
+    rows = raw.rows(session, _NEAR_MISSES, {"misses": json.dumps(kept)})
     return [(r["signal_id"], r["why"]) for r in rows]
 
 

@@ -7,6 +7,7 @@ outcome; nothing here reads a clock or a database.
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -88,6 +89,16 @@ class Candidate:
     envelope_recipients: tuple[str, ...] = ()
     taken_by_other: bool = False
 
+    @functools.cached_property
+    def addresses(self) -> frozenset[str]:
+        """Every address the message went to (envelope, To, Cc), normalised:
+        made once per candidate, which a look at a shared address holds up
+        to every waiting signal."""
+        mail = self.mail
+        return frozenset(
+            normalize_address(a) for a in (*self.envelope_recipients, *mail.to, *mail.cc)
+        )
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -162,8 +173,7 @@ def evaluate(criteria: Criteria, candidate: Candidate) -> Verdict:
     """
     mail = candidate.mail
     wanted = normalize_address(criteria.recipient)
-    addresses = (*candidate.envelope_recipients, *mail.to, *mail.cc)
-    addressed = bool(wanted) and any(normalize_address(a) == wanted for a in addresses)
+    addressed = bool(wanted) and wanted in candidate.addresses
 
     failures: list[Why] = []
     marker = mail.run_marker.strip() if mail.run_marker else ""
@@ -225,9 +235,22 @@ def _as_utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
+# A subject or a needle this short is folded once and remembered: a look at
+# a shared address compares every waiting signal's needle with the same
+# subjects. Longer text is folded each time (the memo's size stays bounded).
+_FOLD_MEMO_CHARS = 1000
+
+
 def _fold(text: str) -> str:
+    return _fold_short(text) if len(text) <= _FOLD_MEMO_CHARS else _fold_text(text)
+
+
+def _fold_text(text: str) -> str:
     # casefold() can produce denormalised sequences, so normalise on both sides of it.
     return unicodedata.normalize("NFC", unicodedata.normalize("NFC", text).casefold())
+
+
+_fold_short = functools.lru_cache(maxsize=4096)(_fold_text)
 
 
 def _contains_folded(haystack: str, needle: str) -> bool:

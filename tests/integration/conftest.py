@@ -9,7 +9,6 @@ import pytest
 from sqlalchemy import Engine
 
 from app.db.engine import get_engine, make_engine
-from app.usecases.checks.observed import forget_parsed
 from tests.integration.helpers import OPS_TOKEN
 from tests.integration.looks import Looks
 from tests.servers import DovecotServer, MaildevServer, dovecot_server, maildev_server
@@ -34,7 +33,6 @@ def dovecot(tmp_path: Path) -> Iterator[DovecotServer]:
 @pytest.fixture
 def in_process(service_env: dict[str, str]) -> Iterator[None]:
     """Use cases called in this process, on the test's database and Redis."""
-    forget_parsed()  # the sink's ids start again in each test's database
     yield
     get_engine().dispose()  # this process's pooled connections, before the database goes
 

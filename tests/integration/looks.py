@@ -33,8 +33,9 @@ class Looks:
         return answer
 
     def create(self, *, quick: bool = True, look: bool = True, **fields: Any) -> str:
-        """A new signal (fresh recipient unless given); its first look made
-        unless `look` is False."""
+        """A new signal (fresh recipient unless given, in namespace
+        `default` unless given); its first look made unless `look` is False."""
+        namespace = fields.pop("namespace", "default")
         req = SignalCreate(
             run_id=f"run-{uuid.uuid4().hex[:6]}",
             test_case=f"case-{uuid.uuid4().hex[:6]}",
@@ -44,7 +45,7 @@ class Looks:
         )
         created = signals.signal_create(
             self.settings,
-            "default",
+            namespace,
             req,
             None,
             look_here=in_process_check_for(self.settings),

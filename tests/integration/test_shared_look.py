@@ -22,6 +22,7 @@ from app.db import checks as checks_db
 from app.db import messages as messages_db
 from app.db.checks import CheckRecord, CheckWrite
 from app.db.engine import autocommit, transaction
+from app.settings import get_settings
 from app.usecases import signals
 from app.usecases.checks import in_process_check_for
 from tests.integration.looks import Looks, sql, store
@@ -262,3 +263,36 @@ def test_a_write_locks_its_signals_in_the_order_a_push_does(looks: Looks) -> Non
         writer.join(timeout=30)
     assert "error" not in outcome, outcome.get("error")
     assert outcome["written"] == {older: False, newer: False}
+
+
+def test_a_message_one_namespace_sees_taken_stays_free_for_another_in_the_same_look(
+    in_process: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a shared address, two signals of one namespace and one of another
+    wait for the same mail, and one look decides all three. The first takes
+    it, the second sees it taken; the other namespace's signal, decided after
+    them over the same messages, must still see it free and take it."""
+    monkeypatch.setenv("SIGNALBOX_SHARED_ADDRESSES", "@shared.test")
+    get_settings.cache_clear()
+    looks = Looks()
+    recipient = f"qa-{uuid.uuid4().hex[:8]}@shared.test"
+    first, second = (
+        looks.create(look=False, recipient=recipient, namespace="team-a") for _ in range(2)
+    )
+    other = looks.create(look=False, recipient=recipient, namespace="team-b")
+    store(recipient)
+
+    signals.push("sink", [recipient], check_here=in_process_check_for(looks.settings))
+
+    rows = dict(
+        (r[0], r[1:])
+        for r in sql(
+            "SELECT id, status, message_id FROM signals WHERE id = ANY(%s)",
+            [first, second, other],
+        )
+    )
+    assert rows[first][0] == "found" and rows[other][0] == "found"
+    assert rows[first][1] == rows[other][1]  # the one mail, once per namespace
+    assert rows[second] == ("waiting", None)
+    ((why,),) = sql("SELECT why FROM near_misses WHERE signal_id = %s", second)
+    assert why == "taken_by_other_signal"

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.domain import matching
 from app.domain.mail import ParsedMail
 from app.domain.matching import (
     Candidate,
@@ -220,6 +221,36 @@ def test_subject_filter_uses_full_case_folding() -> None:
 def test_wrong_subject_is_a_subject_mismatch() -> None:
     verdict = evaluate(make_criteria(subject_contains="Reset"), make_candidate())
     assert verdict.failures == (Why.SUBJECT_MISMATCH,)
+
+
+def test_a_long_subject_is_matched_but_not_remembered() -> None:
+    """Short subjects and needles are folded once and remembered (a shared
+    address's look compares every waiting signal with the same subjects); a
+    long one is folded every time, so the memo never holds a huge subject."""
+    matching._fold_short.cache_clear()
+    criteria = make_criteria(subject_contains="CODE-42")
+    long_subject = "Ünïcode " * 500 + "code-42"
+    assert evaluate(criteria, make_candidate(subject=long_subject)).matched
+    assert evaluate(criteria, make_candidate(subject="Your code-42")).matched
+    assert evaluate(criteria, make_candidate(subject="Your code-42")).matched
+    memo = matching._fold_short.cache_info()
+    assert memo.currsize == 2  # the needle and the short subject, not the long one
+    assert memo.hits == 3  # the needle's second and third folds, the short subject's second
+
+
+def test_a_candidate_is_addressed_whichever_list_names_the_recipient() -> None:
+    """The normalised addresses are made once per candidate, from the
+    envelope, To and Cc together."""
+    criteria = make_criteria()
+    for fields in (
+        {"envelope": (" <QA+Run1@Example.com> ",), "to": ("x@example.com",)},
+        {"to": ("x@example.com",), "cc": ("QA+RUN1@example.com",)},
+        {"to": ("QA+run1@EXAMPLE.com",)},
+    ):
+        candidate = make_candidate(**fields)  # type: ignore[arg-type]
+        assert evaluate(criteria, candidate).matched
+        assert evaluate(criteria, candidate).matched  # and again, from the made set
+    assert not evaluate(criteria, make_candidate(to=("qa+run2@example.com",))).addressed
 
 
 # --------------------------------------------------------------------------- body

@@ -4,6 +4,7 @@ only if the signal's fence is still the one its check took."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -21,7 +22,7 @@ from app.db import messages as messages_db
 from app.db.checks import CheckRecord
 from app.db.engine import autocommit, retryable, transaction
 from app.domain.expectations import Expect
-from app.domain.matching import pick
+from app.domain.matching import Candidate, pick
 from app.domain.ownership import sees
 from app.domain.scheduling import spends_budget
 from app.domain.states import CheckOutcome, CheckReason, Status
@@ -169,6 +170,8 @@ class _Writer:
         # signals, and two round trips each were most of its time.
         self._checks: list[checks_db.CheckWrite] = []
         self._misses: list[tuple[str, str, str, Sequence[str], str | None]] = []
+        # Each observed message's candidate, made once for all the signals.
+        self._candidates: dict[str, Candidate] = {}
 
     def write(self) -> None:
         """Record the messages, decide and write every signal.
@@ -373,6 +376,22 @@ class _Writer:
             effects.pushed.append(row["id"])
         return True
 
+    def _candidates_of(
+        self, observed: list[Observed], taken_by_other: Callable[[str], bool]
+    ) -> list[Candidate]:
+        """`candidates_for(observed, taken_by_other)`, each message's candidate
+        made once per look (and copied for a signal that sees it taken)."""
+        made, out = self._candidates, []
+        for o in observed:
+            candidate = made.get(o.message_id)
+            if candidate is None:
+                (candidate,) = candidates_for([o], lambda _: False)
+                made[o.message_id] = candidate
+            if taken_by_other(o.message_id):
+                candidate = dataclasses.replace(candidate, taken_by_other=True)
+            out.append(candidate)
+        return out
+
     def _match(
         self,
         row: _Row,
@@ -400,7 +419,7 @@ class _Writer:
             return mid in excluded or taken_by.get(mid, row["id"]) != row["id"]
 
         while True:
-            result = pick(criteria, candidates_for(observed, taken_by_other))
+            result = pick(criteria, self._candidates_of(observed, taken_by_other))
             signal_id = row["id"]
             self._misses.extend(
                 (signal_id, n.candidate.message_id, n.why.value, n.also, None)
