@@ -4,7 +4,6 @@ only if the signal's fence is still the one its check took."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 import time
@@ -170,8 +169,9 @@ class _Writer:
         # signals, and two round trips each were most of its time.
         self._checks: list[checks_db.CheckWrite] = []
         self._misses: list[tuple[str, str, str, Sequence[str], str | None]] = []
-        # Each observed message's candidate, made once for all the signals.
-        self._candidates: dict[str, Candidate] = {}
+        # Each observed message's candidate, free and taken, made once for
+        # all the signals.
+        self._candidates: dict[tuple[str, bool], Candidate] = {}
 
     def write(self) -> None:
         """Record the messages, decide and write every signal.
@@ -380,15 +380,16 @@ class _Writer:
         self, observed: list[Observed], taken_by_other: Callable[[str], bool]
     ) -> list[Candidate]:
         """`candidates_for(observed, taken_by_other)`, each message's candidate
-        made once per look (and copied for a signal that sees it taken)."""
+        made once per look as this signal sees it: free, or taken (the
+        messages earlier looks gave to found signals are taken for every
+        signal still waiting)."""
         made, out = self._candidates, []
         for o in observed:
-            candidate = made.get(o.message_id)
+            taken = taken_by_other(o.message_id)
+            candidate = made.get((o.message_id, taken))
             if candidate is None:
-                (candidate,) = candidates_for([o], lambda _: False)
-                made[o.message_id] = candidate
-            if taken_by_other(o.message_id):
-                candidate = dataclasses.replace(candidate, taken_by_other=True)
+                (candidate,) = candidates_for([o], (lambda _: True) if taken else (lambda _: False))
+                made[o.message_id, taken] = candidate
             out.append(candidate)
         return out
 
