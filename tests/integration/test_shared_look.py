@@ -1,8 +1,9 @@
 """A look over many signals (one address a suite shares, or a polled
 provider's batch) writes their results together
-(app/usecases/checks/decide.py): every signal's check row and near misses,
-in one statement each whatever the number of signals; each signal fenced on
-its own; a push that came meanwhile kept; an expiry in the same look still
+(app/usecases/checks/decide.py): the signals' check rows and near misses in
+one statement each, whatever the number of signals (and again after a
+signal found, whose take must lock it after the older ones); each signal
+fenced on its own; a push that came meanwhile kept; an expiry in the same look still
 carrying its near misses. Whole looks made in this process on the test's own
 PostgreSQL and Redis (the `looks` fixture)."""
 
@@ -60,7 +61,7 @@ class Calls:
         return spy
 
 
-def test_a_look_over_many_signals_writes_their_checks_and_near_misses_in_one_statement_each(
+def test_a_look_over_many_signals_writes_their_checks_and_near_misses_in_a_few_statements(
     looks: Looks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     recipient = an_address()
@@ -78,10 +79,11 @@ def test_a_look_over_many_signals_writes_their_checks_and_near_misses_in_one_sta
     winner = ids[7]
     ((status,),) = sql("SELECT status FROM signals WHERE id = %s", winner)
     assert status == "found"
-    # One look: one statement for the 24 no-match writes, one for all near misses.
-    assert calls.count == {"signal_record_checks": 1, "near_misses_record": 1}
-    assert calls.sizes["signal_record_checks"] == [SIGNALS - 1]
-    assert calls.sizes["near_misses_record"] == [(SIGNALS - 1) * 3 + 2]
+    # One look: the writes held until the found one (whose take locks it, so
+    # the seven older signals are written first), then the other 17 together.
+    assert calls.count == {"signal_record_checks": 2, "near_misses_record": 2}
+    assert calls.sizes["signal_record_checks"] == [7, SIGNALS - 8]
+    assert calls.sizes["near_misses_record"] == [7 * 3 + 2, (SIGNALS - 8) * 3]
     checks = sql(
         "SELECT signal_id, reason, outcome, counted, messages_seen, batch_id FROM checks"
         " WHERE signal_id = ANY(%s)",

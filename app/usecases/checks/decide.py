@@ -216,7 +216,10 @@ class _Writer:
     def _flush(self) -> None:
         """Write the no-match writes and near misses waiting in the buffers.
         Anything that reads a signal's near misses or its check rows in this
-        transaction (an expiry's diagnosis) comes after a flush."""
+        transaction (an expiry's diagnosis) comes after a flush, and so does
+        any write of a signal made at once (found, expired, an expectation
+        decided), so that the look locks its signals oldest first, as a
+        push does, and the two never wait for each other in opposite orders."""
         provider = self.batch.taken[0]["provider"]
         if self._misses:
             new = messages_db.near_misses_record(self.session, self._misses)
@@ -273,6 +276,7 @@ class _Writer:
             )
 
         if answer.outcome is CheckOutcome.NO_MATCH and row["expect"] != Expect.FIRST:
+            self._flush()  # the older signals are written (locked) before this one
             if self._expectation(row, observed, taken_by, check_record, log_extra, now):
                 return
         elif answer.outcome is CheckOutcome.NO_MATCH and observed:
@@ -429,6 +433,9 @@ class _Writer:
             if result.winner is None:
                 return None
             mid = result.winner.message_id
+            # The older signals are written (locked) before this one, as a
+            # push locks them; outside the savepoint, which a refused take undoes.
+            self._flush()
             try:
                 with nullcontext() if mid in fresh else session.begin_nested():
                     if not checks_db.signal_mark_found(
