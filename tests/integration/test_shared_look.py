@@ -3,9 +3,11 @@ provider's batch) writes their results together
 (app/usecases/checks/decide.py): the signals' check rows and near misses in
 one statement each, whatever the number of signals (and again after a
 signal found, whose take must lock it after the older ones); each signal
-fenced on its own; a push that came meanwhile kept; an expiry in the same look still
-carrying its near misses. Whole looks made in this process on the test's own
-PostgreSQL and Redis (the `looks` fixture)."""
+fenced on its own; a push that came meanwhile kept; the signals locked in
+the order a push locks them; an expiry in the same look still carrying its
+near misses; another namespace still seeing free a message one namespace
+saw taken. Whole looks made in this process on the test's own PostgreSQL
+and Redis (the `looks` fixture)."""
 
 from __future__ import annotations
 

@@ -305,32 +305,23 @@ class _Writer:
         )
         if self.one_statement and step.expiry is not None:
             raise _NeedsTransaction  # the check and the expiry are written together
-        record = check_record(answer.outcome, answer.error_code, step.counts)
-        if not self.one_statement and step.expiry is None:
-            self._checks.append(
-                checks_db.CheckWrite(
-                    signal_id,
-                    fence,
-                    record,
-                    consecutive_errors=step.consecutive_errors,
-                    next_check_at=step.next_check_at,
-                    next_check_reason=step.next_reason.value,
-                )
-            )
-            return
-        # The expiry's diagnosis reads the near misses and checks written so far.
-        self._flush()
-        written, pushed = checks_db.signal_record_check(
-            session,
+        write = checks_db.CheckWrite(
             signal_id,
             fence,
-            record,
+            check_record(answer.outcome, answer.error_code, step.counts),
             consecutive_errors=step.consecutive_errors,
             next_check_at=step.next_check_at,
             next_check_reason=step.next_reason.value,
         )
-        if not written:  # expired, redriven or re-checked meanwhile: not ours to write
+        if not self.one_statement and step.expiry is None:
+            self._checks.append(write)
             return
+        # The expiry's diagnosis reads the near misses and checks written so far.
+        self._flush()
+        written = checks_db.signal_record_checks(session, [write])
+        if signal_id not in written:  # expired, redriven or re-checked meanwhile: not ours
+            return
+        pushed = written[signal_id]
         effects.checks.append((provider, answer.outcome.value))
         if step.expiry is None:
             if pushed:
