@@ -1,10 +1,12 @@
 """Wake long polls when a signal changes: PostgreSQL LISTEN/NOTIFY.
 
-A trigger on `signals` notifies `signalbox_signal` with the signal id when the
-signal stops waiting (found or expired), whichever process made the change:
-a long poll waits only on a waiting signal (migration 0007). One listener
-thread per API process fans the notifications out to the waiting requests'
-asyncio events.
+A trigger on `signals` notifies `signalbox_signal` when a signal stops
+waiting (found, arrived, absent or expired), whichever process made the
+change: a long poll waits only on a waiting signal (migration 0007). The
+payload is the signal's id, and for all but an expiry a space and what its
+view is made of (migration 0018), so the long poll answers without reading
+the signal again. One listener thread per API process fans the
+notifications out to the waiting requests' doorbells (`Wake`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,32 @@ log = logging.getLogger("signalbox.api.notify")
 CHANNEL = "signalbox_signal"
 
 
+class Wake:
+    """A long poll's doorbell, rung on its event loop for each notification
+    of its signal: `payload` is the latest one's, None when it was rung for
+    no notification (the listener reconnected: anything may have changed)."""
+
+    __slots__ = ("event", "payload")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.payload: str | None = None
+
+    def ring(self, payload: str | None) -> None:
+        self.payload = payload
+        self.event.set()
+
+    def take(self) -> str | None:
+        """The latest payload, the doorbell made quiet again."""
+        payload, self.payload = self.payload, None
+        self.event.clear()
+        return payload
+
+
 class SignalNotifier:
     def __init__(self, database_url: str) -> None:
         self._url = database_url
-        self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = (
-            defaultdict(set)
-        )
+        self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, Wake]]] = defaultdict(set)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -44,8 +66,8 @@ class SignalNotifier:
             self._thread.join(timeout=3)
 
     @asynccontextmanager
-    async def subscribe(self, signal_id: str) -> AsyncIterator[asyncio.Event]:
-        entry = (asyncio.get_running_loop(), asyncio.Event())
+    async def subscribe(self, signal_id: str) -> AsyncIterator[Wake]:
+        entry = (asyncio.get_running_loop(), Wake())
         with self._lock:
             self._waiters[signal_id].add(entry)
         try:
@@ -58,17 +80,18 @@ class SignalNotifier:
                     if not waiters:
                         del self._waiters[signal_id]
 
-    def _wake(self, signal_id: str) -> None:
+    def _wake(self, payload: str) -> None:
+        signal_id = payload.partition(" ")[0]
         with self._lock:
             entries = list(self._waiters.get(signal_id, ()))
-        for loop, event in entries:
-            loop.call_soon_threadsafe(event.set)
+        for loop, wake in entries:
+            loop.call_soon_threadsafe(wake.ring, payload)
 
     def _wake_all(self) -> None:
         with self._lock:
             entries = [e for waiters in self._waiters.values() for e in waiters]
-        for loop, event in entries:
-            loop.call_soon_threadsafe(event.set)
+        for loop, wake in entries:
+            loop.call_soon_threadsafe(wake.ring, None)
 
     def _run(self) -> None:
         delay = 0.5

@@ -10,16 +10,18 @@ claim's in `claims`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import Connection, bindparam, text
+from sqlalchemy import Connection, DateTime, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
 from app.db import raw
+from app.db.models import Signal
 from app.db.pagination import BY_CREATION
 from app.db.rows import Row, every, first
 from app.domain.states import REDRIVE, Status, transition
@@ -272,6 +274,31 @@ def signal_view_get(
     if namespace is None:
         return raw.row(session, _VIEW_GET, {"id": signal_id})
     return raw.row(session, _VIEW_GET_IN, {"id": signal_id, "ns": namespace})
+
+
+# A signal's timestamps, which a notification's JSON gives as text.
+_TIMESTAMPS = tuple(c.name for c in Signal.__table__.columns if isinstance(c.type, DateTime))
+
+
+def _timestamp(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value is not None else None
+
+
+def signal_notified_row(payload: str) -> Row | None:
+    """The row a notification of a signal that stopped waiting carries
+    (migration 0018: its id, a space, then the row and its message's
+    summary as JSON), shaped as `signal_view_get` reads it but without
+    `view_now`; None for a notification of the id alone."""
+    _, space, body = payload.partition(" ")
+    if not space:
+        return None
+    notified = json.loads(body)
+    row: dict[str, Any] = notified.pop("row")
+    for name in _TIMESTAMPS:
+        row[name] = _timestamp(row.get(name))
+    notified["view_message_received_at"] = _timestamp(notified["view_message_received_at"])
+    row.update(notified)
+    return row
 
 
 def signal_waiting_count(session: Connection, namespace: str, *, serialise: bool = False) -> int:

@@ -373,6 +373,24 @@ def signal_read(namespace: str | None, signal_id: str, *, masked: bool = False) 
     return views.operator_view(view) if masked else view
 
 
+# What a notification's row is enough for: the view of a signal in one of
+# these asks the database for nothing more (an expired one shows its dead letter).
+_NOTIFIED_VIEWS = frozenset((Status.FOUND, Status.ARRIVED, Status.ABSENT))
+
+
+def signal_view_notified(payload: str, *, masked: bool = False) -> dict[str, Any] | None:
+    """The view `signal_read` would answer for the signal whose notification
+    (it stopped waiting) carried `payload`, made from it with no read; None
+    when the payload is its id alone or its status needs more (the caller
+    reads the signal instead). The caller has read this signal before, in
+    its own scope: the notification carries only that signal."""
+    row = signals_db.signal_notified_row(payload)
+    if row is None or Status(row["status"]) not in _NOTIFIED_VIEWS:
+        return None
+    view = views.signal_views(None, [row])[0]
+    return views.operator_view(view) if masked else view
+
+
 def signal_list(
     namespace: str | None, run_id: str, *, limit: int, cursor: str | None, masked: bool = False
 ) -> tuple[list[dict[str, Any]], str | None]:

@@ -190,13 +190,22 @@ def poll_hint(now: datetime, row: Mapping[Any, Any]) -> int:
     )
 
 
-def signal_views(session: Connection, rows: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:
+def _needed(session: Connection | None) -> Connection:
+    if session is None:  # a view made from a notification that cannot be
+        raise ValueError("this signal's view needs the database")
+    return session
+
+
+def signal_views(
+    session: Connection | None, rows: Sequence[Mapping[Any, Any]]
+) -> list[dict[str, Any]]:
     """Views of several signals, asking the database only for what their
     statuses show: the clock for pending ones (retry_after_seconds), the
     message when one was found, the active claim of claimed ones, the receipt
     of consumed ones, the latest dead letter of expired ones. A waiting or
-    found signal read with `signals_db.signal_view_get` needs no query at all here.
-    """
+    found signal read with `signals_db.signal_view_get` needs no query at all
+    here, nor a `found`, `arrived` or `absent` one from the notification that
+    ended its wait: those are made with no `session` (None)."""
     if not rows:
         return []
     status_of = {r["id"]: Status(r["status"]) for r in rows}
@@ -207,13 +216,13 @@ def signal_views(session: Connection, rows: Sequence[Mapping[Any, Any]]) -> list
     now = None
     if pending:
         given = [r["view_now"] for r in rows if "view_now" in r]
-        now = given[0] if given else server_db.db_now(session)
+        now = given[0] if given else server_db.db_now(_needed(session))
     messages: dict[str, Mapping[Any, Any]] = {
         r["message_id"]: _joined_message(r) for r in rows if r["message_id"] and _has_message(r)
     }
     wanted = [r["message_id"] for r in rows if r["message_id"] and r["message_id"] not in messages]
     if wanted:
-        messages.update(messages_db.message_get_many(session, wanted))
+        messages.update(messages_db.message_get_many(_needed(session), wanted))
 
     def having(status: Status) -> list[str]:
         return [sid for sid, s in status_of.items() if s is status]
@@ -223,9 +232,9 @@ def signal_views(session: Connection, rows: Sequence[Mapping[Any, Any]]) -> list
         having(Status.CONSUMED),
         having(Status.EXPIRED),
     )
-    claims = claims_db.claim_active_many(session, claimed) if claimed else {}
-    receipts = claims_db.receipt_by_signal_many(session, consumed) if consumed else {}
-    dead = dead_letters_db.dead_letter_latest_many(session, expired) if expired else {}
+    claims = claims_db.claim_active_many(_needed(session), claimed) if claimed else {}
+    receipts = claims_db.receipt_by_signal_many(_needed(session), consumed) if consumed else {}
+    dead = dead_letters_db.dead_letter_latest_many(_needed(session), expired) if expired else {}
     out = []
     for r in rows:
         status = Status(r["status"])

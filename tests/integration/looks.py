@@ -37,8 +37,8 @@ class Looks:
         `default` unless given); its first look made unless `look` is False."""
         namespace = fields.pop("namespace", "default")
         req = SignalCreate(
-            run_id=f"run-{uuid.uuid4().hex[:6]}",
-            test_case=f"case-{uuid.uuid4().hex[:6]}",
+            run_id=fields.pop("run_id", f"run-{uuid.uuid4().hex[:6]}"),
+            test_case=fields.pop("test_case", f"case-{uuid.uuid4().hex[:6]}"),
             recipient=fields.pop("recipient", f"q-{uuid.uuid4().hex[:8]}@example.test"),
             expires_in_seconds=fields.pop("expires_in_seconds", 300),
             **fields,

@@ -6,6 +6,7 @@ import threading
 import time
 import uuid
 
+import psycopg
 import pytest
 
 from tests.integration.helpers import (
@@ -169,6 +170,32 @@ def test_long_poll_wakes_when_the_signal_changes(stack: Stack) -> None:
     ((done_at, view),) = answered
     assert view["status"] == "expired"
     assert done_at - changed_at < WAKE_MARGIN_SECONDS
+
+
+def test_long_poll_woken_by_a_found_signal_answers_from_the_notification(stack: Stack) -> None:
+    """A long poll woken because its signal was found answers with the view
+    the notification carried, without reading the signal again. Shown by a
+    transaction that ends the wait (checks 7) and changes the row once more
+    before it commits (checks 9): the notification holds the row as the
+    statement that ended the wait left it, a read would give the last."""
+    signal = create_signal(stack, expires_in_seconds=120)
+    answered: list[dict] = []
+    poll = threading.Thread(
+        target=lambda: answered.append(wait_result(stack, signal["signal_id"], wait=30))
+    )
+    poll.start()
+    time.sleep(WAKE_PARK_SECONDS)  # the long poll is parked
+    with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:  # one transaction
+        conn.execute(
+            "UPDATE signals SET status = 'found', checks_count = 7, found_at = now() WHERE id = %s",
+            [signal["signal_id"]],
+        )
+        conn.execute("UPDATE signals SET checks_count = 9 WHERE id = %s", [signal["signal_id"]])
+    poll.join(timeout=35)
+
+    (view,) = answered
+    assert view["status"] == "found" and view["checks"] == 7
+    assert signal_view(stack, signal["signal_id"])["checks"] == 9
 
 
 def test_long_poll_returns_the_current_view_after_the_wait(stack: Stack) -> None:

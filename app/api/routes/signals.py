@@ -14,6 +14,7 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import AppSettings, Caller, Namespace
+from app.api.notify import Wake
 from app.api.params import (
     Cursor,
     Limit,
@@ -84,17 +85,24 @@ async def get_signal(
         if view["result"] not in PENDING:
             return JSONResponse(view)
         with request.app.state.long_polls.hold():  # 429 too_many_long_polls beyond the cap
-            return JSONResponse(await _wait_for_change(request, read, changed, view, wait))
+            return JSONResponse(
+                await _wait_for_change(request, read, changed, view, wait, masked=caller.is_ops)
+            )
 
 
 async def _wait_for_change(
     request: Request,
     read: Callable[[], dict[str, Any]],
-    changed: asyncio.Event,
+    changed: Wake,
     view: dict[str, Any],
     wait: int,
+    *,
+    masked: bool,
 ) -> dict[str, Any]:
-    """Re-read on each notification (a status change) or every RECHECK_SECONDS."""
+    """Wait for a notification (the signal stopped waiting) or RECHECK_SECONDS.
+    A notification that carries the view answers with it; any other wake-up
+    reads the signal again. The first read was made in the caller's scope,
+    and a notification is of this signal only."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while view["result"] in PENDING:
@@ -102,9 +110,10 @@ async def _wait_for_change(
         if remaining <= 0 or await request.is_disconnected():
             break
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), timeout=min(remaining, RECHECK_SECONDS))
-        changed.clear()
-        view = await run_in_threadpool(read)
+            await asyncio.wait_for(changed.event.wait(), timeout=min(remaining, RECHECK_SECONDS))
+        payload = changed.take()
+        notified = signals.signal_view_notified(payload, masked=masked) if payload else None
+        view = notified if notified is not None else await run_in_threadpool(read)
     return view
 
 
