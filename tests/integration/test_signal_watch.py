@@ -184,7 +184,9 @@ def test_long_poll_woken_by_a_found_signal_answers_from_the_notification(stack: 
         target=lambda: answered.append(wait_result(stack, signal["signal_id"], wait=30))
     )
     poll.start()
-    time.sleep(WAKE_PARK_SECONDS)  # the long poll is parked
+    # Parked: had its first read come after the commit, it would answer 9
+    # as a re-read would. More than the wake test's park, on a loaded machine.
+    time.sleep(3 * WAKE_PARK_SECONDS)
     with psycopg.connect(stack.env["SIGNALBOX_DATABASE_URL"]) as conn:  # one transaction
         conn.execute(
             "UPDATE signals SET status = 'found', checks_count = 7, found_at = now() WHERE id = %s",
