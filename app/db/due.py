@@ -190,6 +190,20 @@ def signal_push_due(
     """Make up to `limit` waiting signals of `provider` (optionally only those
     for `recipients`, or of one namespace), after `after` in (created_at, id)
     order, due now with reason `push`; return their (id, created_at)."""
+    query, params = push_due_statement(provider, recipients, namespace, after=after, limit=limit)
+    return pushed_of(raw.rows(session, query, params))
+
+
+def push_due_statement(
+    provider: str,
+    recipients: Iterable[str] | None,
+    namespace: str | None = None,
+    *,
+    after: tuple[datetime, str] | None = None,
+    limit: int = 500,
+) -> tuple[raw.Query, dict[str, Any]]:
+    """The statement of :func:`signal_push_due` and its parameters (its rows
+    read by :func:`pushed_of`), for a caller that sends it with another."""
     params: dict[str, Any] = {"provider": provider, "ns": namespace, "limit": limit}
     where = " AND namespace = :ns" if namespace is not None else ""
     if after is not None:
@@ -200,7 +214,11 @@ def signal_push_due(
     # Rows are locked in (created_at, id) order, the order a check's second
     # transaction locks them in: two multi-row lockers in one order cannot
     # deadlock each other.
-    rows = raw.rows(session, raw.query(_PUSH_DUE_HEAD + where + _PUSH_DUE_TAIL), params)
+    return raw.query(_PUSH_DUE_HEAD + where + _PUSH_DUE_TAIL), params
+
+
+def pushed_of(rows: Sequence[Any]) -> list[tuple[str, datetime]]:
+    """(id, created_at) of the signals a push made due."""
     return [(r["id"], r["created_at"]) for r in rows]
 
 

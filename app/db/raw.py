@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 from sqlalchemy import Connection
 
-__all__ = ["Query", "query", "row", "rows", "run"]
+__all__ = ["Query", "query", "row", "rows", "rows_together", "run"]
 
 # `:name`, not a `::type` cast, not inside a word (`'00:10:00'` has digits).
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
@@ -81,6 +81,36 @@ def row(
     binary format (a ``bytea`` arrives as its bytes, not as twice as much hex)."""
     with _execute(connection, query, params, binary) as cursor:
         return cursor.fetchone()
+
+
+def rows_together(
+    connection: Connection, statements: Sequence[tuple[Query, Mapping[str, Any]]]
+) -> list[list[Mapping[Any, Any]]]:
+    """Every row of each statement, the statements sent at once (psycopg's
+    pipeline mode): one round trip for all. On an autocommit connection they
+    are one implicit transaction, committed once at the end: a later
+    statement sees what an earlier one wrote, and an error in any of them
+    undoes them all (and is raised as SQLAlchemy's, as from :func:`rows`)."""
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    cursors: list[psycopg.Cursor[Any]] = []
+    try:
+        with driver.pipeline():
+            for query, params in statements:
+                cursor = driver.cursor(row_factory=dict_row)
+                cursors.append(cursor)
+                cursor.execute(query.psycopg_sql, params)  # type: ignore[call-overload]
+        return [list(cursor.fetchall()) for cursor in cursors]
+    except psycopg.Error as error:
+        # SQLAlchemy's own handling, as in `_execute` (the error does not
+        # say which statement failed: all are named). Always raises.
+        sql = ";\n".join(query.sql for query, _ in statements)
+        params = {k: v for _, p in statements for k, v in p.items()}
+        connection._handle_dbapi_exception(error, sql, params, None, None)
+        raise  # not reached
+    finally:
+        for cursor in cursors:
+            cursor.close()
 
 
 def run(connection: Connection, query: Query, params: Mapping[str, Any]) -> int:

@@ -1,4 +1,4 @@
-"""Use cases of signals: create (idempotent), read, list, push, mailboxes.
+"""Use cases of signals: create (idempotent), read, list, push.
 
 Each is one transaction and callable from any front door. Sending tasks
 happens after commit, through `app.infra.dispatch`; a lost send is repaired by the
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -19,9 +19,9 @@ from sqlalchemy import Connection
 
 from app.db import due as due_db
 from app.db import holds as holds_db
-from app.db import mailboxes as mailboxes_db
 from app.db import signals as signals_db
 from app.db.engine import autocommit, transaction
+from app.db.rows import Row
 from app.domain import ownership
 from app.domain.expectations import Expect, effective_settle
 from app.domain.ids import new_id
@@ -31,7 +31,6 @@ from app.errors import (
     NotFound,
     ProviderNotAllowed,
     RecipientNotOwned,
-    TooManyMailboxes,
     TooManyWaiting,
     UnknownProvider,
 )
@@ -43,7 +42,7 @@ from app.settings import Settings
 from app.usecases import holds, views
 from app.usecases.checks import BATCH_LIMIT, InProcessCheck, try_check_in_process
 from app.usecases.checks.first import QuickFirstLook
-from app.usecases.inputs import MailboxCreate, SignalCreate, check_received_after
+from app.usecases.inputs import SignalCreate, check_received_after
 
 log = logging.getLogger("signalbox.signals")
 
@@ -79,7 +78,7 @@ class Created:
         return 202 if self.view["status"] == Status.WAITING else 200
 
 
-def _check_provider(settings: Settings, provider: str, namespace: str) -> None:
+def check_provider(settings: Settings, provider: str, namespace: str) -> None:
     """The provider is configured and `namespace` may use it (its `namespaces`)."""
     config = provider_configs(settings).get(provider)
     if config is None:
@@ -105,7 +104,7 @@ def signal_create(
     of a provider that pushes gets its first look in this process, not as a
     task: the answer's `first_look` (docs/api.md, "The first look"), made in
     one statement by `quick_look` when the sink holds no mail for it."""
-    _check_provider(settings, req.provider, namespace)
+    check_provider(settings, req.provider, namespace)
     key = idempotency_key or f"{req.run_id}:{req.test_case}"
     domain_owner = settings.namespace_domain_owners.get(ownership.domain_of(req.recipient))
     holdable = domain_owner is None and not ownership.is_shared(
@@ -421,27 +420,33 @@ def push(
     batch (a check takes every due signal of its provider): made here by
     `check_here(signal_id)` when the caller gives one (the sink, see
     `checks.check_in_process`), else sent as a task. A look that fails leaves its
-    signals due: the sweep makes it again."""
+    signals due: the sweep makes it again.
+
+    Made here, the first page's statement also takes the first batch for its
+    check (`InProcessCheck.push_and_lock`: one round trip and one commit, not
+    two), and that check looks at what it took."""
     ids: list[str] = []
     after: tuple[datetime, str] | None = None
+    # Read once: every page pushes the same recipients.
+    rcpts = None if recipients is None else sorted({r.lower() for r in recipients})
     while True:
-        with autocommit() as session:  # one statement: its own transaction
-            page = due_db.signal_push_due(
-                session, provider, recipients, namespace, after=after, limit=PUSH_PAGE
-            )
+        taken = None
+        with autocommit() as session:  # one unit: its own transaction
+            if check_here is not None and after is None and namespace is None and rcpts:
+                page, taken = check_here.push_and_lock(session, provider, rcpts, limit=PUSH_PAGE)
+            else:
+                page = due_db.signal_push_due(
+                    session, provider, rcpts, namespace, after=after, limit=PUSH_PAGE
+                )
+        if taken:  # leased for this look: it is made whatever the page holds
+            _look_here(check_here, taken[0]["id"], provider, taken=taken)
         for i, (signal_id, _) in enumerate(page, start=len(ids)):
-            if i % BATCH_LIMIT != 0:
-                continue
+            if i % BATCH_LIMIT != 0 or (i == 0 and taken is not None):
+                continue  # in a check's batch, or taken with the push
             if check_here is None:
                 dispatch.enqueue_check(signal_id)
                 continue
-            try_check_in_process(
-                check_here,
-                signal_id,
-                provider,
-                event="push_look_failed",
-                message="pushed look failed; the sweep looks again",
-            )
+            _look_here(check_here, signal_id, provider)
         ids.extend(signal_id for signal_id, _ in page)
         if len(page) < PUSH_PAGE:
             return ids
@@ -450,7 +455,7 @@ def push(
 
 def inbound(settings: Settings, namespace: str, provider: str) -> list[str]:
     """A provider's webhook for `namespace`: its signals waiting on it are checked now."""
-    _check_provider(settings, provider, namespace)
+    check_provider(settings, provider, namespace)
     return push(provider, namespace=namespace)
 
 
@@ -458,39 +463,19 @@ def inbound(settings: Settings, namespace: str, provider: str) -> list[str]:
 PUSH_PAGE = 200
 
 
-def mailbox_create(settings: Settings, namespace: str, req: MailboxCreate) -> dict[str, Any]:
-    """A fresh address no earlier message can match (random local part)."""
-    _check_provider(settings, req.provider, namespace)
-    domain = settings.mailbox_domain.strip().lower()
-    if not ownership.may_use(namespace, settings.namespace_domain_owners.get(domain)):
-        raise RecipientNotOwned("the mailbox domain belongs to another namespace", field="provider")
-    mailbox_id = new_id("mbx")
-    local = f"sbx-{mailbox_id.removeprefix('mbx_')}"
-    with transaction() as session:
-        limit = settings.max_mailboxes_per_namespace
-        if mailboxes_db.mailbox_live_count(session, namespace) >= limit:
-            raise TooManyMailboxes(
-                f"this namespace already has {limit} live mailboxes"
-                " (SIGNALBOX_MAX_MAILBOXES_PER_NAMESPACE); delete some, or let them expire",
-                retry_after_seconds=QUOTA_RETRY_AFTER_SECONDS,
-            )
-        row = mailboxes_db.mailbox_insert(
-            session,
-            {
-                "id": mailbox_id,
-                "namespace": namespace,
-                "run_id": req.run_id,
-                "provider": req.provider,
-                "address": f"{local}@{domain}",
-                "ttl": settings.mailbox_ttl_hours * 3600.0,
-            },
-        )
-    return views.mailbox_view(row)
-
-
-def mailbox_delete(namespace: str, mailbox_id: str) -> None:
-    with transaction() as session:
-        row = mailboxes_db.mailbox_delete(session, mailbox_id, namespace)
-        if row is None:
-            raise NotFound(f"no mailbox {mailbox_id}")
-        mailboxes_db.mailbox_purge_messages(session, row["address"])
+def _look_here(
+    check_here: InProcessCheck | None,
+    signal_id: str,
+    provider: str,
+    *,
+    taken: Sequence[Row] | None = None,
+) -> None:
+    assert check_here is not None
+    try_check_in_process(
+        check_here,
+        signal_id,
+        provider,
+        event="push_look_failed",
+        message="pushed look failed; the sweep looks again",
+        taken=taken,
+    )

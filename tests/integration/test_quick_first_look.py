@@ -26,7 +26,7 @@ from psycopg.rows import dict_row
 from sqlalchemy import text
 
 from app.api.app import create_app
-from app.db import checks as checks_db
+from app.db import takes as takes_db
 from app.db.engine import transaction
 from app.domain.ids import new_id
 from app.providers.breaker import KEY_PREFIX
@@ -291,7 +291,7 @@ def test_the_look_reads_its_recipients_mail_not_every_stored_message(looks: Look
     signal_id = looks.create(recipient=recipient, look=False)
     row = created_row(signal_id)
     with transaction() as session:
-        made = checks_db.signal_first_look_if_empty(
+        made = takes_db.signal_first_look_if_empty(
             session,
             signal_id,
             fence=row["check_fence"],

@@ -69,3 +69,30 @@ def test_a_lost_connection_invalidates_the_pool(engine: Engine) -> None:
 
 def _url(engine: Engine) -> str:
     return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+XACT = raw.Query("SELECT pg_current_xact_id_if_assigned()::text AS xact, count(*) AS n FROM t")
+
+
+def test_statements_sent_together_are_one_transaction_on_an_autocommit_connection(
+    engine: Engine,
+) -> None:
+    with autocommit(engine) as s:
+        inserted, counted = raw.rows_together(s, [(INSERT, {"id": 1, "note": "a"}), (XACT, {})])
+        assert inserted == [{"id": 1, "note": "a"}]
+        # The second saw the first's row, inside the first's transaction.
+        assert counted[0]["n"] == 1 and counted[0]["xact"] is not None
+        # Committed once at the end: a later statement is a new transaction.
+        assert raw.row(s, XACT, {}) == {"xact": None, "n": 1}
+
+
+def test_an_error_in_statements_sent_together_undoes_them_all(engine: Engine) -> None:
+    with pytest.raises(IntegrityError), autocommit(engine) as s:
+        raw.rows_together(
+            s, [(INSERT, {"id": 1, "note": "a"}), (INSERT, {"id": 1, "note": "again"})]
+        )
+    with pytest.raises(ProgrammingError), autocommit(engine) as s:
+        raw.rows_together(s, [(INSERT, {"id": 2, "note": "b"}), (raw.Query("SELECT nope"), {})])
+    with autocommit(engine) as s:  # nothing was written, and the connection still works
+        assert raw.row(s, COUNT, {}) == {"n": 0}
+        assert raw.rows_together(s, [(COUNT, {}), (COUNT, {})]) == [[{"n": 0}], [{"n": 0}]]

@@ -23,6 +23,7 @@ import pytest
 
 from app.db import checks as checks_db
 from app.db import messages as messages_db
+from app.db import takes as takes_db
 from app.db.checks import CheckRecord, CheckWrite
 from app.db.engine import autocommit, transaction
 from app.settings import get_settings
@@ -129,7 +130,7 @@ def test_each_signal_of_a_write_is_fenced_on_its_own_and_keeps_a_push_that_came_
     recipient = an_address()
     first, second, third = (looks.create(look=False, recipient=recipient) for _ in range(3))
     with autocommit() as session:
-        taken = checks_db.signal_lock_for_check(session, first, lease_seconds=30, batch_limit=10)
+        taken = takes_db.signal_lock_for_check(session, first, lease_seconds=30, batch_limit=10)
     assert {r["id"] for r in taken} == {first, second, third}
     fences = {r["id"]: r["check_fence"] for r in taken}
     started = taken[0]["looked_at"]
@@ -220,7 +221,7 @@ def test_a_write_locks_its_signals_in_the_order_a_push_does(looks: Looks) -> Non
     recipient = an_address()
     older, newer = (looks.create(look=False, recipient=recipient) for _ in range(2))
     with autocommit() as session:
-        taken = checks_db.signal_lock_for_check(session, older, lease_seconds=30, batch_limit=10)
+        taken = takes_db.signal_lock_for_check(session, older, lease_seconds=30, batch_limit=10)
     fences = {r["id"]: r["check_fence"] for r in taken}
     record = CheckRecord(
         reason="push",

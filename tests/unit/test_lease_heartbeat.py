@@ -32,7 +32,7 @@ def beats(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
         return len(fences)
 
     monkeypatch.setattr(heartbeat, "transaction", no_transaction)
-    monkeypatch.setattr(heartbeat.checks_db, "signal_extend_check_leases", extend)
+    monkeypatch.setattr(heartbeat.takes_db, "signal_extend_check_leases", extend)
     return seen
 
 

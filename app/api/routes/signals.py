@@ -26,7 +26,7 @@ from app.api.params import (
     SignalId,
 )
 from app.api.responses import V1, errors
-from app.usecases import evidence, signals, typos
+from app.usecases import evidence, mailboxes, signals, typos
 from app.usecases.inputs import MailboxCreate, SignalCreate
 
 router = APIRouter(prefix="/v1")
@@ -135,12 +135,12 @@ def list_signals(
 def create_mailbox(
     body: MailboxCreate, namespace: Namespace, settings: AppSettings
 ) -> dict[str, Any]:
-    return signals.mailbox_create(settings, namespace, body)
+    return mailboxes.mailbox_create(settings, namespace, body)
 
 
 @router.delete("/mailboxes/{mailbox_id}", status_code=204, responses=errors(*V1, 403, 404))
 def delete_mailbox(mailbox_id: MailboxId, namespace: Namespace) -> Response:
-    signals.mailbox_delete(namespace, mailbox_id)
+    mailboxes.mailbox_delete(namespace, mailbox_id)
     return Response(status_code=204)
 
 

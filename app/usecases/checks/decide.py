@@ -42,7 +42,7 @@ log = logging.getLogger("signalbox.checks")
 # aborts it to break a deadlock or a serialization conflict.
 TX_ATTEMPTS = 3
 
-# A signal as its check took it (`checks_db.signal_lock_for_check`).
+# A signal as its check took it (`takes_db.signal_lock_for_check`).
 _Row = Mapping[Any, Any]
 
 

@@ -45,7 +45,7 @@ from app.usecases.checks.criteria import candidates_for, criteria_for
 from app.usecases.checks.observed import Observed
 from app.usecases.expiry import expire_signal
 
-# A signal as its check took it (`checks_db.signal_lock_for_check`).
+# A signal as its check took it (`takes_db.signal_lock_for_check`).
 _Row = Mapping[Any, Any]
 
 

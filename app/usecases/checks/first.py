@@ -6,7 +6,7 @@ makes the application send. The whole look is then three units of work
 (take the signal under a lease, search the sink, write `no_match`), a
 breaker round trip and a lease heartbeat, all to learn that the sink holds
 nothing for the address. Here the same look is one statement
-(`checks_db.signal_first_look_if_empty`): it takes the signal only as its
+(`takes_db.signal_first_look_if_empty`): it takes the signal only as its
 create left it, searches the sink in the same snapshot and writes the check
 row and the next check exactly as the whole look would. When the sink holds
 any mail the look could see (in the window or a near miss before it), or
@@ -31,7 +31,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from app.db import checks as checks_db
+from app.db import takes as takes_db
 from app.db.engine import autocommit
 from app.domain.expectations import Expect
 from app.domain.ids import new_id
@@ -97,7 +97,7 @@ def first_look_if_empty(
         return False
     began = time.perf_counter()
     with autocommit() as session:  # one statement: its own transaction
-        written = checks_db.signal_first_look_if_empty(
+        written = takes_db.signal_first_look_if_empty(
             session,
             signal["id"],
             fence=signal["check_fence"],

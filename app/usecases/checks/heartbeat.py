@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from app.db import checks as checks_db
+from app.db import takes as takes_db
 from app.db.engine import transaction
 
 log = logging.getLogger("signalbox.checks")
@@ -60,7 +60,7 @@ class LeaseKeeper:
                 if also_renew is not None:
                     also_renew()
                 with transaction() as session:
-                    checks_db.signal_extend_check_leases(session, self.fences, self.lease)
+                    takes_db.signal_extend_check_leases(session, self.fences, self.lease)
             except Exception as exc:  # the next beat may succeed; the lease is the backstop
                 log.warning(
                     "could not extend a check lease",

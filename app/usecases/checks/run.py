@@ -6,14 +6,16 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
-from functools import partial
+from datetime import datetime, timedelta
 from typing import Any
 
-from app.db import checks as checks_db
+from sqlalchemy import Connection
+
+from app.db import takes as takes_db
 from app.db.engine import autocommit
+from app.db.rows import Row
 from app.domain.ids import new_id
 from app.infra import dispatch
 from app.settings import Settings
@@ -48,8 +50,11 @@ def run_check(
     rng: random.Random | None = None,
     resend_pushed: bool = True,
     bulkhead_for: Any = None,
+    taken: Sequence[Row] | None = None,
 ) -> CheckReport:
-    """Check `signal_id` and the other due signals of its provider.
+    """Check `signal_id` and the other due signals of its provider (`taken`:
+    the rows a push's statement took for this check already, see
+    `takes_db.signal_push_and_lock`; the check then takes none itself).
 
     `provider_for(name) -> Provider` and `breaker_for(name) -> Breaker` are
     injected by the front door (the Celery task, or `check_in_process`'s caller).
@@ -60,17 +65,18 @@ def run_check(
     once; a check refused a slot is `circuit_open` / `provider_busy`.
     """
     report = CheckReport()
-    # One statement (lock, fence and lease the batch), committed alone: no
-    # BEGIN and COMMIT round trips around it.
-    with autocommit() as session:
-        taken = checks_db.signal_lock_for_check(
-            session,
-            signal_id,
-            lease_seconds=settings.check_lease_seconds,
-            batch_limit=BATCH_LIMIT,
-            coalesce_seconds=settings.coalesce_window_seconds,
-        )
-        taken_monotonic = time.monotonic()
+    if taken is None:
+        # One statement (lock, fence and lease the batch), committed alone: no
+        # BEGIN and COMMIT round trips around it.
+        with autocommit() as session:
+            taken = takes_db.signal_lock_for_check(
+                session,
+                signal_id,
+                lease_seconds=settings.check_lease_seconds,
+                batch_limit=BATCH_LIMIT,
+                coalesce_seconds=settings.coalesce_window_seconds,
+            )
+    taken_monotonic = time.monotonic()
     if not taken:
         return report
     provider_name = taken[0]["provider"]
@@ -112,17 +118,50 @@ def run_check(
     return report
 
 
-# Makes the check of a signal's provider batch in this process (`check_in_process`).
-InProcessCheck = Callable[[str], "CheckReport"]
+class InProcessCheck:
+    """Makes the check of a signal's provider batch in this process
+    (`check_in_process`) with the given providers and breakers: what the
+    sink, beat and the API pass to the push, the sweep and the first look.
+    `push_and_lock` is the push's statement with this check's lock sent
+    along (`takes_db.signal_push_and_lock`)."""
+
+    def __init__(self, settings: Settings, *, provider_for: Any, breaker_for: Any) -> None:
+        self.settings = settings
+        self.provider_for = provider_for
+        self.breaker_for = breaker_for
+
+    def __call__(self, signal_id: str, *, taken: Sequence[Row] | None = None) -> CheckReport:
+        return check_in_process(
+            self.settings,
+            signal_id,
+            provider_for=self.provider_for,
+            breaker_for=self.breaker_for,
+            taken=taken,
+        )
+
+    def push_and_lock(
+        self, session: Connection, provider: str, recipients: Sequence[str], *, limit: int
+    ) -> tuple[list[tuple[str, datetime]], list[Row]]:
+        """Push `recipients`' waiting signals of `provider` (the first
+        `limit`) and take them for this check, in one round trip: (pushed,
+        taken), taken to be passed to `self(..., taken=taken)`."""
+        return takes_db.signal_push_and_lock(
+            session,
+            provider,
+            recipients,
+            limit=limit,
+            lease_seconds=self.settings.check_lease_seconds,
+            batch_limit=BATCH_LIMIT,
+            coalesce_seconds=self.settings.coalesce_window_seconds,
+        )
 
 
 def in_process_check_for(settings: Settings) -> InProcessCheck:
-    """`check_in_process` with this process's providers and breakers: what the sink
-    and beat pass to the push and the sweep."""
+    """`check_in_process` with this process's providers and breakers."""
     from app.providers.breaker import breaker_for
     from app.providers.runtime import provider_for
 
-    return partial(check_in_process, settings, provider_for=provider_for, breaker_for=breaker_for)
+    return InProcessCheck(settings, provider_for=provider_for, breaker_for=breaker_for)
 
 
 # How many times `check_in_process` checks again the signals pushed while it
@@ -131,7 +170,12 @@ IN_PROCESS_ROUNDS = 3
 
 
 def check_in_process(
-    settings: Settings, signal_id: str, *, provider_for: Any, breaker_for: Any
+    settings: Settings,
+    signal_id: str,
+    *,
+    provider_for: Any,
+    breaker_for: Any,
+    taken: Sequence[Row] | None = None,
 ) -> CheckReport:
     """Make the check of `signal_id` (and its provider's other due signals)
     in this process, not through a worker.
@@ -144,7 +188,12 @@ def check_in_process(
     case, with the same lease, fence and history, as a worker's.
     """
     report = run_check(
-        settings, signal_id, provider_for=provider_for, breaker_for=breaker_for, resend_pushed=False
+        settings,
+        signal_id,
+        provider_for=provider_for,
+        breaker_for=breaker_for,
+        resend_pushed=False,
+        taken=taken,
     )
     pending = list(report.pushed)
     for _ in range(IN_PROCESS_ROUNDS - 1):
@@ -169,13 +218,19 @@ def check_in_process(
 
 
 def try_check_in_process(
-    check_here: InProcessCheck, signal_id: str, provider: str, *, event: str, message: str
+    check_here: InProcessCheck,
+    signal_id: str,
+    provider: str,
+    *,
+    event: str,
+    message: str,
+    taken: Sequence[Row] | None = None,
 ) -> CheckReport | None:
-    """Make `check_here(signal_id)` and return its report; a failure is logged
-    (with `event`), not raised, and gives None: the check's signals stay due
-    and the sweep checks them again."""
+    """Make `check_here(signal_id, taken=taken)` and return its report; a
+    failure is logged (with `event`), not raised, and gives None: the check's
+    signals stay due and the sweep checks them again."""
     try:
-        return check_here(signal_id)
+        return check_here(signal_id) if taken is None else check_here(signal_id, taken=taken)
     except Exception as exc:
         log.warning(
             message,

@@ -1,0 +1,151 @@
+"""A push made in this process takes its signals in the push's own round trip
+(`app/db/takes.py:signal_push_and_lock`): the push's statement and the
+check's lock are sent together and committed once. The pushed signals are
+taken first, one under another check's lease is pushed but not taken, the
+look that follows is made once (its look began after the push), and an
+error in the take undoes the push. Looks made in this process on the test's
+own PostgreSQL and Redis (the `looks` fixture)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from sqlalchemy.exc import DBAPIError
+
+from app.db import raw
+from app.db import takes as takes_db
+from app.db.engine import autocommit
+from app.usecases import signals
+from app.usecases.checks import CheckReport, InProcessCheck, in_process_check_for
+from tests.integration.looks import Looks, sql, store
+
+pytestmark = pytest.mark.integration
+
+
+def an_address() -> str:
+    return f"pt-{uuid.uuid4().hex[:8]}@example.test"
+
+
+def push_and_lock(recipients: list[str], *, batch_limit: int = 10) -> tuple[list[str], list[Any]]:
+    with autocommit() as session:
+        pushed, taken = takes_db.signal_push_and_lock(
+            session,
+            "sink",
+            recipients,
+            limit=200,
+            lease_seconds=30,
+            batch_limit=batch_limit,
+            coalesce_seconds=0,
+        )
+    return [signal_id for signal_id, _ in pushed], taken
+
+
+def row(signal_id: str) -> dict[str, Any]:
+    ((fence, reason, leased, enqueued),) = sql(
+        "SELECT check_fence, next_check_reason, check_lease_until > now(), enqueued_at"
+        " FROM signals WHERE id = %s",
+        signal_id,
+    )
+    return {"fence": fence, "reason": reason, "leased": leased, "enqueued_at": enqueued}
+
+
+def test_the_pushed_signals_are_taken_first_and_one_under_a_lease_is_only_pushed(
+    looks: Looks,
+) -> None:
+    recipient = an_address()
+    pushed_one = looks.create(recipient=recipient)
+    leased = looks.create(recipient=recipient)
+    overdue = looks.create()  # another recipient, due by its schedule for a while
+    sql("UPDATE signals SET next_check_at = now() - interval '1 minute' WHERE id = %s", overdue)
+    sql(
+        "UPDATE signals SET check_lease_until = now() + interval '30 seconds' WHERE id = %s", leased
+    )
+    before = {s: row(s) for s in (pushed_one, leased, overdue)}
+
+    # One row per check: the pushed recipient's signal comes before the
+    # signal that has been due longer.
+    pushed, taken = push_and_lock([recipient.upper()], batch_limit=1)
+
+    assert sorted(pushed) == sorted([pushed_one, leased])
+    assert [r["id"] for r in taken] == [pushed_one]
+    after = row(pushed_one)
+    assert after["fence"] == before[pushed_one]["fence"] + 1 and after["leased"]
+    assert after["reason"] == "push"
+    # The look began after the push: its write will not take the push for
+    # one made while it looked, and look again.
+    assert taken[0]["looked_at"] > after["enqueued_at"]
+    # Under another check's lease: pushed (that check looks again), not taken.
+    assert row(leased)["reason"] == "push" and row(leased)["fence"] == before[leased]["fence"]
+    assert row(overdue)["fence"] == before[overdue]["fence"]
+
+    # With room in the batch the due signal rides along, as with any lock.
+    again, taken = push_and_lock([an_address()])
+    assert again == []
+    assert [r["id"] for r in taken] == [overdue]
+
+
+def test_an_error_in_the_take_undoes_the_push(
+    looks: Looks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No signal is left pushed by a statement whose take failed, and none
+    leased without its look."""
+    recipient = an_address()
+    signal_id = looks.create(recipient=recipient)
+    before = row(signal_id)
+    monkeypatch.setattr(takes_db, "_LOCK_PUSHED", raw.Query("SELECT 1 / (:limit - :limit) AS n"))
+    with pytest.raises(DBAPIError):
+        push_and_lock([recipient])
+    assert row(signal_id) == before
+
+
+def test_a_push_made_here_finds_the_mail_with_one_take_and_one_look(
+    looks: Looks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """signals.push with the sink's in-process check: the push's round trip
+    takes the signal, no separate lock is made, and the signal has exactly
+    two checks, its first look and the push's, which found the mail."""
+    recipient = an_address()
+    signal_id = looks.create(recipient=recipient)
+    store(recipient)
+    locks: list[str] = []
+    real = takes_db.signal_lock_for_check
+
+    def lock(session: Any, signal_id: str, **kwargs: Any) -> list[Any]:
+        locks.append(signal_id)
+        return real(session, signal_id, **kwargs)
+
+    monkeypatch.setattr(takes_db, "signal_lock_for_check", lock)
+    pushed = signals.push("sink", [recipient], check_here=in_process_check_for(looks.settings))
+
+    assert pushed == [signal_id]
+    assert locks == []
+    assert sql("SELECT status FROM signals WHERE id = %s", signal_id) == [("found",)]
+    assert sql(
+        "SELECT reason, outcome FROM checks WHERE signal_id = %s ORDER BY fence", signal_id
+    ) == [("first", "no_match"), ("push", "matched")]
+
+
+class Counted(InProcessCheck):
+    """The sink's in-process check, its looks counted."""
+
+    looked: list[str]
+
+    def __call__(self, signal_id: str, **kwargs: Any) -> CheckReport:
+        self.looked.append(signal_id)
+        return super().__call__(signal_id, **kwargs)
+
+
+def test_a_push_with_no_signal_waiting_takes_nothing_and_looks_at_nothing(looks: Looks) -> None:
+    real = in_process_check_for(looks.settings)
+    check_here = Counted(
+        looks.settings, provider_for=real.provider_for, breaker_for=real.breaker_for
+    )
+    check_here.looked = []
+    assert signals.push("sink", [an_address()], check_here=check_here) == []
+    assert check_here.looked == []
+    recipient = an_address()
+    signal_id = looks.create(recipient=recipient)
+    assert signals.push("sink", [recipient], check_here=check_here) == [signal_id]
+    assert check_here.looked == [signal_id]  # one look, with what the push took
