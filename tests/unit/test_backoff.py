@@ -176,3 +176,22 @@ def test_the_poll_hint_of_a_pushing_provider_is_at_most_five_seconds() -> None:
 
 def test_the_poll_hint_of_a_polled_provider_is_its_next_check() -> None:
     assert poll_hint_seconds(NOW, NOW + timedelta(seconds=17), pushes=False) == 17
+
+
+def test_a_forked_child_draws_other_jitter_than_its_parent() -> None:
+    """The checks' jitter generator is seeded again in a forked child (a
+    worker's pool): the children of one parent do not retry in step."""
+    import os
+
+    from app.usecases.checks import run
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next draws, then out at once
+        os.write(write, repr([run._JITTER.random() for _ in range(3)]).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 4096).decode()
+    os.close(read)
+    os.close(write)
+    assert child != repr([run._JITTER.random() for _ in range(3)])

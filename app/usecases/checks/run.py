@@ -4,6 +4,7 @@ result; and the same check made in this process rather than by a worker."""
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections.abc import Sequence
@@ -28,6 +29,12 @@ from app.usecases.expiry import publish
 log = logging.getLogger("signalbox.checks")
 
 BATCH_LIMIT = 200
+
+# The backoff's jitter: one generator per process, not one seeded from the
+# system's entropy for every check; seeded again in a forked child (a worker's
+# pool), so the children do not draw the same jitter.
+_JITTER = random.Random()
+os.register_at_fork(after_in_child=_JITTER.seed)
 
 
 @dataclass
@@ -104,7 +111,7 @@ def run_check(
         pushes=pushes,
         started_at=taken[0]["looked_at"],
         batch_id=new_id("chk"),
-        rng=rng or random.Random(),
+        rng=rng or _JITTER,
         started_monotonic=taken_monotonic,
     )
     effects = write_answer(batch, signal_id)
