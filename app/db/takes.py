@@ -48,14 +48,24 @@ _LOCK_FOR_CHECK = raw.Query(
 # `_LOCK_FOR_CHECK` after a push in the same transaction (`signal_push_and_lock`):
 # the provider is given, the pushed recipients' signals come first, and "due"
 # is measured from this statement's clock, since `now()` is the transaction's
-# start, before the push stamped its signals due.
+# start, before the push stamped its signals due. A push that made nothing
+# due takes nothing (`pushed`: a signal this transaction pushed, stamped at or
+# after its start), as no look followed such a push before: mail nobody waits
+# for costs one index probe here, not a lock over the provider's due signals.
 _LOCK_PUSHED = raw.Query(
     """
                 WITH clock AS (
                     SELECT clock_timestamp() AS looked_at
+                ), pushed AS (
+                    SELECT 1 FROM signals
+                     WHERE status = 'waiting' AND provider = :provider
+                       AND recipient = ANY(:rcpts) AND next_check_reason = 'push'
+                       AND enqueued_at >= now()
+                     LIMIT 1
                 ), due AS (
                     SELECT s.id FROM signals s, clock
-                    WHERE s.status = 'waiting'
+                    WHERE EXISTS (SELECT 1 FROM pushed)
+                      AND s.status = 'waiting'
                       AND s.provider = :provider
                       AND s.next_check_at <= clock.looked_at + make_interval(secs => :window)
                       AND (s.check_lease_until IS NULL OR s.check_lease_until < now())

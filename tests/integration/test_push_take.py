@@ -80,10 +80,15 @@ def test_the_pushed_signals_are_taken_first_and_one_under_a_lease_is_only_pushed
     assert row(leased)["reason"] == "push" and row(leased)["fence"] == before[leased]["fence"]
     assert row(overdue)["fence"] == before[overdue]["fence"]
 
-    # With room in the batch the due signal rides along, as with any lock.
+    # A push that made nothing due takes nothing, not even a due signal.
     again, taken = push_and_lock([an_address()])
-    assert again == []
-    assert [r["id"] for r in taken] == [overdue]
+    assert (again, taken) == ([], [])
+    assert row(overdue)["fence"] == before[overdue]["fence"]
+    # With room in the batch the due signal rides along, as with any lock.
+    other = looks.create()
+    again, taken = push_and_lock([sql("SELECT recipient FROM signals WHERE id = %s", other)[0][0]])
+    assert again == [other]
+    assert [r["id"] for r in taken] == [other, overdue]
 
 
 def test_an_error_in_the_take_undoes_the_push(
