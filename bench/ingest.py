@@ -10,6 +10,10 @@ seconds from that many client threads, each holding ONE SMTP connection and
 sending one ~1 KiB message after another on it (MAIL FROM, RCPT TO, DATA;
 no new connection per message). A message counts when the server answered
 `250` to its DATA. No signal waits, so the sink's push finds nothing to do.
+With `--bare`, a third target in each round: `bench/floor.py`'s bare aiosmtpd
+on uvloop that answers `250` and keeps nothing (no store, no commit): what
+any sink built on aiosmtpd, durable or not, cannot go above with these
+clients.
 
 Prints messages/s per target and connection count, the ratio sink / MailDev,
 the CPU of the stack's processes while the sink received, and the durability
@@ -22,12 +26,14 @@ A benchmark prints figures; it asserts nothing about them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import email.policy
 import smtplib
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import EmailMessage
@@ -147,6 +153,11 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=20, help="messages before measuring (20)")
     parser.add_argument("--no-flower", action="store_true", help="run the stack without Flower")
     parser.add_argument("--keep", action="store_true", help="keep the temporary data dir")
+    parser.add_argument(
+        "--bare",
+        action="store_true",
+        help="also a bare aiosmtpd that stores nothing (bench/floor.py's)",
+    )
     args = parser.parse_args()
     counts = [int(c) for c in args.connections.split(",") if c.strip()]
     if not counts or min(counts) < 1 or args.duration <= 0:
@@ -168,13 +179,17 @@ def _run(args: argparse.Namespace, counts: list[int]) -> int:
     with (
         _stack.running_stack(flower=not args.no_flower, keep=args.keep) as stack,
         maildev_server(stack.data_dir / "maildev") as maildev,
+        _bare_sink(args.bare) as bare_port,
     ):
-        for target, port in (("sink", stack.smtp_port), ("maildev", maildev.smtp_port)):
+        targets = [("sink", stack.smtp_port), ("maildev", maildev.smtp_port)]
+        if bare_port is not None:
+            targets.append(("bare", bare_port))
+        for target, port in targets:
             warm = _warm(port, args.warmup)
             if target == "sink":
                 sink_acked += warm
         for n in counts:
-            for target, port in (("sink", stack.smtp_port), ("maildev", maildev.smtp_port)):
+            for target, port in targets:
                 print(f"{target}: {n} connection(s) for {args.duration:.0f} s ...", flush=True)
                 before = stack.processes.cpu_seconds()
                 phase = send_for(port, n, args.duration, target)
@@ -190,6 +205,24 @@ def _run(args: argparse.Namespace, counts: list[int]) -> int:
         machine = _machine.render(_machine.describe(stack.database_url(), stack.redis_url))
     report(args, counts, phases, cpu_by_phase, sink_acked, stored, load, machine)
     return 0
+
+
+@contextlib.contextmanager
+def _bare_sink(wanted: bool) -> Iterator[int | None]:
+    """bench/floor.py's bare aiosmtpd in its own process, or nothing."""
+    if not wanted:
+        yield None
+        return
+    import floor
+
+    port = _stack.free_port()
+    proc = floor._spawn("--serve-smtp", port)
+    try:
+        floor._wait_port(port)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def _warm(port: int, messages: int) -> int:
@@ -225,20 +258,35 @@ def report(
     rows = []
     for n in counts:
         sink, md = by[("sink", n)], by[("maildev", n)]
+        bare = by.get(("bare", n))
         rows.append(
             (
                 f"{n} connection(s)",
                 f"{sink.rate:.0f}",
                 f"{md.rate:.0f}",
                 f"{sink.rate / md.rate:.2f} x" if md.rate else "n/a",
+                *(
+                    (f"{bare.rate:.0f}", f"{bare.rate / md.rate:.2f} x" if md.rate else "n/a")
+                    if bare
+                    else ()
+                ),
                 f"{sink.refused}/{md.refused}",
-                (sink.error or md.error)[:60],
+                (sink.error or md.error or (bare.error if bare else ""))[:60],
             )
         )
+    bare_heads = ("bare msg/s", "bare/MailDev") if args.bare else ()
     print(
         _stack.table(
             rows,
-            ("", "sink msg/s", "MailDev msg/s", "sink/MailDev", "refused", "first error"),
+            (
+                "",
+                "sink msg/s",
+                "MailDev msg/s",
+                "sink/MailDev",
+                *bare_heads,
+                "refused",
+                "first error",
+            ),
         )
     )
     print()

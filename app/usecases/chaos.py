@@ -193,7 +193,7 @@ class SinkChaos:
     """The sink's copy of the live rules, and the one question it asks:
     which reply, if any, answers this command instead of the sink.
 
-    `refresh()` is called once per SMTP transaction (its first RCPT TO): it
+    `refresh()` is called once per SMTP transaction (started at its MAIL FROM): it
     reads the version from Redis (one round trip) and re-reads the rules from
     PostgreSQL only when the version changed or the copy is older than
     `MAX_AGE_SECONDS` (a rule's end, a lost version bump); without Redis, when
