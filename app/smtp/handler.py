@@ -135,9 +135,11 @@ class SinkHandler:
         envelope.mail_options.extend(mail_options)
         if self.chaos is not None:
             loop = asyncio.get_running_loop()
-            envelope.chaos_refresh = loop.run_in_executor(  # type: ignore[attr-defined]
-                self._chaos_thread, self.chaos.refresh
-            )
+            refresh = loop.run_in_executor(self._chaos_thread, self.chaos.refresh)
+            # A transaction given up before its RCPT TO never awaits it: its
+            # error (if any) is not reported as never retrieved.
+            refresh.add_done_callback(lambda done: done.cancelled() or done.exception())
+            envelope.chaos_refresh = refresh  # type: ignore[attr-defined]
         return "250 OK"
 
     async def handle_RCPT(

@@ -113,3 +113,52 @@ def test_without_chaos_mail_from_asks_nobody() -> None:
     assert answer == "250 OK"
     assert envelope.mail_from == "a@x.test"
     assert not hasattr(envelope, "chaos_refresh")
+
+
+class FailingChaos(RecordingChaos):
+    def refresh(self) -> None:
+        self.refreshes += 1
+        raise RuntimeError("redis and postgresql both gone")
+
+
+def test_a_failed_refresh_of_a_transaction_given_up_before_rcpt_is_not_reported() -> None:
+    import gc
+
+    chaos = FailingChaos()
+    handler = SinkHandler(Settings(), chaos=chaos)  # type: ignore[arg-type]
+    reported: list[dict[str, Any]] = []
+
+    async def transaction() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, context: reported.append(context))
+        envelope = Envelope()
+        session = Session(loop)
+        await handler.handle_MAIL(None, session, envelope, "a@x.test", [])  # type: ignore[arg-type]
+        refresh = envelope.chaos_refresh  # type: ignore[attr-defined]
+        await asyncio.wait([refresh])
+        del envelope, refresh  # the client sent RSET or QUIT: nobody awaits it
+        gc.collect()
+        await asyncio.sleep(0)
+
+    _run(transaction())
+    assert chaos.refreshes == 1
+    assert reported == []
+
+
+def test_a_failed_refresh_still_fails_the_rcpt_that_waits_for_it() -> None:
+    chaos = FailingChaos()
+    handler = SinkHandler(Settings(), chaos=chaos)  # type: ignore[arg-type]
+    envelope = Envelope()
+
+    async def transaction() -> str:
+        session = Session(asyncio.get_running_loop())
+        await handler.handle_MAIL(None, session, envelope, "a@x.test", [])  # type: ignore[arg-type]
+        return await handler.handle_RCPT(None, session, envelope, "b@x.test", [])  # type: ignore[arg-type]
+
+    try:
+        _run(transaction())
+    except RuntimeError as exc:
+        assert "gone" in str(exc)
+    else:
+        raise AssertionError("the RCPT TO was answered without its rules")
+    assert envelope.rcpt_tos == []
