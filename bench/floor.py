@@ -20,6 +20,11 @@ It runs, each in its own process:
 - an embedded PostgreSQL (the one `signalbox-server up` starts) with
   `pgbench -N -c 8 -j 2 -T 10`: its server processes' CPU per transaction.
 
+With `--creates N`, also idle.py's own creators (8 threads) post N creates
+to the bare API alone: the floor under idle.py's creates/s (client, bare
+API and one pgbench -N transaction per create), and the most creates/s the
+cores allow at it.
+
 It prints lifecycles/s against the bare servers and CPU ms per lifecycle
 of the client, the bare API and the bare sink; PostgreSQL's CPU per
 pgbench -N transaction; and the floor of a lifecycle: those three plus
@@ -51,6 +56,7 @@ from pydantic import BaseModel
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _machine
 import _stack
+import idle
 from lifecycle import Client
 
 HOST = "127.0.0.1"
@@ -226,6 +232,32 @@ def clients_against_bare(clients: int, duration: float, warmup: float) -> dict[s
     }
 
 
+def creates_against_bare(count: int, creators: int) -> dict[str, float]:
+    """idle.py's creators posting `count` creates to the bare API alone."""
+    api_port = _stack.free_port()
+    api = _spawn("--serve-api", api_port)
+    try:
+        _wait_port(api_port)
+        bare = Bare(f"http://{HOST}:{api_port}", 0)
+        run_id = f"floor-{uuid.uuid4().hex[:8]}"
+        idle.create_many(bare, run_id, 200, creators)  # type: ignore[arg-type]  # warm-up
+        before = (_own_cpu(), _ticks(api.pid))
+        seconds, errors = idle.create_many(bare, run_id, count, creators)  # type: ignore[arg-type]
+        after = (_own_cpu(), _ticks(api.pid))
+    finally:
+        api.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            api.wait(timeout=10)
+    hz = os.sysconf("SC_CLK_TCK")
+    return {
+        "creates": count,
+        "errors": errors,
+        "per_second": count / seconds,
+        "client_ms": (after[0] - before[0]) / count * 1000,
+        "api_ms": (after[1] - before[1]) / hz / count * 1000,
+    }
+
+
 class _Postgres:
     def __init__(self, data_dir: Path) -> None:
         from app.infra.embedded import start_postgres
@@ -264,6 +296,26 @@ def pgbench_floor(seconds: int) -> tuple[_stack.PgbenchResult, float, str]:
     return result, per_tx_ms, version
 
 
+def print_create_floor(count: int, pg_ms: float, cores: int) -> None:
+    print()
+    print(f"{count} creates from 8 threads (idle.py's creators) against the bare API ...")
+    made = creates_against_bare(count, 8)
+    floor_ms = made["client_ms"] + made["api_ms"] + pg_ms
+    print(f"against the bare API: {made['per_second']:.0f} creates/s ({made['errors']:.0f} errors)")
+    rows = [
+        ("client (idle.py's creators, this process)", f"{made['client_ms']:.3f}"),
+        ("bare API (FastAPI, uvicorn, httptools, uvloop)", f"{made['api_ms']:.3f}"),
+        ("PostgreSQL: 1 x pgbench -N transaction", f"{pg_ms:.3f}"),
+        ("floor of a create", f"{floor_ms:.3f}"),
+    ]
+    print(_stack.table(rows, ("CPU ms per create", "ms")))
+    servers_ms = floor_ms - made["client_ms"]
+    print(
+        f"at the floor, {cores} cores allow at most {cores * 1000 / floor_ms:.0f} creates/s;"
+        f" the bare API and PostgreSQL alone {cores * 1000 / servers_ms:.0f}/s"
+    )
+
+
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] in ("--serve-api", "--serve-smtp"):
         (serve_api if sys.argv[1] == "--serve-api" else serve_smtp)(int(sys.argv[2]))
@@ -273,6 +325,9 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=20.0, help="measured seconds (20)")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds not measured (3)")
     parser.add_argument("--pgbench-seconds", type=int, default=10, help="pgbench -T (10)")
+    parser.add_argument(
+        "--creates", type=int, default=0, help="also N creates from 8 threads to the bare API (0)"
+    )
     args = parser.parse_args()
 
     print("pgbench -N on an embedded PostgreSQL ...", flush=True)
@@ -314,6 +369,8 @@ def main() -> int:
         "a lifecycle at 0.05 x pgbench -N may cost, all processes and the client together,"
         f" {cores * 1000 / goal:.2f} ms of CPU"
     )
+    if args.creates:
+        print_create_floor(args.creates, pg_ms, cores)
     print()
     print("machine")
     pairs = _machine.describe()
