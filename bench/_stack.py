@@ -274,6 +274,68 @@ def preload_pg_stat_statements(data_dir: Path) -> None:
     server._cleanup()  # pg_ctl stop (the only handle)
 
 
+def statements_report(stack: UpStack, count: int, top: int, unit: str = "lifecycle") -> str:
+    """pg_stat_statements of database signalbox since `stat_reset`, per `unit`
+    (`count` of them done): calls, execution and planning, sessions opened,
+    rows written per table, and the `top` statements by calls."""
+    import psycopg
+
+    with psycopg.connect(stack.database_url(), autocommit=True) as conn:
+        rows = conn.execute(
+            """
+            SELECT calls, total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g'),
+                   plans, total_plan_time
+              FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+             WHERE d.datname = 'signalbox' AND query NOT ILIKE '%pg_stat_statements%'
+             ORDER BY calls DESC
+            """
+        ).fetchall()
+        opened = conn.execute(
+            "SELECT sessions FROM pg_stat_database WHERE datname = 'signalbox'"
+        ).fetchone()
+        sessions = opened[0] if opened is not None else 0
+        tables = conn.execute(
+            "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+            " WHERE n_tup_ins + n_tup_upd > 0 ORDER BY n_tup_ins + n_tup_upd DESC LIMIT 6"
+        ).fetchall()
+    total = sum(r[0] for r in rows)
+    exec_ms = sum(r[1] for r in rows)
+    plans = sum(r[4] for r in rows)
+    plan_ms = sum(r[5] for r in rows)
+    out = [
+        f"statements (pg_stat_statements, database signalbox, measured window): {total} calls,"
+        f" {total / max(1, count):.1f} per {unit};"
+        f" {exec_ms / max(1, count):.2f} ms server execution per {unit};"
+        f" {plans / max(1, count):.1f} plans, {plan_ms / max(1, count):.2f} ms planning;"
+        f" {sessions} sessions opened",
+        f"  rows per {unit}: "
+        + "; ".join(
+            f"{name} {ins / max(1, count):.1f} inserted, {upd / max(1, count):.1f}"
+            f" updated ({hot / max(1, count):.1f} HOT)"
+            for name, ins, upd, hot in tables
+        ),
+        f"  per {unit}  ms/call  plans/call  plan ms/call  query",
+    ]
+    width = len(f"per {unit}")
+    for calls, ms, _rows, query, nplans, plan_ms in rows[:top]:
+        per = calls / max(1, count)
+        out.append(
+            f"  {per:{width}.2f}  {ms / max(1, calls):7.3f}  {nplans / max(1, calls):10.2f}"
+            f"  {plan_ms / max(1, nplans):12.3f}  {query[:120]}"
+        )
+    return "\n".join(out)
+
+
+def stat_reset(stack: UpStack) -> None:
+    """Zero pg_stat_statements and the table counters (the extension created)."""
+    import psycopg
+
+    with psycopg.connect(stack.database_url(), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT pg_stat_statements_reset()")
+        conn.execute("SELECT pg_stat_reset()")
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 

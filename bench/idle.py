@@ -17,6 +17,11 @@ embedded default, then:
    the time from the sink's `250` to `found` (p50, p99, max): the push latency
    a test sees while the others wait.
 
+With `--pg-stat-statements` the embedded PostgreSQL preloads
+pg_stat_statements, and the statements of the creates (step 1, their first
+looks included: calls, execution and planning per create, rows written)
+are printed after the figures: where PostgreSQL's share of a create goes.
+
 A benchmark prints figures; it asserts nothing about them.
 """
 
@@ -173,6 +178,11 @@ def main() -> int:
     parser.add_argument("--push", type=int, default=100, help="push-latency samples (100)")
     parser.add_argument("--no-flower", action="store_true", help="run the stack without Flower")
     parser.add_argument("--keep", action="store_true", help="keep the temporary data dir")
+    parser.add_argument(
+        "--pg-stat-statements",
+        action="store_true",
+        help="preload pg_stat_statements and print the creates' statements",
+    )
     args = parser.parse_args()
     if args.signals < 1 or args.creators < 1 or args.idle <= 0:
         parser.error("--signals and --creators must be at least 1, --idle positive")
@@ -187,9 +197,16 @@ def _run(args: argparse.Namespace) -> int:
     # The per-namespace cap on waiting signals would refuse the push samples.
     env = {"SIGNALBOX_MAX_WAITING_PER_NAMESPACE": str(args.signals + args.push + 1000)}
     print("starting signalbox-server up on embedded PostgreSQL and Redis ...", flush=True)
-    with _stack.running_stack(flower=not args.no_flower, keep=args.keep, env_extra=env) as stack:
+    with _stack.running_stack(
+        flower=not args.no_flower,
+        keep=args.keep,
+        env_extra=env,
+        pg_stat_statements=args.pg_stat_statements,
+    ) as stack:
         run_id = f"idle-{uuid.uuid4().hex[:8]}"
         print(f"creating {args.signals} signals from {args.creators} clients ...", flush=True)
+        if args.pg_stat_statements:
+            _stack.stat_reset(stack)
         create_before = stack.processes.cpu_seconds()
         create_seconds, create_errors = create_many(stack, run_id, args.signals, args.creators)
         create_cpu = _stack.cpu_delta(create_before, stack.processes.cpu_seconds())
@@ -200,6 +217,12 @@ def _run(args: argparse.Namespace) -> int:
             f"  first checks done and their tasks drained {first_checks:.1f} s after the last"
             " create",
             flush=True,
+        )
+        # The creates' statements, their first looks (made after the answer) included.
+        statements = (
+            _stack.statements_report(stack, args.signals, 12, unit="create")
+            if args.pg_stat_statements
+            else ""
         )
         time.sleep(args.settle)
         waiting_before = waiting_count(stack)
@@ -261,6 +284,9 @@ def _run(args: argparse.Namespace) -> int:
     print(
         _stack.table(cpu_rows, ("process", "idle CPU s", "idle, of a core", "create CPU ms/signal"))
     )
+    if statements:
+        print()
+        print(statements)
     print("machine")
     print(machine)
     return 0

@@ -159,63 +159,6 @@ def _py_spy(pid: int, seconds: int, out: Path) -> subprocess.Popen[bytes] | None
     )
 
 
-def _statements(stack: _stack.UpStack, lifecycles: int, top: int) -> str:
-    import psycopg
-
-    with psycopg.connect(stack.database_url(), autocommit=True) as conn:
-        rows = conn.execute(
-            """
-            SELECT calls, total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g'),
-                   plans, total_plan_time
-              FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-             WHERE d.datname = 'signalbox' AND query NOT ILIKE '%pg_stat_statements%'
-             ORDER BY calls DESC
-            """
-        ).fetchall()
-        opened = conn.execute(
-            "SELECT sessions FROM pg_stat_database WHERE datname = 'signalbox'"
-        ).fetchone()
-        sessions = opened[0] if opened is not None else 0
-        tables = conn.execute(
-            "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
-            " WHERE n_tup_ins + n_tup_upd > 0 ORDER BY n_tup_ins + n_tup_upd DESC LIMIT 6"
-        ).fetchall()
-    total = sum(r[0] for r in rows)
-    exec_ms = sum(r[1] for r in rows)
-    plans = sum(r[4] for r in rows)
-    plan_ms = sum(r[5] for r in rows)
-    out = [
-        f"statements (pg_stat_statements, database signalbox, measured window): {total} calls,"
-        f" {total / max(1, lifecycles):.1f} per lifecycle;"
-        f" {exec_ms / max(1, lifecycles):.2f} ms server execution per lifecycle;"
-        f" {plans / max(1, lifecycles):.1f} plans, {plan_ms / max(1, lifecycles):.2f} ms planning;"
-        f" {sessions} sessions opened",
-        "  rows per lifecycle: "
-        + "; ".join(
-            f"{name} {ins / max(1, lifecycles):.1f} inserted, {upd / max(1, lifecycles):.1f}"
-            f" updated ({hot / max(1, lifecycles):.1f} HOT)"
-            for name, ins, upd, hot in tables
-        ),
-        "  per lifecycle  ms/call  plans/call  plan ms/call  query",
-    ]
-    for calls, ms, _rows, query, nplans, plan_ms in rows[:top]:
-        per = calls / max(1, lifecycles)
-        out.append(
-            f"  {per:13.2f}  {ms / max(1, calls):7.3f}  {nplans / max(1, calls):10.2f}"
-            f"  {plan_ms / max(1, nplans):12.3f}  {query[:120]}"
-        )
-    return "\n".join(out)
-
-
-def _stat_reset(stack: _stack.UpStack) -> None:
-    import psycopg
-
-    with psycopg.connect(stack.database_url(), autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        conn.execute("SELECT pg_stat_statements_reset()")
-        conn.execute("SELECT pg_stat_reset()")
-
-
 # ---------------------------------------------------------------- the unit
 
 
@@ -353,7 +296,7 @@ def _run(args: argparse.Namespace) -> int:
             t.start()
         time.sleep(max(0.0, window_start - time.perf_counter()))
         if args.pg_stat_statements:
-            _stat_reset(stack)
+            _stack.stat_reset(stack)
         cpu_before = stack.processes.cpu_seconds()
         spies: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
         if args.py_spy:
@@ -378,7 +321,7 @@ def _run(args: argparse.Namespace) -> int:
         measured = [r for c in clients for r in c.results if window_start <= r.ended < window_end]
         done = [r for r in measured if r.ok]
         if args.pg_stat_statements:
-            statements = _statements(stack, len(done), args.top)
+            statements = _stack.statements_report(stack, len(done), args.top)
         for t in threads:
             t.join(timeout=LONG_POLL_SECONDS + 30)
         time.sleep(2)  # the last lifecycles' tasks and events settle before pgbench
