@@ -24,17 +24,17 @@ _engines: dict[tuple[int, str], Engine] = {}
 PING_AFTER_IDLE_SECONDS = 1.0
 # The autocommit companion's pool: its units are one or two short statements,
 # and most of a process's units are such (every read, create, claim, consume,
-# first look). Every connection it may open is kept (no overflow): an API
-# process makes a create's first look after the answer, while the client
-# sends its next create, so 8 clients keep about 16 units in flight. A pool
-# that kept 10 of its 25 closed and reopened a backend every 9 creates, and
-# a new backend plans a statement at each of its first ten runs (psycopg
-# prepares it at the fifth, PostgreSQL keeps a generic plan five runs
-# later): 0.9 ms of PostgreSQL's 2.4 ms per create (bench/idle.py
-# --pg-stat-statements). Connections are opened only when that many units
-# run at once; the bound on them is the same 25 as before.
-AUTOCOMMIT_POOL_SIZE = 25
-AUTOCOMMIT_MAX_OVERFLOW = 0
+# first look). An API process makes a create's first look after the answer,
+# while the client sends its next create: each creating client keeps two
+# units in flight. With 10 kept, 8 clients made the pool open and close a
+# backend every 9 creates, and a new backend plans each statement on its
+# first ten runs (psycopg prepares it at the fifth, PostgreSQL keeps a
+# generic plan five runs later): 1.1 ms of PostgreSQL's 2.7 ms per create
+# (bench/idle.py --pg-stat-statements). 16 are kept, for 8 such clients; the
+# bound stays 25. A pool opens connections only as its units need them, so
+# a process keeps what its peak used, up to 16 (docs/deploy.md budgets them).
+AUTOCOMMIT_POOL_SIZE = 16
+AUTOCOMMIT_MAX_OVERFLOW = 9
 _autocommit: dict[Engine, Engine] = {}
 
 
