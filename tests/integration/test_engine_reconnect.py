@@ -160,7 +160,7 @@ def test_an_autocommit_connection_stays_in_autocommit_between_checkouts(
     assert switches == ["set_isolation_level"]  # when it connected, only
 
 
-def test_the_autocommit_pool_keeps_the_connections_of_its_busiest_moment(
+def test_the_autocommit_pool_keeps_the_connections_of_eight_creating_clients(
     own_postgres: object,
 ) -> None:
     """16 autocommit units at once, twice: the second round runs on the
