@@ -24,17 +24,11 @@ _engines: dict[tuple[int, str], Engine] = {}
 PING_AFTER_IDLE_SECONDS = 1.0
 # The autocommit companion's pool: its units are one or two short statements,
 # and most of a process's units are such (every read, create, claim, consume,
-# first look). An API process makes a create's first look after the answer,
-# while the client sends its next create: each creating client keeps two
-# units in flight. With 10 kept, 8 clients made the pool open and close a
-# backend every 9 creates, and a new backend plans each statement on its
-# first ten runs (psycopg prepares it at the fifth, PostgreSQL keeps a
-# generic plan five runs later): 1.1 ms of PostgreSQL's 2.7 ms per create
-# (bench/idle.py --pg-stat-statements). 16 are kept, for 8 such clients; the
-# bound stays 25. A pool opens connections only as its units need them, so
-# a process keeps what its peak used, up to 16 (docs/deploy.md budgets them).
-AUTOCOMMIT_POOL_SIZE = 16
-AUTOCOMMIT_MAX_OVERFLOW = 9
+# first look). As many kept as the transaction pool: with 5, an API process
+# under 8 clients opened and closed overflow connections several times a
+# second (a backend start and its first plans each time).
+AUTOCOMMIT_POOL_SIZE = 10
+AUTOCOMMIT_MAX_OVERFLOW = 15
 _autocommit: dict[Engine, Engine] = {}
 
 

@@ -9,9 +9,7 @@ either pool replaces both."""
 
 from __future__ import annotations
 
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -158,34 +156,3 @@ def test_an_autocommit_connection_stays_in_autocommit_between_checkouts(
         engine.dispose()
     assert len(pids) == 1  # one pooled connection, reused
     assert switches == ["set_isolation_level"]  # when it connected, only
-
-
-def test_the_autocommit_pool_keeps_the_connections_of_eight_creating_clients(
-    own_postgres: object,
-) -> None:
-    """16 autocommit units at once, twice: the second round runs on the
-    first round's backends. An API process answers a create and makes the
-    signal's first look after the answer, while the client sends its next
-    create: 8 clients kept 16 units in flight, and a pool that kept 10
-    opened and closed a backend every 9 creates, each re-planning its
-    statements (1.1 ms of PostgreSQL's 2.7 per create)."""
-    from app.db.engine import autocommit
-
-    engine = make_engine(conninfo_to_url(own_postgres.get_uri()))  # type: ignore[attr-defined]
-    size = 16  # 8 creating clients, two units each
-    together = threading.Barrier(size, timeout=30)
-
-    def unit() -> int:
-        with autocommit(engine) as session:
-            pid = int(session.execute(text("SELECT pg_backend_pid()")).scalar_one())
-            together.wait()  # every unit holds its connection at once
-            return pid
-
-    try:
-        with ThreadPoolExecutor(size) as pool:
-            first = set(pool.map(lambda _: unit(), range(size)))
-            second = set(pool.map(lambda _: unit(), range(size)))
-    finally:
-        engine.dispose()
-    assert len(first) == size  # one backend per unit in flight
-    assert second == first  # none closed when returned, none opened again
