@@ -49,14 +49,25 @@ class ProviderMessage:
     it (the sink, whose mailbox is our database), and `recorded_id` is our
     id for it in `messages` when a check had recorded it then, else None.
     Other providers cannot tell: recording their messages asks the database.
+
+    `raw` is None when the provider left the bytes where they are stored
+    (the sink: its rows in `sink_messages`, `size` long): a look reads them
+    only for a message it must parse, a few at a time
+    (`app.usecases.checks.observed`, SIGNALBOX_LOOK_MAX_BYTES).
     """
 
     provider_message_id: str
     received_at: datetime
-    raw: bytes
+    raw: bytes | None
     envelope_recipients: tuple[str, ...] = field(default_factory=tuple)
     recorded_known: bool = False
     recorded_id: str | None = None
+    size: int | None = None
+
+    @property
+    def raw_size(self) -> int:
+        """The raw message's length in bytes, read or not."""
+        return len(self.raw) if self.raw is not None else int(self.size or 0)
 
 
 class Provider(Protocol):
