@@ -13,6 +13,7 @@ from sqlalchemy import Connection, text
 from app.db.rows import Row, affected, first
 from app.domain.states import CANCELS, Status
 
+
 def claim_lock_active_for_signal(session: Connection, signal_id: str) -> str | None:
     """Lock the signal's active claim (if any) and return its id."""
     return session.execute(
