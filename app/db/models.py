@@ -38,7 +38,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from app.domain.chaos import ChaosStage
@@ -156,6 +156,9 @@ class SinkMessage(Base):
     size: Mapped[int] = mapped_column(Integer)
     # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes] = mapped_column(LargeBinary)
+    # Its `msg_` id from the moment it is stored: the id of its row in
+    # `messages` whichever look records it (migration 0022).
+    message_id: Mapped[str | None] = mapped_column(String(40), unique=True)
     __table_args__ = (
         # No pending list: every look searches it, and searches read a
         # pending list in full (migration 0006).
@@ -187,10 +190,26 @@ class Message(Base):
     # Purged (NULL) when the mailbox is deleted; the summary above stays.
     # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # The inbox's summary and search columns (migration 0022): the From, To
+    # and Cc addresses, the Message-ID header, the attachment count, the
+    # subject and text as words (`simple` dictionary), when a Mailpit client
+    # marked it read. NULL: recorded before 0022 (searched as empty).
+    from_addr: Mapped[str | None] = mapped_column(Text)
+    to_addrs: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    cc_addrs: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    header_message_id: Mapped[str | None] = mapped_column(Text)
+    attachments: Mapped[int] = mapped_column(Integer, server_default="0")
+    words: Mapped[str | None] = mapped_column(TSVECTOR)
+    read_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
         UniqueConstraint("provider", "provider_message_id"),
         Index(None, "provider", "received_at"),
         Index(None, "recipients", postgresql_using="gin"),
+        # The inbox pages newest first by (received_at, id).
+        Index(None, "received_at", "id"),
+        Index(None, "header_message_id"),
+        Index(None, "from_addr"),
+        Index(None, "words", postgresql_using="gin"),
     )
 
 
