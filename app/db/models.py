@@ -156,9 +156,7 @@ class SinkMessage(Base):
     size: Mapped[int] = mapped_column(Integer)
     # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes] = mapped_column(LargeBinary)
-    # Its `msg_` id from the moment it is stored: the id of its row in
-    # `messages` whichever look records it (migration 0022).
-    message_id: Mapped[str | None] = mapped_column(String(40), unique=True)
+    message_id: Mapped[str | None] = mapped_column(String(40), unique=True)  # msg_: 0022
     __table_args__ = (
         # No pending list: every look searches it, and searches read a
         # pending list in full (migration 0006).
@@ -187,14 +185,9 @@ class Message(Base):
     delivered_to: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     # A line of the raw message ended in a bare LF (kept as received).
     bare_lf: Mapped[bool] = mapped_column(Boolean, server_default="false")
-    # Purged (NULL) when the mailbox is deleted; the summary above stays.
-    # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
+    # Purged (NULL) with its mailbox or by the inbox; compressed as above (0016).
     raw: Mapped[bytes | None] = mapped_column(LargeBinary)
-    # The inbox's summary and search columns (migration 0022): the From, To
-    # and Cc addresses, the Message-ID header, the attachment count, the
-    # subject and text as words (`simple` dictionary), when a Mailpit client
-    # marked it read. NULL: recorded before 0022 (searched as empty).
-    from_addr: Mapped[str | None] = mapped_column(Text)
+    from_addr: Mapped[str | None] = mapped_column(Text)  # to read_at: the inbox's (0022)
     to_addrs: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     cc_addrs: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     header_message_id: Mapped[str | None] = mapped_column(Text)
@@ -205,8 +198,7 @@ class Message(Base):
         UniqueConstraint("provider", "provider_message_id"),
         Index(None, "provider", "received_at"),
         Index(None, "recipients", postgresql_using="gin"),
-        # The inbox pages newest first by (received_at, id).
-        Index(None, "received_at", "id"),
+        Index(None, "received_at", "id"),  # the inbox: newest first
         Index(None, "header_message_id"),
         Index(None, "from_addr"),
         Index(None, "words", postgresql_using="gin"),
