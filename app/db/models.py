@@ -38,7 +38,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from app.domain.chaos import ChaosStage
@@ -156,6 +156,7 @@ class SinkMessage(Base):
     size: Mapped[int] = mapped_column(Integer)
     # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes] = mapped_column(LargeBinary)
+    message_id: Mapped[str | None] = mapped_column(String(40), unique=True)  # msg_: 0022
     __table_args__ = (
         # No pending list: every look searches it, and searches read a
         # pending list in full (migration 0006).
@@ -184,13 +185,23 @@ class Message(Base):
     delivered_to: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     # A line of the raw message ended in a bare LF (kept as received).
     bare_lf: Mapped[bool] = mapped_column(Boolean, server_default="false")
-    # Purged (NULL) when the mailbox is deleted; the summary above stays.
-    # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
+    # Purged (NULL) with its mailbox or by the inbox; compressed as above (0016).
     raw: Mapped[bytes | None] = mapped_column(LargeBinary)
+    from_addr: Mapped[str | None] = mapped_column(Text)  # to read_at: the inbox's (0022)
+    to_addrs: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    cc_addrs: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    header_message_id: Mapped[str | None] = mapped_column(Text)
+    attachments: Mapped[int] = mapped_column(Integer, server_default="0")
+    words: Mapped[str | None] = mapped_column(TSVECTOR)
+    read_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
         UniqueConstraint("provider", "provider_message_id"),
         Index(None, "provider", "received_at"),
         Index(None, "recipients", postgresql_using="gin"),
+        Index(None, "received_at", "id"),  # the inbox: newest first
+        Index(None, "header_message_id"),
+        Index(None, "from_addr"),
+        Index(None, "words", postgresql_using="gin"),
     )
 
 
