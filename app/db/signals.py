@@ -93,7 +93,8 @@ _BIND_KEY = """
     RETURNING signal_id
 """
 # Columns a create may leave out (a signal expecting the first match).
-_DEFAULTS = {"expect": "first", "settle_seconds": None}
+# `first_check_in`: seconds to the first check (domain.scheduling.first_check_delay).
+_DEFAULTS = {"expect": "first", "settle_seconds": None, "first_check_in": 0.0}
 
 # The new signal, inserted when the key was bound to it; `{now}` is the clock.
 _INSERT_SIGNAL = """
@@ -108,7 +109,7 @@ _INSERT_SIGNAL = """
         :subject_contains, :body_contains, coalesce(:received_after, {now}), {now}, {now},
         {now} + make_interval(secs => :expires_in), :max_checks, :provider,
         :require_run_marker, :metadata,
-        'waiting', {now}, 'first', {now}, :max_claims,
+        'waiting', {now} + make_interval(secs => :first_check_in), 'first', {now}, :max_claims,
         :expect, CAST(:settle_seconds AS smallint)
     {source}
     WHERE EXISTS (SELECT 1 FROM key WHERE signal_id = :id)
