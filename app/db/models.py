@@ -258,6 +258,9 @@ class Signal(Base):
     # `exactly_one`, how long a second match is waited for (migration 0013).
     expect: Mapped[str] = mapped_column(String(16), server_default="first")
     settle_seconds: Mapped[int | None] = mapped_column(SmallInteger)
+    # A cancelled signal's reason (1-200 characters) and when (migration 0021).
+    cancel_reason: Mapped[str | None] = mapped_column(String(200))
+    cancelled_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
         # One message per signal within a namespace; namespaces match shared
         # mail independently. An `arrived` signal shows its message without
