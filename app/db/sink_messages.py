@@ -16,14 +16,16 @@ from sqlalchemy import Connection, text
 from app.db import raw
 from app.db.pagination import Keyset
 from app.db.rows import Row, affected
+from app.domain.ids import new_id
 
 
 def sink_messages_store(
     session: Connection, items: Sequence[tuple[str | None, Sequence[str], bytes]]
-) -> list[int]:
+) -> list[tuple[int, str, datetime]]:
     """Store raw messages ``(mail_from, recipients, raw)`` in one statement, each
-    with ``recipients`` (lower-cased, sorted) as its envelope and all recipients;
-    their ids, in the order of ``items``.
+    with ``recipients`` (lower-cased, sorted) as its envelope and all recipients
+    and a fresh ``msg_`` id; their (sink id, message id, received_at), in the
+    order of ``items``.
 
     Rows are inserted in the items' order (``ORDER BY n``), so the sequence
     hands out ascending ids in that order: the returned ids, sorted, map back
@@ -31,7 +33,8 @@ def sink_messages_store(
     if not items:
         return []
     rows = ", ".join(
-        f"(CAST(:f{i} AS text), CAST(:r{i} AS text[]), CAST(:b{i} AS bytea), {i})"
+        f"(CAST(:f{i} AS text), CAST(:r{i} AS text[]), CAST(:b{i} AS bytea), {i},"
+        f" CAST(:m{i} AS text))"
         for i in range(len(items))
     )
     params: dict[str, Any] = {}
@@ -39,17 +42,19 @@ def sink_messages_store(
         params[f"f{i}"] = mail_from
         params[f"r{i}"] = sorted({r.lower() for r in recipients})
         params[f"b{i}"] = data
+        params[f"m{i}"] = new_id("msg")
     stored = raw.rows(
         session,
         raw.query(
-            "INSERT INTO sink_messages (mail_from, envelope_recipients, all_recipients, size, raw) "
-            "SELECT f, r, r, octet_length(b), b "
-            f"FROM (VALUES {rows}) AS v(f, r, b, n) ORDER BY n "
-            "RETURNING id"
+            "INSERT INTO sink_messages"
+            " (mail_from, envelope_recipients, all_recipients, size, raw, message_id) "
+            "SELECT f, r, r, octet_length(b), b, m "
+            f"FROM (VALUES {rows}) AS v(f, r, b, n, m) ORDER BY n "
+            "RETURNING id, message_id, received_at"
         ),
         params,
     )
-    return sorted(int(r["id"]) for r in stored)
+    return sorted((int(r["id"]), r["message_id"], r["received_at"]) for r in stored)
 
 
 def sink_message_add_recipients(
@@ -123,7 +128,7 @@ def _window_params(windows: Sequence[tuple[str, datetime]]) -> dict[str, Any]:
 def _page_sql(after: tuple[datetime, int] | None, limit: int, params: dict[str, Any]) -> str:
     return (
         """
-            SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw
+            SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw, sm.message_id
               FROM sink_messages sm
              WHERE sm.all_recipients && CAST(:rcpts AS text[])
                AND sm.received_at >= :since
@@ -168,11 +173,13 @@ def sink_message_first_page(
 
 _BEFORE_WINDOWS = raw.Query(
     """
-                SELECT DISTINCT ON (m.id) m.id, m.received_at, m.envelope_recipients, m.raw
+                SELECT DISTINCT ON (m.id) m.id, m.received_at, m.envelope_recipients, m.raw,
+                       m.message_id
                   FROM unnest(CAST(:rcpts AS text[]), CAST(:sinces AS timestamptz[])) AS w(r, s)
                  CROSS JOIN LATERAL (
-                        SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw
-                          FROM (SELECT id, received_at, envelope_recipients, raw
+                        SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw,
+                               sm.message_id
+                          FROM (SELECT id, received_at, envelope_recipients, raw, message_id
                                   FROM sink_messages
                                  WHERE all_recipients && ARRAY[w.r]
                                 OFFSET 0) sm
@@ -217,7 +224,8 @@ def sink_message_before_windows(
 # window are looked at, so a busy window costs a bounded read.
 _NEAR_ADDRESSES = raw.Query(
     """
-    SELECT w.id, w.received_at, w.all_recipients, sm.envelope_recipients, sm.raw
+    SELECT w.id, w.received_at, w.all_recipients, sm.envelope_recipients, sm.raw,
+           sm.message_id
       FROM (SELECT id, received_at, all_recipients
               FROM sink_messages
              WHERE received_at >= :since AND received_at <= :until
