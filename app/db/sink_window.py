@@ -14,7 +14,7 @@ from app.db.rows import Row
 
 _UNRECORDED = raw.Query(
     """
-    SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.size
+    SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.size, sm.message_id
       FROM sink_messages sm
      WHERE sm.all_recipients && ARRAY[CAST(:recipient AS text)]
        AND sm.received_at >= :opens AND sm.received_at <= :closes
@@ -37,7 +37,8 @@ def sink_message_unrecorded_in_window(
 ) -> Sequence[Row]:
     """Up to `limit` sink messages to `recipient` (envelope, To or Cc) received
     in [opens, closes] that no look of provider `recorded_by` recorded, oldest
-    first: id, stamp, envelope and size, never the bytes."""
+    first: id, stamp, envelope, size and the `msg_` id it was stored with,
+    never the bytes."""
     return raw.rows(
         session,
         _UNRECORDED,

@@ -95,6 +95,7 @@ def _record_store_window(provider: str, recipient: str, opens: datetime, closes:
                 received_at=row["received_at"],
                 raw=data,
                 envelope_recipients=tuple(row["envelope_recipients"]),
+                message_id=row["message_id"],
             )
             record_messages(session, provider, [message])
             del data, message
