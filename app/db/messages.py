@@ -354,10 +354,12 @@ def message_near_address(
     )
 
 
-# The messages a check recorded for one recipient in one window, oldest first.
+# The messages a check recorded for one recipient in one window, oldest first:
+# their summaries only (a body filter reads each one's bytes on its own).
 _IN_WINDOW = raw.Query(
     """
-    SELECT id, received_at, subject, recipients, run_marker, raw FROM messages
+    SELECT id, received_at, subject, recipients, run_marker, raw IS NULL AS purged
+      FROM messages
      WHERE provider = :provider AND recipients @> ARRAY[CAST(:recipient AS text)]
        AND received_at >= :opens AND received_at <= :closes
      ORDER BY received_at, id
@@ -376,8 +378,8 @@ def message_list_in_window(
     limit: int,
 ) -> list[Mapping[Any, Any]]:
     """Up to `limit` recorded messages of `provider` addressed to `recipient`
-    (envelope, To or Cc) received in [opens, closes], oldest first, raw bytes
-    included (None once purged)."""
+    (envelope, To or Cc) received in [opens, closes], oldest first: their
+    summaries and whether their content was purged, never their bytes."""
     return raw.rows(
         session,
         _IN_WINDOW,
