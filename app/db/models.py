@@ -44,6 +44,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from app.domain.chaos import ChaosStage
 from app.domain.expectations import Expect
 from app.domain.matching import Why
+from app.domain.refusals import RefusalReason
 from app.domain.states import (
     CheckOutcome,
     CheckReason,
@@ -87,6 +88,7 @@ ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
     ("dead_letters", "state"): tuple(DeadLetterState),
     ("webhook_deliveries", "state"): tuple(DeliveryState),
     ("chaos_rules", "stage"): tuple(ChaosStage),
+    ("smtp_refusals", "reason"): tuple(RefusalReason),
 }
 
 
@@ -156,6 +158,8 @@ class SinkMessage(Base):
     size: Mapped[int] = mapped_column(Integer)
     # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes] = mapped_column(LargeBinary)
+    # The namespace whose API token the sender authenticated with (SMTP AUTH).
+    auth_namespace: Mapped[str | None] = mapped_column(String(128))
     __table_args__ = (
         # No pending list: every look searches it, and searches read a
         # pending list in full (migration 0006).
@@ -184,6 +188,8 @@ class Message(Base):
     delivered_to: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     # A line of the raw message ended in a bare LF (kept as received).
     bare_lf: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    # The sink's: its SMTP sender authenticated for this namespace (its alone).
+    auth_namespace: Mapped[str | None] = mapped_column(String(128))
     # Purged (NULL) when the mailbox is deleted; the summary above stays.
     # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes | None] = mapped_column(LargeBinary)
@@ -487,3 +493,7 @@ class ConsoleSessionRevoked(Base):
     __tablename__ = "console_sessions_revoked"
     sid: Mapped[str] = mapped_column(String(64), primary_key=True)
     expires_at: Mapped[datetime] = mapped_column(TS)
+
+
+# The sink's refused deliveries: a table of their own module (this one's size).
+from app.db import models_refusals as _refusals  # noqa: E402, F401

@@ -18,11 +18,10 @@ from app.db.pagination import Keyset
 from app.db.rows import Row, affected
 
 
-def sink_messages_store(
-    session: Connection, items: Sequence[tuple[str | None, Sequence[str], bytes]]
-) -> list[int]:
-    """Store raw messages ``(mail_from, recipients, raw)`` in one statement, each
-    with ``recipients`` (lower-cased, sorted) as its envelope and all recipients;
+def sink_messages_store(session: Connection, items: Sequence[tuple[Any, ...]]) -> list[int]:
+    """Store raw messages ``(mail_from, recipients, raw[, auth_namespace])`` in one
+    statement, each with ``recipients`` (lower-cased, sorted) as its envelope and
+    all recipients, and the namespace its sender authenticated for (or None);
     their ids, in the order of ``items``.
 
     Rows are inserted in the items' order (``ORDER BY n``), so the sequence
@@ -31,20 +30,24 @@ def sink_messages_store(
     if not items:
         return []
     rows = ", ".join(
-        f"(CAST(:f{i} AS text), CAST(:r{i} AS text[]), CAST(:b{i} AS bytea), {i})"
+        f"(CAST(:f{i} AS text), CAST(:r{i} AS text[]), CAST(:b{i} AS bytea),"
+        f" CAST(:a{i} AS text), {i})"
         for i in range(len(items))
     )
     params: dict[str, Any] = {}
-    for i, (mail_from, recipients, data) in enumerate(items):
+    for i, item in enumerate(items):
+        mail_from, recipients, data = item[:3]
         params[f"f{i}"] = mail_from
+        params[f"a{i}"] = item[3] if len(item) > 3 else None
         params[f"r{i}"] = sorted({r.lower() for r in recipients})
         params[f"b{i}"] = data
     stored = raw.rows(
         session,
         raw.query(
-            "INSERT INTO sink_messages (mail_from, envelope_recipients, all_recipients, size, raw) "
-            "SELECT f, r, r, octet_length(b), b "
-            f"FROM (VALUES {rows}) AS v(f, r, b, n) ORDER BY n "
+            "INSERT INTO sink_messages"
+            " (mail_from, envelope_recipients, all_recipients, size, raw, auth_namespace) "
+            "SELECT f, r, r, octet_length(b), b, a "
+            f"FROM (VALUES {rows}) AS v(f, r, b, a, n) ORDER BY n "
             "RETURNING id"
         ),
         params,
@@ -123,7 +126,7 @@ def _window_params(windows: Sequence[tuple[str, datetime]]) -> dict[str, Any]:
 def _page_sql(after: tuple[datetime, int] | None, limit: int, params: dict[str, Any]) -> str:
     return (
         """
-            SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw
+            SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.auth_namespace, sm.raw
               FROM sink_messages sm
              WHERE sm.all_recipients && CAST(:rcpts AS text[])
                AND sm.received_at >= :since
@@ -168,11 +171,13 @@ def sink_message_first_page(
 
 _BEFORE_WINDOWS = raw.Query(
     """
-                SELECT DISTINCT ON (m.id) m.id, m.received_at, m.envelope_recipients, m.raw
+                SELECT DISTINCT ON (m.id) m.id, m.received_at, m.envelope_recipients,
+                       m.auth_namespace, m.raw
                   FROM unnest(CAST(:rcpts AS text[]), CAST(:sinces AS timestamptz[])) AS w(r, s)
                  CROSS JOIN LATERAL (
-                        SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw
-                          FROM (SELECT id, received_at, envelope_recipients, raw
+                        SELECT sm.id, sm.received_at, sm.envelope_recipients,
+                               sm.auth_namespace, sm.raw
+                          FROM (SELECT id, received_at, envelope_recipients, auth_namespace, raw
                                   FROM sink_messages
                                  WHERE all_recipients && ARRAY[w.r]
                                 OFFSET 0) sm
@@ -217,7 +222,8 @@ def sink_message_before_windows(
 # window are looked at, so a busy window costs a bounded read.
 _NEAR_ADDRESSES = raw.Query(
     """
-    SELECT w.id, w.received_at, w.all_recipients, sm.envelope_recipients, sm.raw
+    SELECT w.id, w.received_at, w.all_recipients, sm.envelope_recipients, sm.auth_namespace,
+           sm.raw
       FROM (SELECT id, received_at, all_recipients
               FROM sink_messages
              WHERE received_at >= :since AND received_at <= :until

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from app.db import server as server_db
 from app.db import sink_messages as sink_messages_db
@@ -30,8 +31,14 @@ from app.usecases.checks import InProcessCheck
 log = logging.getLogger("signalbox.sink")
 
 
-# One received message: (MAIL FROM, envelope recipients, raw bytes).
-Received = tuple[str | None, Sequence[str], bytes]
+class Received(NamedTuple):
+    """One received message: MAIL FROM, envelope recipients, raw bytes, and
+    the namespace whose API token its sender authenticated with (None: none)."""
+
+    mail_from: str | None
+    rcpts: Sequence[str]
+    raw: bytes
+    auth_namespace: str | None = None
 
 
 def store_many(settings: Settings, received: Sequence[Received]) -> list[int]:
@@ -41,7 +48,7 @@ def store_many(settings: Settings, received: Sequence[Received]) -> list[int]:
     instead of three. Returns their sink ids, in order."""
     with autocommit() as session:
         ids = sink_messages_db.sink_messages_store(session, received)
-    for sink_id, (_, rcpts, raw) in zip(ids, received, strict=True):
+    for sink_id, (_, rcpts, raw, *_) in zip(ids, received, strict=True):
         log.info(
             "message received",
             extra={
