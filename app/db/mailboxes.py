@@ -54,9 +54,9 @@ def mailbox_live_count(session: Connection, namespace: str) -> int:
     )
 
 
-def mailbox_expire_due(session: Connection, limit: int) -> list[str]:
+def mailbox_expire_due(session: Connection, limit: int) -> list[tuple[str, str]]:
     """Delete (as DELETE /v1/mailboxes does) up to `limit` mailboxes whose
-    `expires_at` has passed; their addresses."""
+    `expires_at` has passed; their (address, namespace)."""
     rows = session.execute(
         text(
             """
@@ -64,12 +64,12 @@ def mailbox_expire_due(session: Connection, limit: int) -> list[str]:
                 SELECT id FROM mailboxes
                  WHERE deleted_at IS NULL AND expires_at <= now()
                  ORDER BY expires_at LIMIT :limit FOR UPDATE SKIP LOCKED)
-            RETURNING address
+            RETURNING address, namespace
             """
         ),
         {"limit": limit},
     )
-    return [r[0] for r in rows]
+    return [(r[0], r[1]) for r in rows]
 
 
 def mailbox_owner_many(session: Connection, addresses: Sequence[str]) -> dict[str, str]:
@@ -89,17 +89,61 @@ def mailbox_delete(session: Connection, mailbox_id: str, namespace: str) -> Row 
     )
 
 
-def mailbox_purge_messages(session: Connection, address: str) -> int:
-    """Delete the sink's copies and the observed bodies for `address`; the
-    message summaries, receipts and evidence stay."""
-    addr = [address.lower()]
-    deleted = affected(
-        session.execute(
-            text("DELETE FROM sink_messages WHERE all_recipients && CAST(:a AS text[])"),
-            {"a": addr},
-        )
-    )
-    session.execute(
-        text("UPDATE messages SET raw = NULL WHERE recipients && CAST(:a AS text[])"), {"a": addr}
-    )
+# Whether `{addr}` (a lower-cased address, in an SQL scope that also names
+# `{received}`, when the message came) is another namespace's concern, or a
+# waiting signal's of any namespace: another namespace owns it (mailbox,
+# owned domain), held it when the message came or since, or watches it; or a
+# waiting signal could still match mail to it. Mail with one such recipient
+# is not the deleting namespace's alone, and stays.
+_FOREIGN_OR_WAITING = """(
+        EXISTS (SELECT 1 FROM mailboxes mb WHERE mb.address = {addr} AND mb.namespace <> :ns)
+     OR split_part({addr}, '@', 2) = ANY(CAST(:foreign_domains AS text[]))
+     OR EXISTS (SELECT 1 FROM address_holds ah
+                 WHERE ah.address = {addr} AND ah.namespace <> :ns
+                   AND (ah.released_at IS NULL OR ah.released_at > {received}))
+     OR EXISTS (SELECT 1 FROM signals s WHERE s.recipient = {addr} AND s.namespace <> :ns)
+     OR EXISTS (SELECT 1 FROM signals s WHERE s.recipient = {addr} AND s.status = 'waiting'))"""
+
+# The statuses whose message is never purged, whatever their namespace.
+_IN_PLAY = "('waiting', 'found', 'claimed')"
+
+_PURGE_SINK = f"""
+    DELETE FROM sink_messages sm
+     WHERE sm.all_recipients && CAST(:a AS text[])
+       AND NOT EXISTS (
+            SELECT 1 FROM unnest(sm.all_recipients) AS r(a)
+             WHERE {_FOREIGN_OR_WAITING.format(addr="r.a", received="sm.received_at")})
+       AND NOT EXISTS (
+            SELECT 1 FROM messages m JOIN signals s ON s.message_id = m.id
+             WHERE m.provider_message_id = sm.id::text AND s.status IN {_IN_PLAY})
+"""
+
+_PURGE_OBSERVED = f"""
+    UPDATE messages m SET raw = NULL
+     WHERE m.recipients && CAST(:a AS text[]) AND m.raw IS NOT NULL
+       AND NOT EXISTS (
+            SELECT 1 FROM unnest(m.recipients || coalesce(m.delivered_to, '{{}}')) AS r(a)
+             WHERE {_FOREIGN_OR_WAITING.format(addr="r.a", received="m.received_at")})
+       AND NOT EXISTS (
+            SELECT 1 FROM signals s WHERE s.message_id = m.id AND s.status IN {_IN_PLAY})
+"""
+
+
+def mailbox_purge_messages(
+    session: Connection, address: str, namespace: str, foreign_domains: Sequence[str] = ()
+) -> int:
+    """Delete the sink's copies and the observed bodies of the mail to
+    `address` that belongs to `namespace` alone: none of its recipients is
+    owned, held or watched by another namespace (`foreign_domains`: the
+    domains other namespaces own), none is a waiting signal's recipient, and
+    no waiting, found or claimed signal points at it. The message
+    summaries, receipts and evidence stay; what is kept ages out with
+    retention."""
+    params = {
+        "a": [address.lower()],
+        "ns": namespace,
+        "foreign_domains": sorted({d.lower() for d in foreign_domains}),
+    }
+    deleted = affected(session.execute(text(_PURGE_SINK), params))
+    session.execute(text(_PURGE_OBSERVED), params)
     return deleted

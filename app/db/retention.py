@@ -106,25 +106,29 @@ def message_delete_old(session: Connection, *, older_than_hours: float, limit: i
     return _count(session, _MESSAGES_OLD, older_than_hours=older_than_hours, limit=limit)
 
 
-def message_purge_consumed_raw(session: Connection, *, older_than_hours: float, limit: int) -> int:
-    """Drop the body of messages whose signal was consumed before the cutoff.
-
-    The row (subject, received_at, run marker) stays as the evidence the
-    receipt and the signal view point at, until the signal itself ages out.
-    """
-    return _count(
-        session,
-        """
+_CONSUMED_RAW_OLD = f"""
         UPDATE messages SET raw = NULL WHERE id IN (
             SELECT m.id FROM messages m JOIN signals s ON s.message_id = m.id
              WHERE m.raw IS NOT NULL AND s.status = 'consumed'
                AND s.updated_at < now() - make_interval(secs => :secs)
+               AND NOT EXISTS (
+                    SELECT 1 FROM signals o WHERE o.message_id = m.id AND o.status IN {_IN_PLAY})
+               AND NOT {_to_a_waiting_recipient("m.recipients")}
              LIMIT :limit
              FOR UPDATE OF m SKIP LOCKED)
-        """,
-        older_than_hours=older_than_hours,
-        limit=limit,
-    )
+        """
+
+
+def message_purge_consumed_raw(session: Connection, *, older_than_hours: float, limit: int) -> int:
+    """Drop the body of messages whose signal was consumed before the cutoff,
+    unless another signal (of any namespace) still in play points at it or a
+    waiting signal's recipient could still match it.
+
+    The row (subject, received_at, run marker) stays as the evidence the
+    receipt and the signal view point at, until the signal itself ages out.
+    """
+    _room_for_the_waiting(session)
+    return _count(session, _CONSUMED_RAW_OLD, older_than_hours=older_than_hours, limit=limit)
 
 
 def check_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:

@@ -46,9 +46,19 @@ def mailbox_create(settings: Settings, namespace: str, req: MailboxCreate) -> di
     return views.mailbox_view(row)
 
 
-def mailbox_delete(namespace: str, mailbox_id: str) -> None:
+def foreign_domains(settings: Settings, namespace: str) -> list[str]:
+    """The domains namespaces other than `namespace` own."""
+    return [d for d, ns in settings.namespace_domain_owners.items() if ns != namespace]
+
+
+def mailbox_delete(settings: Settings, namespace: str, mailbox_id: str) -> None:
+    """Delete the mailbox and purge the mail that belongs to `namespace`
+    alone (mail another namespace may see, or a signal still waits on or
+    points at, stays until retention)."""
     with transaction() as session:
         row = mailboxes_db.mailbox_delete(session, mailbox_id, namespace)
         if row is None:
             raise NotFound(f"no mailbox {mailbox_id}")
-        mailboxes_db.mailbox_purge_messages(session, row["address"])
+        mailboxes_db.mailbox_purge_messages(
+            session, row["address"], namespace, foreign_domains(settings, namespace)
+        )

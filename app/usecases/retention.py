@@ -33,6 +33,7 @@ from app.db import mailboxes as mailboxes_db
 from app.db import retention as retention_db
 from app.db.engine import transaction
 from app.settings import Settings
+from app.usecases.mailboxes import foreign_domains
 
 log = logging.getLogger("signalbox.retention")
 
@@ -53,13 +54,18 @@ def _drain(step: _Step, *, older_than_hours: float, batch_size: int, max_batches
     return total
 
 
-def _expire_mailboxes(session: Connection, *, older_than_hours: float, limit: int) -> int:
-    """Mailboxes whose expires_at passed: deleted, their mail purged (their
-    addresses stay their namespace's)."""
-    addresses = mailboxes_db.mailbox_expire_due(session, limit)
-    for address in addresses:
-        mailboxes_db.mailbox_purge_messages(session, address)
-    return len(addresses)
+def _expire_mailboxes(settings: Settings) -> _Step:
+    def step(session: Connection, *, older_than_hours: float, limit: int) -> int:
+        """Mailboxes whose expires_at passed: deleted, the mail that is their
+        namespace's alone purged (their addresses stay their namespace's)."""
+        expired = mailboxes_db.mailbox_expire_due(session, limit)
+        for address, namespace in expired:
+            mailboxes_db.mailbox_purge_messages(
+                session, address, namespace, foreign_domains(settings, namespace)
+            )
+        return len(expired)
+
+    return step
 
 
 def purge(
@@ -72,7 +78,7 @@ def purge(
     # Evidence first: signals deleted here free their messages for the content pass.
     plan: list[tuple[str, _Step, float]] = [
         # A mailbox past its expires_at is deleted, its mail purged.
-        ("mailboxes", _expire_mailboxes, 0.0),
+        ("mailboxes", _expire_mailboxes(settings), 0.0),
         ("receipts", retention_db.receipt_delete_old, evidence),
         ("dead_letters", retention_db.dead_letter_delete_old, evidence),
         ("signals", retention_db.signal_delete_old, evidence),

@@ -139,8 +139,8 @@ def create_mailbox(
 
 
 @router.delete("/mailboxes/{mailbox_id}", status_code=204, responses=errors(*V1, 403, 404))
-def delete_mailbox(mailbox_id: MailboxId, namespace: Namespace) -> Response:
-    mailboxes.mailbox_delete(namespace, mailbox_id)
+def delete_mailbox(mailbox_id: MailboxId, namespace: Namespace, settings: AppSettings) -> Response:
+    mailboxes.mailbox_delete(settings, namespace, mailbox_id)
     return Response(status_code=204)
 
 
