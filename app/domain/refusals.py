@@ -46,9 +46,13 @@ class Refusal:
 
 
 def mib(size: int) -> str:
-    """A size in MiB as a person reads it (31 MiB, 0.5 MiB)."""
-    value = size / (1024 * 1024)
-    return f"{value:.0f} MiB" if value >= 10 else f"{value:.1f} MiB".replace(".0 MiB", " MiB")
+    """A size as a person reads it: 31 MiB, 1.5 MiB, 29 KiB, 800 bytes."""
+    for unit, scale in (("MiB", 1024 * 1024), ("KiB", 1024)):
+        if size >= scale:
+            value = size / scale
+            text = f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
+            return f"{text} {unit}"
+    return f"{size} bytes"
 
 
 def too_large_detail(size: int | None, limit: int) -> str:

@@ -150,14 +150,18 @@ def test_a_tls_hello_on_the_plain_port_is_closed_with_one_line_naming_smtps_and_
     before = _refused_count(stack, "tls_on_plain_port")
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    with socket.create_connection((stack.smtp_host, stack.smtp_port), timeout=10) as raw:
-        with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
-            with context.wrap_socket(raw, server_hostname="localhost"):
-                pass
+    with (
+        socket.create_connection((stack.smtp_host, stack.smtp_port), timeout=10) as raw,
+        pytest.raises((ssl.SSLError, ConnectionError, OSError)),
+        context.wrap_socket(raw, server_hostname="localhost"),
+    ):
+        pass
+
+    def hello_lines() -> list[str]:
+        return [ln for ln in stack.log_text("smtp").splitlines() if "tls_on_plain_port" in ln]
+
     lines = wait_until(
-        lambda: [
-            ln for ln in stack.log_text("smtp").splitlines() if "smtp_tls_on_plain_port" in ln
-        ],
+        hello_lines,
         10,
         what="the log line",
     )
@@ -174,9 +178,11 @@ def test_a_message_over_the_size_limit_is_named_in_the_dead_letter(stack: Stack)
     signal = create_signal(stack, expires_in_seconds=3)
     to = signal["recipient"]
     big = mail(to) + b"x" * (26 * 1024 * 1024)
-    with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=60) as smtp:
-        with pytest.raises(smtplib.SMTPRecipientsRefused) as refused:
-            smtp.sendmail("app@example.test", [to], big)
+    with (
+        smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=60) as smtp,
+        pytest.raises(smtplib.SMTPRecipientsRefused) as refused,
+    ):
+        smtp.sendmail("app@example.test", [to], big)
     ((code, text),) = refused.value.recipients.values()
     assert code == 552 and b"26 MiB > 25 MiB" in text
     letter = dead_letter(stack, wait_result(stack, signal["signal_id"], wait=20))
@@ -193,9 +199,11 @@ def test_a_chaos_refusal_is_named_in_the_dead_letter(stack: Stack) -> None:
     rule = {"recipient": to, "stage": "rcpt", "reply": "550 5.1.1 Mailbox unavailable"}
     with stack.client() as api:
         assert api.put("/v1/chaos", json={"rules": [{**rule, "times": 1}]}).status_code == 200
-    with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=30) as smtp:
-        with pytest.raises(smtplib.SMTPRecipientsRefused):
-            smtp.sendmail("app@example.test", [to], mail(to))
+    with (
+        smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=30) as smtp,
+        pytest.raises(smtplib.SMTPRecipientsRefused),
+    ):
+        smtp.sendmail("app@example.test", [to], mail(to))
     sentence = dead_letter(stack, wait_result(stack, signal["signal_id"], wait=20))[
         "recommendation"
     ]
