@@ -11,7 +11,7 @@ from app.api import errors
 from app.api.limits import LongPollGate
 from app.api.middleware import GateMiddleware
 from app.api.notify import SignalNotifier
-from app.api.routes import chaos, claims, dead_letters, messages, ops, signals, triage
+from app.api.routes import chaos, claims, dead_letters, inbox, messages, ops, signals, triage
 from app.console import routes as console
 from app.infra.parse_pool import ParsePool
 from app.settings import Settings, get_settings
@@ -50,7 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.quick_first_look = checks.quick_first_look_for(settings)
     errors.install(app)
     app.add_middleware(GateMiddleware, settings=settings)
-    for module in (signals, claims, messages, dead_letters, triage, chaos, ops):
+    for module in (signals, claims, messages, inbox, dead_letters, triage, chaos, ops):
         app.include_router(module.router)
     console.install(app)
     return app

@@ -2,15 +2,39 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import Conflict, InvalidInput, SignalboxError
+
+log = logging.getLogger("signalbox.api")
+
+
+# The database could not serve the request: no connection to be had (its
+# max_connections reached, this process's pool exhausted past its timeout,
+# the server restarting), or a statement it aborted (a lock or statement
+# timeout, a deadlock). Nothing was committed: the caller may retry.
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError, PoolTimeout)
+DATABASE_RETRY_AFTER_SECONDS = 1
+DATABASE_UNAVAILABLE_MESSAGE = "the database is unavailable or out of connections; retry shortly"
+
+
+def database_unavailable() -> JSONResponse:
+    """503 `database_unavailable` with Retry-After: never a 500 for a
+    database that is busy or away (docs/api.md, "Errors")."""
+    return JSONResponse(
+        error_body("database_unavailable", DATABASE_UNAVAILABLE_MESSAGE),
+        status_code=503,
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+    )
 
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
@@ -36,6 +60,17 @@ def install(app: FastAPI) -> None:
         if retry_after is not None:
             headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
         return JSONResponse(body, status_code=exc.status_code, headers=headers)
+
+    async def _database(request: Request, exc: Exception) -> JSONResponse:
+        log.warning(
+            "database unavailable; answered 503",
+            exc_info=exc,
+            extra={"event": "database_unavailable", "path": request.url.path},
+        )
+        return database_unavailable()
+
+    for kind in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(kind, _database)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -23,6 +23,11 @@ import anyio.to_thread
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.errors import (
+    DATABASE_RETRY_AFTER_SECONDS,
+    DATABASE_UNAVAILABLE,
+    DATABASE_UNAVAILABLE_MESSAGE,
+)
 from app.settings import Settings
 from app.usecases.auth import (
     TooManyFailures,
@@ -111,6 +116,17 @@ def _too_many_failures(wait: float) -> Refusal:
     return answer
 
 
+async def _database_unavailable(send: Send, scope: Scope) -> None:
+    await _respond(
+        send,
+        scope,
+        503,
+        "database_unavailable",
+        DATABASE_UNAVAILABLE_MESSAGE,
+        {"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+    )
+
+
 def _is_protected(path: str) -> bool:
     return path == PROTECTED_PREFIX or path.startswith(PROTECTED_PREFIX + "/")
 
@@ -128,7 +144,10 @@ class GateMiddleware:
             await self.app(scope, receive, send)
             return
         if _is_protected(scope.get("path", "")):
-            refused = await self._authenticate(scope)
+            try:
+                refused = await self._authenticate(scope)
+            except DATABASE_UNAVAILABLE:  # a token looked up in a database that is away
+                refused = _database_unavailable
             if refused is not None:
                 await refused(send, scope)
                 return

@@ -4,6 +4,7 @@ lazily from settings. Code that takes a unit's connection names it `session`."""
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,11 +25,22 @@ _engines: dict[tuple[int, str], Engine] = {}
 PING_AFTER_IDLE_SECONDS = 1.0
 # The autocommit companion's pool: its units are one or two short statements,
 # and most of a process's units are such (every read, create, claim, consume,
-# first look). As many kept as the transaction pool: with 5, an API process
-# under 8 clients opened and closed overflow connections several times a
-# second (a backend start and its first plans each time).
-AUTOCOMMIT_POOL_SIZE = 10
-AUTOCOMMIT_MAX_OVERFLOW = 15
+# first look). An API process makes a create's first look after the answer,
+# while the client sends its next create: each creating client keeps two
+# units in flight. With 10 kept, 8 clients made the pool open and close a
+# backend every 9 creates, and a new backend plans each statement on its
+# first ten runs: 1.1 ms of PostgreSQL's 2.7 ms per create (bench/idle.py
+# --pg-stat-statements). 16 are kept, for 8 such clients; the bound stays 25.
+# A pool opens connections only as its units need them, so a process keeps
+# what its peak used, up to 16 (docs/deploy.md budgets them).
+AUTOCOMMIT_POOL_SIZE = 16
+AUTOCOMMIT_MAX_OVERFLOW = 9
+# A connection PostgreSQL refused for want of slots (max_connections reached:
+# "sorry, too many clients already") is tried again after these pauses
+# (seconds, jittered): a burst elsewhere ends and frees one. Then the error
+# goes up, and the API answers 503 with Retry-After (app/api/errors.py).
+REFUSED_CONNECT_PAUSES = (0.05, 0.1, 0.2, 0.4)
+_NO_SLOTS = ("too many clients", "too many connections", "remaining connection slots")
 _autocommit: dict[Engine, Engine] = {}
 
 
@@ -70,6 +82,7 @@ def make_engine(
     )
     for one in (engine, companion):
         _ping_after_idle(one)
+        _retry_refused_connects(one)
     _invalidate_together(engine, companion)
 
     @event.listens_for(engine, "engine_disposed")
@@ -82,6 +95,26 @@ def make_engine(
     with _lock:
         _autocommit[engine] = companion
     return engine
+
+
+def refused_for_slots(error: BaseException) -> bool:
+    """PostgreSQL refused the connection because it has no slot free (SQLSTATE
+    53300, which psycopg does not expose for a failed connect: its message)."""
+    text = str(error).lower()
+    return isinstance(error, psycopg.OperationalError) and any(s in text for s in _NO_SLOTS)
+
+
+def _retry_refused_connects(engine: Engine) -> None:
+    @event.listens_for(engine, "do_connect")
+    def _connect(dialect: Any, record: Any, cargs: Any, cparams: Any) -> Any:
+        for pause in (*REFUSED_CONNECT_PAUSES, None):
+            try:
+                return dialect.connect(*cargs, **cparams)
+            except psycopg.OperationalError as error:
+                if pause is None or not refused_for_slots(error):
+                    raise
+                time.sleep(pause * (0.5 + random.random()))
+        raise AssertionError("unreachable")
 
 
 def _ping_after_idle(engine: Engine) -> None:

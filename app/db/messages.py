@@ -16,10 +16,22 @@ from sqlalchemy import Connection, RowMapping
 
 from app.db import raw
 from app.db.rows import Row, by_column, every, first
+from app.domain.ids import new_id
 
 
 def _with_defaults(row: Mapping[Any, Any]) -> dict[Any, Any]:
-    return {"delivered_to": None, "bare_lf": False, "auth_namespace": None, **row}
+    return {
+        "delivered_to": None,
+        "bare_lf": False,
+        "from_addr": None,
+        "to_addrs": None,
+        "cc_addrs": None,
+        "header_message_id": None,
+        "attachments": 0,
+        "words": "",
+        "auth_namespace": None,
+        **row,
+    }
 
 
 def message_record_new(
@@ -64,10 +76,20 @@ def message_record_new(
         ]
     if missing:
         ids.update(message_ids_by_provider_id(session, provider, missing))
+    # Still missing: its given id (a sink message's, from its store) is
+    # another provider's row already (two sink-type providers read one
+    # sink): recorded again under an id of its own.
+    again = [dict(r, id=new_id("msg")) for r in new if r["provider_message_id"] not in ids]
+    if again:
+        for r in raw.rows(session, _insert_returning(len(again)), _numbered(again)):
+            ids[r["provider_message_id"]] = r["id"]
+        rest = [r["provider_message_id"] for r in again if r["provider_message_id"] not in ids]
+        if rest:
+            ids.update(message_ids_by_provider_id(session, provider, rest))
     return ids
 
 
-# Messages per INSERT: each row is 12 parameters (psycopg takes at most
+# Messages per INSERT: each row is 18 parameters (psycopg takes at most
 # 65,535 in one statement), and a look at a busy address sees thousands.
 INSERT_CHUNK = 200
 _COLUMNS = (
@@ -83,18 +105,33 @@ _COLUMNS = (
     "bare_lf",
     "auth_namespace",
     "raw",
+    "from_addr",
+    "to_addrs",
+    "cc_addrs",
+    "header_message_id",
+    "attachments",
+    "words",
 )
+# How a column's parameter becomes its value: the words are made a
+# `tsvector` by the database (the `simple` dictionary: no stemming, no stop
+# words; what the inbox's free-word search looks up in its GIN index).
+_VALUE = {"words": "to_tsvector('simple', CAST(:words{i} AS text))"}
 
 
 def _insert_returning(count: int) -> raw.Query:
     """An INSERT of `count` messages in the order given, each recorded only
     if new; returns (provider_message_id, id) of those it recorded."""
     values = ", ".join(
-        "(" + ", ".join(f":{column}{i}" for column in _COLUMNS) + ")" for i in range(count)
+        "("
+        + ", ".join(_VALUE.get(column, f":{column}{{i}}").format(i=i) for column in _COLUMNS)
+        + ")"
+        for i in range(count)
     )
+    # Any unique conflict: the same message recorded meanwhile, or its given
+    # id taken (see message_record_new).
     return raw.query(
         f"INSERT INTO messages ({', '.join(_COLUMNS)}) VALUES {values}"
-        " ON CONFLICT (provider, provider_message_id) DO NOTHING"
+        " ON CONFLICT DO NOTHING"
         " RETURNING provider_message_id, id"
     )
 

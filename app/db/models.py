@@ -25,7 +25,6 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
-    Float,
     ForeignKey,
     Identity,
     Index,
@@ -38,7 +37,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from app.domain.chaos import ChaosStage
@@ -158,8 +157,8 @@ class SinkMessage(Base):
     size: Mapped[int] = mapped_column(Integer)
     # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes] = mapped_column(LargeBinary)
-    # The namespace whose API token the sender authenticated with (SMTP AUTH).
-    auth_namespace: Mapped[str | None] = mapped_column(String(128))
+    auth_namespace: Mapped[str | None] = mapped_column(String(128))  # SMTP AUTH's (0020)
+    message_id: Mapped[str | None] = mapped_column(String(40), unique=True)  # msg_: 0022
     __table_args__ = (
         # No pending list: every look searches it, and searches read a
         # pending list in full (migration 0006).
@@ -188,15 +187,24 @@ class Message(Base):
     delivered_to: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     # A line of the raw message ended in a bare LF (kept as received).
     bare_lf: Mapped[bool] = mapped_column(Boolean, server_default="false")
-    # The sink's: its SMTP sender authenticated for this namespace (its alone).
-    auth_namespace: Mapped[str | None] = mapped_column(String(128))
-    # Purged (NULL) when the mailbox is deleted; the summary above stays.
-    # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
+    auth_namespace: Mapped[str | None] = mapped_column(String(128))  # SMTP AUTH's (0020)
+    # Purged (NULL) with its mailbox or by the inbox; compressed as above (0016).
     raw: Mapped[bytes | None] = mapped_column(LargeBinary)
+    from_addr: Mapped[str | None] = mapped_column(Text)  # to read_at: the inbox's (0022)
+    to_addrs: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    cc_addrs: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    header_message_id: Mapped[str | None] = mapped_column(Text)
+    attachments: Mapped[int] = mapped_column(Integer, server_default="0")
+    words: Mapped[str | None] = mapped_column(TSVECTOR)
+    read_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
         UniqueConstraint("provider", "provider_message_id"),
         Index(None, "provider", "received_at"),
         Index(None, "recipients", postgresql_using="gin"),
+        Index(None, "received_at", "id"),  # the inbox: newest first
+        Index(None, "header_message_id"),
+        Index(None, "from_addr"),
+        Index(None, "words", postgresql_using="gin"),
     )
 
 
@@ -253,6 +261,9 @@ class Signal(Base):
     # `exactly_one`, how long a second match is waited for (migration 0013).
     expect: Mapped[str] = mapped_column(String(16), server_default="first")
     settle_seconds: Mapped[int | None] = mapped_column(SmallInteger)
+    # A cancelled signal's reason (1-200 characters) and when (migration 0021).
+    cancel_reason: Mapped[str | None] = mapped_column(String(200))
+    cancelled_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
         # One message per signal within a namespace; namespaces match shared
         # mail independently. An `arrived` signal shows its message without
@@ -458,42 +469,6 @@ class WebhookDelivery(Base):
     )
 
 
-class ChaosRule(Base):
-    """A namespace's rule for the sink: answer `stage` for `recipient` (an
-    address or `*@domain`) with `reply`, `times` times or with `probability`,
-    until `expires_at`. `applied` is counted by one guarded update, shared by
-    every sink process."""
-
-    __tablename__ = "chaos_rules"
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    namespace: Mapped[str] = mapped_column(String(128))
-    # The rule's place in its namespace's list: the first that applies answers.
-    position: Mapped[int] = mapped_column(Integer)
-    recipient: Mapped[str] = mapped_column(String(320))
-    stage: Mapped[str] = mapped_column(String(8))
-    reply: Mapped[str] = mapped_column(String(512))
-    times: Mapped[int | None] = mapped_column(Integer)
-    probability: Mapped[float | None] = mapped_column(Float)
-    applied: Mapped[int] = mapped_column(Integer, server_default="0")
-    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
-    expires_at: Mapped[datetime] = mapped_column(TS)
-    __table_args__ = (
-        *one_of("chaos_rules", "stage"),
-        CheckConstraint("(times IS NULL) <> (probability IS NULL)", name="times_or_probability"),
-        Index(None, "namespace", "position"),
-        Index(None, "expires_at"),
-    )
-
-
-class ConsoleSessionRevoked(Base):
-    """A console session signed out before its cookie expired: every API
-    replica refuses the cookie while its row is here (until `expires_at`, when
-    the cookie expires by itself and the row may go)."""
-
-    __tablename__ = "console_sessions_revoked"
-    sid: Mapped[str] = mapped_column(String(64), primary_key=True)
-    expires_at: Mapped[datetime] = mapped_column(TS)
-
-
-# The sink's refused deliveries: a table of their own module (this one's size).
-from app.db import models_refusals as _refusals  # noqa: E402, F401
+# The tables of chaos rules, console sessions and refused deliveries: a module
+# of their own (this one's size).
+from app.db import models_more as _more  # noqa: E402, F401

@@ -93,7 +93,8 @@ _BIND_KEY = """
     RETURNING signal_id
 """
 # Columns a create may leave out (a signal expecting the first match).
-_DEFAULTS = {"expect": "first", "settle_seconds": None}
+# `first_check_in`: seconds to the first check (domain.scheduling.first_check_delay).
+_DEFAULTS = {"expect": "first", "settle_seconds": None, "first_check_in": 0.0}
 
 # The new signal, inserted when the key was bound to it; `{now}` is the clock.
 _INSERT_SIGNAL = """
@@ -108,7 +109,7 @@ _INSERT_SIGNAL = """
         :subject_contains, :body_contains, coalesce(:received_after, {now}), {now}, {now},
         {now} + make_interval(secs => :expires_in), :max_checks, :provider,
         :require_run_marker, :metadata,
-        'waiting', {now}, 'first', {now}, :max_claims,
+        'waiting', {now} + make_interval(secs => :first_check_in), 'first', {now}, :max_claims,
         :expect, CAST(:settle_seconds AS smallint)
     {source}
     WHERE EXISTS (SELECT 1 FROM key WHERE signal_id = :id)
@@ -161,9 +162,15 @@ _SIGNAL_CREATE_CLEAR = raw.Query(
                        AND now + make_interval(secs => :lookahead_seconds - 1),
                  true)
     ), held AS (
+        -- Only a create that can bind its key takes a hold: a live binding
+        -- means a replay (200) or a conflict (409), and neither keeps one.
         INSERT INTO address_holds (address, namespace, held_from)
         SELECT :address, :namespace, now FROM base
          WHERE CAST(:holdable AS boolean) AND mailbox_owner IS NULL AND holder IS NULL
+           AND NOT EXISTS (
+                SELECT 1 FROM idempotency_keys k
+                 WHERE k.namespace = :namespace AND k.key = :idempotency_key
+                   AND k.expires_at > now())
         ON CONFLICT (address) WHERE released_at IS NULL DO NOTHING
         RETURNING namespace
     ), clear AS (

@@ -13,7 +13,10 @@ lost"):
   than the deadline, so the last look always covers the whole window;
 - only the checks the schedule asked for (`first`, `scheduled`,
   `error_retry`, `sweep`) spend `max_checks`; a push or a redrive never does,
-  and the last check of the budget is kept for the deadline.
+  and the last check of the budget is kept for the deadline: a look before
+  the deadline never spends it, so `max_checks: 1` is one provider call, made
+  at the deadline (a polled provider's first check is scheduled there), and
+  no budget ends a wait before its deadline.
 """
 
 from __future__ import annotations
@@ -38,9 +41,6 @@ class Counters:
     max_checks: int
     consecutive_errors: int
     expires_at: datetime
-    # When the signal's own next check was due (a look that began earlier
-    # rode along with another signal's check); None: unknown.
-    due_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,22 @@ def spends_budget(reason: CheckReason, outcome: CheckOutcome, retry_after: float
     if outcome is CheckOutcome.CIRCUIT_OPEN:
         return False
     return not (outcome is CheckOutcome.PROVIDER_ERROR and retry_after is not None)
+
+
+def keeps_for_deadline(counters: Counters, looked_at: datetime) -> bool:
+    """Whether a look that began at `looked_at` would spend the last check
+    of the budget before the deadline: it must not (CONTRACT "max_checks":
+    with a budget of one, the one counted look is the deadline's)."""
+    return looked_at < counters.expires_at and counters.max_checks - counters.checks_count <= 1
+
+
+def first_check_delay(expires_in: float, max_checks: int, *, pushes: bool) -> float:
+    """Seconds from a signal's creation to its first check. At once, except
+    with a budget of one on a provider that must be asked (it does not
+    push): its one call is the deadline's, so the first check is then."""
+    if max_checks <= 1 and not pushes:
+        return max(0.0, float(expires_in))
+    return 0.0
 
 
 def after_check(
@@ -97,15 +113,10 @@ def after_check(
     looked_at = looked_at if looked_at is not None else now
     rate_limited = outcome is CheckOutcome.PROVIDER_ERROR and retry_after is not None
     counts = spends_budget(reason, outcome, retry_after)
-    if (
-        counts
-        and counters.due_at is not None
-        and looked_at < counters.due_at
-        and looked_at < counters.expires_at
-        and counters.max_checks - counters.checks_count == 1
-    ):
-        # A look that rode along with another signal's check, before this
-        # one's own was due, never spends the check kept for the deadline.
+    if counts and keeps_for_deadline(counters, looked_at):
+        # The last check of the budget is the deadline's: a look before it
+        # (a first look, one that rode along with another signal's check)
+        # is free, so no budget ends a wait before its deadline.
         counts = False
     checks_done = counters.checks_count + (1 if counts else 0)
     if outcome is CheckOutcome.NO_MATCH:

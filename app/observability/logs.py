@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import sys
+import traceback
 from datetime import UTC, datetime
 from typing import Any
 
@@ -120,6 +121,35 @@ def _task_context() -> dict[str, str]:
     return {"task": str(task.name), "task_id": str(task_id)}
 
 
+# Frames of an exception's traceback a log line names (innermost last).
+EXC_FRAMES = 8
+
+
+def exception_facts(error: BaseException | None) -> dict[str, Any]:
+    """What a log line may say of an exception without its text (which can
+    quote input): its type, the type and SQLSTATE of what it wraps (a
+    driver's error: `53300` is "too many connections"), and where it was
+    raised, as `file:line function` frames: enough to name a 500's cause."""
+    if error is None:
+        return {}
+    facts: dict[str, Any] = {"exc_type": type(error).__name__}
+    cause = getattr(error, "orig", None) or error.__cause__
+    if cause is not None:
+        facts["exc_cause"] = type(cause).__name__
+    sqlstate = getattr(cause, "sqlstate", None) or getattr(error, "sqlstate", None)
+    if isinstance(sqlstate, str):
+        facts["exc_sqlstate"] = sqlstate
+    frames = traceback.extract_tb(error.__traceback__)
+    # This project's frames (which route, which use case), then the
+    # innermost few (where a library raised it).
+    ours = [f for f in frames[:-2] if f"{os.sep}app{os.sep}" in f.filename]
+    facts["exc_where"] = [
+        f"{os.path.basename(f.filename)}:{f.lineno} {f.name}"
+        for f in [*ours[-(EXC_FRAMES - 2) :], *frames[-2:]]
+    ]
+    return facts
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: ts, level, logger, component, pid, msg and allowed extras.
 
@@ -150,7 +180,7 @@ class JsonFormatter(logging.Formatter):
             if key in record.__dict__:
                 entry[key] = record.__dict__[key]
         if record.exc_info and record.exc_info[0] is not None:
-            entry["exc_type"] = record.exc_info[0].__name__
+            entry.update(exception_facts(record.exc_info[1]))
         return entry
 
     def format(self, record: logging.LogRecord) -> str:

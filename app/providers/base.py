@@ -49,6 +49,9 @@ class ProviderMessage:
     it (the sink, whose mailbox is our database), and `recorded_id` is our
     id for it in `messages` when a check had recorded it then, else None.
     Other providers cannot tell: recording their messages asks the database.
+
+    `message_id`: the `msg_` id the message was given when it was stored
+    (the sink's), which recording it keeps; None: recording makes one up.
     """
 
     provider_message_id: str
@@ -60,6 +63,7 @@ class ProviderMessage:
     # The namespace whose API token the SMTP sender authenticated with (the
     # sink only): the message is that namespace's alone.
     auth_namespace: str | None = None
+    message_id: str | None = None
 
 
 class Provider(Protocol):

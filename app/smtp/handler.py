@@ -43,6 +43,9 @@ MAX_PENDING_PARSES = 64
 # no parse. A larger message is looked at in a thread.
 INLINE_SCAN_BYTES = 16 * 1024
 
+# Stored mail held in memory until it is recorded for the inbox.
+MAX_RECORDING_BYTES = 64 * 1024 * 1024
+
 
 def _one_message_may_cause(exc: Exception) -> bool:
     """Whether a failed store may be one message's fault (a value the database
@@ -99,7 +102,10 @@ class SinkHandler:
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="sink-store")
         self._push_thread = ThreadPoolExecutor(1, thread_name_prefix="sink-push")
         self._after_threads = ThreadPoolExecutor(4, thread_name_prefix="sink-after")
-        self.stores: GroupCommit[intake.Received, int] = GroupCommit(
+        # Recording for the inbox: one batch at a time, in the stores' order.
+        self._record_thread = ThreadPoolExecutor(1, thread_name_prefix="sink-record")
+        self.recording_bytes = 0
+        self.stores: GroupCommit[intake.Received, intake.StoredMail] = GroupCommit(
             partial(intake.store_many, settings),
             self._store_thread,
             size_of=lambda received: len(received[2]),
@@ -228,22 +234,26 @@ class SinkHandler:
         data = bytes(raw)
         auth = getattr(session, "auth_namespace", None)
         try:
-            sink_id = await self.stores.submit(
+            stored = await self.stores.submit(
                 intake.Received(envelope.mail_from, list(envelope.rcpt_tos), data, auth)
             )
         except Exception:
             log.exception("message could not be stored", extra={"event": "sink_store_failed"})
             return "451 4.3.0 Temporary failure storing the message; try again"
-        return f"250 OK queued as {sink_id}"
+        return f"250 OK queued as {stored.sink_id} {stored.message_id}"
 
-    def _after_store(self, received: Sequence[intake.Received], sink_ids: Sequence[int]) -> None:
+    def _after_store(
+        self, received: Sequence[intake.Received], stored: Sequence[intake.StoredMail]
+    ) -> None:
         """Once a batch is committed (its 250s are due): push its recipients'
         signals, and look at each message for more recipients (one of at most
         INLINE_SCAN_BYTES here). At most MAX_PENDING_PARSES messages are held
         in memory for that; past it a message keeps its envelope recipients
         (a flood with a slow broker or slow parses cannot exhaust memory)."""
+        sink_ids = [s.sink_id for s in stored]
         envelope = [r for _, rcpts, *_ in received for r in rcpts]
         self._track(self._push(sink_ids, envelope))
+        self._track(self._record(stored, received))
         for sink_id, (_, rcpts, raw, *_) in zip(sink_ids, received, strict=True):
             scanned = len(raw) <= INLINE_SCAN_BYTES
             if scanned and not intake.needs_parse(raw, rcpts):
@@ -257,6 +267,35 @@ class SinkHandler:
                 continue
             self.parses_waiting += 1
             self._track(self._parse_one(sink_id, rcpts, raw, scanned=scanned))
+
+    async def _record(
+        self, stored: Sequence[intake.StoredMail], received: Sequence[intake.Received]
+    ) -> None:
+        """Record the stored batch for the inbox (parsed in the parse pool, off
+        the SMTP path). At most MAX_RECORDING_BYTES of mail wait for it; past
+        that a message is recorded by the first look that sees it instead."""
+        size = sum(len(r[2]) for r in received)
+        if self.recording_bytes + size > MAX_RECORDING_BYTES and self.recording_bytes:
+            log.warning(
+                "too much mail waiting to be recorded; a look records this batch",
+                extra={
+                    "event": "sink_record_skipped",
+                    "message_ids": [s.message_id for s in stored],
+                },
+            )
+            return
+        self.recording_bytes += size
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self._record_thread, intake.record_stored, self.settings, stored, received
+            )
+        except Exception as exc:  # stored and answered; a look records them
+            log.warning(
+                "stored messages could not be recorded for the inbox",
+                extra={"event": "sink_record_failed", "error": type(exc).__name__},
+            )
+        finally:
+            self.recording_bytes -= size
 
     def _track(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -319,4 +358,5 @@ class SinkHandler:
         self._chaos_thread.shutdown(wait=False, cancel_futures=True)
         self._store_thread.shutdown(wait=False)
         self._push_thread.shutdown(wait=False, cancel_futures=True)
+        self._record_thread.shutdown(wait=False, cancel_futures=True)
         self.refusals.close()

@@ -25,6 +25,7 @@ from app.db.rows import Row
 from app.domain import ownership
 from app.domain.expectations import Expect, effective_settle
 from app.domain.ids import new_id
+from app.domain.scheduling import first_check_delay
 from app.domain.states import Status
 from app.errors import (
     IdempotencyConflict,
@@ -129,6 +130,9 @@ def signal_create(
         "max_claims": settings.max_claims,
         "expect": req.expect,
         "settle_seconds": effective_settle(Expect(req.expect), req.settle_seconds),
+        "first_check_in": first_check_delay(
+            req.expires_in_seconds, req.max_checks, pushes=pushes(settings, req.provider)
+        ),
     }
     # The common create is one statement, committed alone: the database
     # inserts only when its facts clear every check with room to spare.

@@ -88,14 +88,64 @@ def test_signal_whose_message_never_comes_expires_at_its_deadline(stack: Stack) 
     assert dead == [(1,)]
 
 
-def test_check_budget_exhausted_expires_with_check_budget(stack: Stack) -> None:
-    signal = create_signal(stack, expires_in_seconds=60, max_checks=1)
+def test_a_budget_of_one_waits_to_its_deadline_and_spends_its_check_there(stack: Stack) -> None:
+    """max_checks 1 (CONTRACT "max_checks"): the sink's first look is free
+    and never ends the wait; the one counted look is the deadline's, and a
+    mail the sink stored unpushed half a second before it is found there."""
+    signal = create_signal(stack, expires_in_seconds=6, max_checks=1)
+    sid = signal["signal_id"]
+    wait_until(
+        lambda: db_rows(stack, "SELECT 1 FROM checks WHERE signal_id = %s", sid),
+        10,
+        what="the first look",
+    )
+    view = signal_view(stack, sid)
+    assert view["status"] == "waiting" and view["checks"] == 0, view
+    data = mail(signal["recipient"])
+    db_rows(
+        stack,
+        "INSERT INTO sink_messages"
+        " (received_at, mail_from, envelope_recipients, all_recipients, size, raw)"
+        " SELECT expires_at - interval '0.5 seconds', 'app@example.test', %s, %s, %s, %s"
+        " FROM signals WHERE id = %s",
+        [signal["recipient"].lower()],
+        [signal["recipient"].lower()],
+        len(data),
+        data,
+        sid,
+    )
 
-    view = wait_result(stack, signal["signal_id"], wait=20)
+    view = wait_result(stack, sid, wait=30)
+
+    assert view["status"] == "found", view
+    assert view["checks"] == 1
+    counted = db_rows(
+        stack,
+        "SELECT c.reason, c.counted, c.started_at >= s.expires_at FROM checks c"
+        " JOIN signals s ON s.id = c.signal_id WHERE c.signal_id = %s ORDER BY c.fence",
+        sid,
+    )
+    assert counted == [("first", False, False), ("scheduled", True, True)]
+
+
+def test_a_budget_of_one_ends_by_its_deadline_not_by_its_budget(stack: Stack) -> None:
+    """Pushes are free too: a mail to the address that does not match
+    before the deadline spends nothing, and the signal ends by deadline."""
+    signal = create_signal(stack, expires_in_seconds=5, max_checks=1, subject_contains="never")
+    stack.send(mail(signal["recipient"]), [signal["recipient"]])
+
+    view = wait_result(stack, signal["signal_id"], wait=30)
 
     assert view["status"] == "expired"
-    assert view["expiry_reason"] == "check_budget"
+    assert view["expiry_reason"] == "deadline"
     assert view["checks"] == 1
+    reasons = db_rows(
+        stack,
+        "SELECT reason, counted FROM checks WHERE signal_id = %s ORDER BY fence",
+        signal["signal_id"],
+    )
+    assert [c for _, c in reasons].count(True) == 1 and reasons[-1][1] is True
+    assert any(r == "push" for r, _ in reasons), reasons
 
 
 def test_the_last_check_of_the_budget_is_kept_for_the_deadline(stack: Stack) -> None:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.domain.backoff import BackoffPolicy
-from app.domain.scheduling import Counters, after_check
+from app.domain.scheduling import Counters, after_check, first_check_delay
 from app.domain.states import CheckOutcome, CheckReason, ExpiryReason
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -46,9 +46,90 @@ def test_no_match_spends_budget_resets_errors_and_schedules_backoff() -> None:
     assert s.next_check_at > NOW
 
 
-def test_last_check_of_the_budget_expires_with_check_budget() -> None:
+def test_last_check_of_the_budget_before_the_deadline_is_free_and_kept_for_it() -> None:
     s = step(counters(checks_count=29), CheckOutcome.NO_MATCH)
-    assert s.expiry is ExpiryReason.CHECK_BUDGET
+    assert not s.counts and s.expiry is None
+    assert s.next_check_at == NOW + timedelta(minutes=2)
+
+
+def test_a_failed_final_look_that_spends_the_last_check_expires_with_check_budget() -> None:
+    deadline = NOW - timedelta(seconds=1)
+    s = step(counters(checks_count=29, expires_at=deadline), CheckOutcome.PROVIDER_ERROR)
+    assert s.counts and s.expiry is ExpiryReason.CHECK_BUDGET
+
+
+def after_first(max_checks: int, *, pushes: bool, looked_at: datetime = NOW) -> object:
+    return after_check(
+        counters(max_checks=max_checks),
+        CheckOutcome.NO_MATCH,
+        reason=CheckReason.FIRST,
+        looked_at=looked_at,
+        now=looked_at,
+        retry_after=None,
+        policy=POLICY,
+        max_provider_errors=5,
+        rand=0.5,
+        pushes=pushes,
+    )
+
+
+@pytest.mark.parametrize("pushes", [True, False])
+def test_a_budget_of_one_never_ends_the_wait_at_a_first_look(pushes: bool) -> None:
+    """max_checks 1: a first look before the deadline is free, the one
+    counted look is the deadline's, and it ends the signal by its deadline."""
+    deadline = NOW + timedelta(minutes=2)
+    s = after_first(1, pushes=pushes)
+    assert not s.counts and s.expiry is None  # type: ignore[attr-defined]
+    assert s.next_check_at == deadline  # type: ignore[attr-defined]
+    at_deadline = after_first(1, pushes=pushes, looked_at=deadline)
+    assert at_deadline.counts  # type: ignore[attr-defined]
+    assert at_deadline.expiry is ExpiryReason.DEADLINE  # type: ignore[attr-defined]
+
+
+def test_a_polled_provider_s_first_check_with_a_budget_of_one_is_at_the_deadline() -> None:
+    assert first_check_delay(120.0, 1, pushes=False) == 120.0
+    # A provider that pushes looks at once (free: a database query), and any
+    # larger budget has a check to spare for the first look.
+    assert first_check_delay(120.0, 1, pushes=True) == 0.0
+    assert first_check_delay(120.0, 2, pushes=False) == 0.0
+
+
+@given(
+    max_checks=st.integers(1, 50),
+    checks_count=st.integers(0, 50),
+    before=st.floats(0.001, 3600),
+    reason=st.sampled_from(list(CheckReason)),
+    outcome=st.sampled_from(
+        [CheckOutcome.NO_MATCH, CheckOutcome.PROVIDER_ERROR, CheckOutcome.CIRCUIT_OPEN]
+    ),
+    retry_after=st.one_of(st.none(), st.floats(0, 60)),
+)
+def test_no_budget_ends_a_wait_before_its_deadline(
+    max_checks: int,
+    checks_count: int,
+    before: float,
+    reason: CheckReason,
+    outcome: CheckOutcome,
+    retry_after: float | None,
+) -> None:
+    """Whatever the budget left, a look that began before the deadline
+    never expires the signal by check budget, and never spends the last check."""
+    deadline = NOW + timedelta(seconds=before)
+    c = counters(checks_count=min(checks_count, max_checks - 1), max_checks=max_checks,
+                 expires_at=deadline)  # fmt: skip
+    s = after_check(
+        c,
+        outcome,
+        reason=reason,
+        looked_at=NOW,
+        now=NOW,
+        retry_after=retry_after,
+        policy=POLICY,
+        max_provider_errors=1000,
+        rand=0.5,
+    )
+    assert s.expiry is None
+    assert c.checks_count + int(s.counts) < max_checks
 
 
 def test_circuit_open_spends_no_budget_and_keeps_the_error_count() -> None:
@@ -136,8 +217,21 @@ def test_push_and_redrive_checks_never_spend_the_budget(reason: CheckReason) -> 
 )
 def test_checks_the_schedule_asked_for_spend_the_budget(reason: CheckReason) -> None:
     s = after_check(
-        counters(checks_count=4, max_checks=5),
+        counters(checks_count=3, max_checks=5),
         CheckOutcome.NO_MATCH,
+        reason=reason,
+        now=NOW,
+        retry_after=None,
+        policy=POLICY,
+        max_provider_errors=5,
+        rand=0.5,
+    )
+    assert s.counts and s.expiry is None
+    # The last one is the deadline's: it spends it there.
+    deadline = NOW - timedelta(milliseconds=1)
+    s = after_check(
+        counters(checks_count=4, max_checks=5, expires_at=deadline),
+        CheckOutcome.PROVIDER_ERROR,
         reason=reason,
         now=NOW,
         retry_after=None,
@@ -284,9 +378,9 @@ def test_whatever_the_schedule_and_clock_the_last_look_covers_the_deadline(
             return
         if s.expiry is ExpiryReason.CHECK_BUDGET:
             # The last check of a budget is kept for the deadline, so the
-            # budget ends a signal before it only when the budget is 1; after
-            # it, when the final look failed and spent the last check.
-            assert max_checks == 1 or looked_at >= deadline
+            # budget never ends a signal before it; after it, only when the
+            # final look failed and spent the last check.
+            assert looked_at >= deadline
             return
         assert s.expiry is None
         c = Counters(
@@ -336,7 +430,7 @@ def test_a_ride_along_look_never_spends_the_check_kept_for_the_deadline() -> Non
     take this one along up to the coalesce window early: that look must not
     spend it, or the signal would expire by check budget before its deadline."""
     deadline = NOW + timedelta(seconds=1.5)
-    early = counters(checks_count=29, expires_at=deadline, due_at=deadline)
+    early = counters(checks_count=29, expires_at=deadline)
     s = step(early, CheckOutcome.NO_MATCH)
     assert not s.counts and s.expiry is None
     assert s.next_check_at >= deadline
@@ -352,6 +446,3 @@ def test_a_ride_along_look_never_spends_the_check_kept_for_the_deadline() -> Non
         rand=0.5,
     )
     assert own.counts and own.expiry is ExpiryReason.DEADLINE
-    # A look on time (not a ride-along) still spends the last check.
-    on_time = counters(checks_count=29, due_at=NOW - timedelta(seconds=1))
-    assert step(on_time, CheckOutcome.NO_MATCH).expiry is ExpiryReason.CHECK_BUDGET

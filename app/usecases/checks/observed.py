@@ -12,8 +12,10 @@ from sqlalchemy import Connection
 
 from app.db import messages as messages_db
 from app.domain.ids import new_id
+from app.domain.inbox_query import normalise_message_id
 from app.domain.mail import ParsedMail, parse_mail
 from app.domain.mail.bounds import has_bare_lf
+from app.domain.whole_message import attachment_count
 from app.providers.base import ProviderMessage
 
 
@@ -86,6 +88,23 @@ def forget_parsed() -> None:
         _PARSED.clear()
 
 
+# Text the inbox's free words are looked up in: the subject and the first
+# 256 KiB of the text (a tsvector holds at most 1 MiB).
+WORDS_MAX_BYTES = 256 * 1024
+
+
+def inbox_columns(raw: bytes, mail: ParsedMail) -> dict[str, object]:
+    """What the inbox lists and searches a message by (`messages` columns)."""
+    return {
+        "from_addr": mail.from_addr,
+        "to_addrs": list(mail.to),
+        "cc_addrs": list(mail.cc),
+        "header_message_id": normalise_message_id(mail.message_id_header),
+        "attachments": attachment_count(raw),
+        "words": mail.subject + "\n" + mail.searchable_text(WORDS_MAX_BYTES),
+    }
+
+
 def record_messages(
     session: Connection, provider: str, messages: Sequence[ProviderMessage]
 ) -> list[Observed]:
@@ -94,7 +113,7 @@ def record_messages(
     the provider's answer told (`ProviderMessage.recorded_known`)."""
     if not messages:
         return []
-    parsed = [(m, _parsed(provider, m), new_id("msg")) for m in messages]
+    parsed = [(m, _parsed(provider, m), m.message_id or new_id("msg")) for m in messages]
     ids = messages_db.message_record_new(
         session,
         provider,
@@ -112,6 +131,7 @@ def record_messages(
                 "bare_lf": has_bare_lf(m.raw),
                 "auth_namespace": m.auth_namespace,
                 "raw": m.raw,
+                **inbox_columns(m.raw, p),
             }
             for m, p, our_id in parsed
         ],

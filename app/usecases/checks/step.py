@@ -37,7 +37,6 @@ def next_step(
             max_checks=row["max_checks"],
             consecutive_errors=row["consecutive_errors"],
             expires_at=row["expires_at"],
-            due_at=row["next_check_at"],
         ),
         outcome,
         reason=reason,
