@@ -29,6 +29,7 @@ def _with_defaults(row: Mapping[Any, Any]) -> dict[Any, Any]:
         "header_message_id": None,
         "attachments": 0,
         "words": "",
+        "auth_namespace": None,
         **row,
     }
 
@@ -88,7 +89,7 @@ def message_record_new(
     return ids
 
 
-# Messages per INSERT: each row is 17 parameters (psycopg takes at most
+# Messages per INSERT: each row is 18 parameters (psycopg takes at most
 # 65,535 in one statement), and a look at a busy address sees thousands.
 INSERT_CHUNK = 200
 _COLUMNS = (
@@ -102,6 +103,7 @@ _COLUMNS = (
     "run_marker",
     "size",
     "bare_lf",
+    "auth_namespace",
     "raw",
     "from_addr",
     "to_addrs",
@@ -201,21 +203,19 @@ def message_get_many(session: Connection, message_ids: Sequence[str]) -> dict[st
 
 def message_deliveries(
     session: Connection, message_ids: Sequence[str]
-) -> list[tuple[str, Any, list[str], list[str]]]:
-    """(id, received_at, the recipients it was delivered to, every recipient
-    it names) of each known message: `delivered_to` (or `recipients` for rows
-    recorded before it), and `recipients` (envelope, To and Cc)."""
+) -> list[tuple[str, Any, list[str], str | None]]:
+    """(id, received_at, the recipients it was delivered to, the namespace
+    its SMTP sender authenticated for) of each known message: `delivered_to`
+    (or `recipients` for rows recorded before it), and `auth_namespace`."""
     if not message_ids:
         return []
     rows = every(
         session,
         "SELECT id, received_at, coalesce(delivered_to, recipients) AS delivered_to,"
-        " recipients FROM messages WHERE id = ANY(:ids)",
+        " auth_namespace FROM messages WHERE id = ANY(:ids)",
         {"ids": list(message_ids)},
     )
-    return [
-        (r["id"], r["received_at"], list(r["delivered_to"]), list(r["recipients"])) for r in rows
-    ]
+    return [(r["id"], r["received_at"], list(r["delivered_to"]), r["auth_namespace"]) for r in rows]
 
 
 def message_with_raw(session: Connection, message_id: str) -> Row | None:
@@ -354,10 +354,12 @@ def message_near_address(
     )
 
 
-# The messages a check recorded for one recipient in one window, oldest first.
+# The messages a check recorded for one recipient in one window, oldest first:
+# their summaries only (a body filter reads each one's bytes on its own).
 _IN_WINDOW = raw.Query(
     """
-    SELECT id, received_at, subject, recipients, run_marker, raw FROM messages
+    SELECT id, received_at, subject, recipients, run_marker, raw IS NULL AS purged
+      FROM messages
      WHERE provider = :provider AND recipients @> ARRAY[CAST(:recipient AS text)]
        AND received_at >= :opens AND received_at <= :closes
      ORDER BY received_at, id
@@ -376,8 +378,8 @@ def message_list_in_window(
     limit: int,
 ) -> list[Mapping[Any, Any]]:
     """Up to `limit` recorded messages of `provider` addressed to `recipient`
-    (envelope, To or Cc) received in [opens, closes], oldest first, raw bytes
-    included (None once purged)."""
+    (envelope, To or Cc) received in [opens, closes], oldest first: their
+    summaries and whether their content was purged, never their bytes."""
     return raw.rows(
         session,
         _IN_WINDOW,

@@ -190,7 +190,7 @@ class _Writer:
                 session,
                 self.batch.settings,
                 (
-                    (o.message_id, o.message.received_at, o.delivered_to, (*o.mail.to, *o.mail.cc))
+                    (o.message_id, o.message.received_at, o.delivered_to, o.message.auth_namespace)
                     for o in observed
                 ),
             )
