@@ -52,6 +52,18 @@ class Settings(BaseSettings):
     smtp_idle_seconds: float = Field(60.0, gt=0)
     # Sessions open at once from one client address; the next gets 421.
     smtp_max_connections_per_ip: int = Field(16, ge=1)
+    # STARTTLS on the plain port: offered (on), required before MAIL, or off.
+    smtp_tls: Literal["on", "required", "off"] = "on"
+    # PEM files; without them a self-signed pair is made once in the data dir.
+    smtp_tls_cert: str = ""
+    smtp_tls_key: str = ""
+    # The name in the banner, EHLO and the self-signed certificate (empty: the FQDN).
+    smtp_hostname: str = ""
+    # Implicit TLS (SMTPS) beside the plain port, same certificate; 0: off.
+    smtps_port: int = Field(2465, ge=0, le=65535)
+    # AUTH PLAIN/LOGIN: any credentials (optional), a namespace's token only
+    # (required), or not offered (off).
+    smtp_auth: Literal["optional", "required", "off"] = "optional"
     api_tokens: str = ""
     # Operators: `name:token,…`; they triage every namespace, never read content.
     ops_tokens: str = ""

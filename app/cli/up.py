@@ -100,6 +100,13 @@ def api_processes() -> int:
     return max(1, cores // 2)
 
 
+def _plain_port_offers(settings: Settings) -> str:
+    """What the plain SMTP port offers, for the banner."""
+    tls = {"on": "STARTTLS", "required": "STARTTLS required", "off": "no TLS"}[settings.smtp_tls]
+    auth = {"optional": "AUTH optional", "required": "AUTH required", "off": "no AUTH"}
+    return f"{tls}, {auth[settings.smtp_auth]}"
+
+
 def _banner(settings: Settings, ready: bool, flower: bool, token: str | None) -> str:
     """What `up` prints once /readyz answers 200 (`ready`), or once it gave up waiting."""
     lines = [
@@ -111,8 +118,10 @@ def _banner(settings: Settings, ready: bool, flower: bool, token: str | None) ->
             f" (curl http://{settings.api_host}:{settings.api_port}/readyz)."
         ),
         f"  API        http://{settings.api_host}:{settings.api_port}  (docs at /docs)",
-        f"  SMTP sink  {settings.smtp_host}:{settings.smtp_port}",
+        f"  SMTP sink  {settings.smtp_host}:{settings.smtp_port}  ({_plain_port_offers(settings)})",
     ]
+    if settings.smtps_port:
+        lines.append(f"  SMTPS      {settings.smtp_host}:{settings.smtps_port}  (implicit TLS)")
     if flower:
         lines.append(f"  Flower     http://{settings.flower_host}:{settings.flower_port}")
     if token:

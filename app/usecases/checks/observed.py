@@ -134,6 +134,7 @@ def record_messages(
                 "run_marker": p.run_marker,
                 "size": len(m.raw),
                 "bare_lf": has_bare_lf(m.raw),
+                "auth_namespace": m.auth_namespace,
                 "raw": m.raw,
                 **inbox_columns(m.raw, p),
             }
