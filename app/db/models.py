@@ -16,94 +16,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
-    CheckConstraint,
-    DateTime,
-    Float,
     ForeignKey,
     Identity,
     Index,
     Integer,
     LargeBinary,
-    MetaData,
     SmallInteger,
     String,
     Text,
     UniqueConstraint,
-    text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
+from sqlalchemy.orm import Mapped, mapped_column
 
-from app.domain.chaos import ChaosStage
-from app.domain.expectations import Expect
-from app.domain.matching import Why
-from app.domain.states import (
-    CheckOutcome,
-    CheckReason,
-    ClaimState,
-    DeadLetterState,
-    DeliveryState,
-    ExpiryReason,
-    Status,
-)
+from app.db.model_base import ENUMERATED, NOW, OTHER_CHECKS, TS, Base, one_of, partial
 
-NAMING = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-NOW = text("now()")
-TS = DateTime(timezone=True)
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING)
-
-
-# States of rows that have no enum in app.domain.
-
-# (table, column) -> the values the code writes there; NULL passes a CHECK.
-ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
-    ("signals", "status"): tuple(Status),
-    ("signals", "expiry_reason"): tuple(ExpiryReason),
-    ("signals", "next_check_reason"): tuple(CheckReason),
-    ("signals", "last_outcome"): tuple(CheckOutcome),
-    ("signals", "expect"): tuple(Expect),
-    ("checks", "reason"): tuple(CheckReason),
-    ("checks", "outcome"): tuple(CheckOutcome),
-    ("near_misses", "why"): tuple(Why),
-    ("claims", "state"): tuple(ClaimState),
-    ("dead_letters", "reason"): tuple(ExpiryReason),
-    ("dead_letters", "state"): tuple(DeadLetterState),
-    ("webhook_deliveries", "state"): tuple(DeliveryState),
-    ("chaos_rules", "stage"): tuple(ChaosStage),
-}
-
-
-# CHECK constraints besides ENUMERATED's (`ck_<table>_<name>`).
-OTHER_CHECKS = ("ck_chaos_rules_times_or_probability",)
-
-
-def partial(name: str, *columns: str, where: str, unique: bool = False) -> Index:
-    """An index of the rows `where` holds (an SQL condition) only."""
-    return Index(name, *columns, unique=unique, postgresql_where=text(where))
-
-
-def one_of(table: str, *columns: str) -> Iterable[CheckConstraint]:
-    """The CHECK constraints that keep `table`'s `columns` to ENUMERATED's values."""
-    for column in columns:
-        listed = ", ".join(f"'{value}'" for value in ENUMERATED[(table, column)])
-        yield CheckConstraint(f"{column} IN ({listed})", name=column)
+__all__ = ["ENUMERATED", "OTHER_CHECKS", "Base"]
 
 
 class ApiToken(Base):
@@ -156,6 +90,8 @@ class SinkMessage(Base):
     size: Mapped[int] = mapped_column(Integer)
     # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes] = mapped_column(LargeBinary)
+    auth_namespace: Mapped[str | None] = mapped_column(String(128))  # SMTP AUTH's (0020)
+    message_id: Mapped[str | None] = mapped_column(String(40), unique=True)  # msg_: 0022
     __table_args__ = (
         # No pending list: every look searches it, and searches read a
         # pending list in full (migration 0006).
@@ -184,13 +120,24 @@ class Message(Base):
     delivered_to: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     # A line of the raw message ended in a bare LF (kept as received).
     bare_lf: Mapped[bool] = mapped_column(Boolean, server_default="false")
-    # Purged (NULL) when the mailbox is deleted; the summary above stays.
-    # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
+    auth_namespace: Mapped[str | None] = mapped_column(String(128))  # SMTP AUTH's (0020)
+    # Purged (NULL) with its mailbox or by the inbox; compressed as above (0016).
     raw: Mapped[bytes | None] = mapped_column(LargeBinary)
+    from_addr: Mapped[str | None] = mapped_column(Text)  # to read_at: the inbox's (0022)
+    to_addrs: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    cc_addrs: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    header_message_id: Mapped[str | None] = mapped_column(Text)
+    attachments: Mapped[int] = mapped_column(Integer, server_default="0")
+    words: Mapped[str | None] = mapped_column(TSVECTOR)
+    read_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
         UniqueConstraint("provider", "provider_message_id"),
         Index(None, "provider", "received_at"),
         Index(None, "recipients", postgresql_using="gin"),
+        Index(None, "received_at", "id"),  # the inbox: newest first
+        Index(None, "header_message_id"),
+        Index(None, "from_addr"),
+        Index(None, "words", postgresql_using="gin"),
     )
 
 
@@ -247,6 +194,8 @@ class Signal(Base):
     # `exactly_one`, how long a second match is waited for (migration 0013).
     expect: Mapped[str] = mapped_column(String(16), server_default="first")
     settle_seconds: Mapped[int | None] = mapped_column(SmallInteger)
+    cancel_reason: Mapped[str | None] = mapped_column(String(200))  # 1-200 chars (0021)
+    cancelled_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
         # One message per signal within a namespace; namespaces match shared
         # mail independently. An `arrived` signal shows its message without
@@ -452,38 +401,6 @@ class WebhookDelivery(Base):
     )
 
 
-class ChaosRule(Base):
-    """A namespace's rule for the sink: answer `stage` for `recipient` (an
-    address or `*@domain`) with `reply`, `times` times or with `probability`,
-    until `expires_at`. `applied` is counted by one guarded update, shared by
-    every sink process."""
-
-    __tablename__ = "chaos_rules"
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    namespace: Mapped[str] = mapped_column(String(128))
-    # The rule's place in its namespace's list: the first that applies answers.
-    position: Mapped[int] = mapped_column(Integer)
-    recipient: Mapped[str] = mapped_column(String(320))
-    stage: Mapped[str] = mapped_column(String(8))
-    reply: Mapped[str] = mapped_column(String(512))
-    times: Mapped[int | None] = mapped_column(Integer)
-    probability: Mapped[float | None] = mapped_column(Float)
-    applied: Mapped[int] = mapped_column(Integer, server_default="0")
-    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
-    expires_at: Mapped[datetime] = mapped_column(TS)
-    __table_args__ = (
-        *one_of("chaos_rules", "stage"),
-        CheckConstraint("(times IS NULL) <> (probability IS NULL)", name="times_or_probability"),
-        Index(None, "namespace", "position"),
-        Index(None, "expires_at"),
-    )
-
-
-class ConsoleSessionRevoked(Base):
-    """A console session signed out before its cookie expired: every API
-    replica refuses the cookie while its row is here (until `expires_at`, when
-    the cookie expires by itself and the row may go)."""
-
-    __tablename__ = "console_sessions_revoked"
-    sid: Mapped[str] = mapped_column(String(64), primary_key=True)
-    expires_at: Mapped[datetime] = mapped_column(TS)
+# The tables of chaos rules, console sessions and refused deliveries: a module
+# of their own (this one's size).
+from app.db import models_more as _more  # noqa: E402, F401

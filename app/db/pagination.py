@@ -18,6 +18,8 @@ class Keyset:
     (`"created_at, id"`, or with a table's alias)."""
 
     columns: str = "created_at, id"
+    # Newest first: the rows before the cursor, in descending order.
+    descending: bool = False
 
     def after(self, after: tuple[Any, Any] | None, params: dict[str, Any]) -> str:
         """The condition that a row comes after the cursor `after`, its values
@@ -25,12 +27,15 @@ class Keyset:
         if after is None:
             return "true"
         params.update(after_ts=after[0], after_id=after[1])
-        return f"({self.columns}) > (:after_ts, :after_id)"
+        return f"({self.columns}) {'<' if self.descending else '>'} (:after_ts, :after_id)"
 
     def page(self, limit: int, params: dict[str, Any]) -> str:
         """`ORDER BY … LIMIT :limit` of one page of `limit` rows."""
         params["limit"] = limit
-        return f" ORDER BY {self.columns} LIMIT :limit"
+        order = self.columns
+        if self.descending:
+            order = ", ".join(f"{c.strip()} DESC" for c in self.columns.split(","))
+        return f" ORDER BY {order} LIMIT :limit"
 
 
 BY_CREATION = Keyset()

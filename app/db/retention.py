@@ -198,7 +198,7 @@ def dead_letter_delete_old(session: Connection, *, older_than_hours: float, limi
 
 _SIGNALS_OLD = _delete_oldest(
     "signals",
-    """s.status IN ('consumed', 'expired', 'absent', 'arrived')
+    """s.status IN ('consumed', 'expired', 'absent', 'arrived', 'cancelled')
                AND s.updated_at < now() - make_interval(secs => :secs)
                AND NOT EXISTS (
                     SELECT 1 FROM dead_letters d WHERE d.signal_id = s.id AND d.state = 'open')""",
@@ -207,8 +207,8 @@ _SIGNALS_OLD = _delete_oldest(
 
 
 def signal_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
-    """Delete terminal signals (consumed, absent, arrived, or expired with no open dead letter)
-    last changed before the cutoff; their checks, near misses, claims and
+    """Delete terminal signals (consumed, absent, arrived, cancelled, or expired
+    with no open dead letter) last changed before the cutoff; their checks, near misses, claims and
     idempotency keys go with them (foreign keys cascade)."""
     return _count(session, _SIGNALS_OLD, older_than_hours=older_than_hours, limit=limit)
 

@@ -162,9 +162,15 @@ _SIGNAL_CREATE_CLEAR = raw.Query(
                        AND now + make_interval(secs => :lookahead_seconds - 1),
                  true)
     ), held AS (
+        -- Only a create that can bind its key takes a hold: a live binding
+        -- means a replay (200) or a conflict (409), and neither keeps one.
         INSERT INTO address_holds (address, namespace, held_from)
         SELECT :address, :namespace, now FROM base
          WHERE CAST(:holdable AS boolean) AND mailbox_owner IS NULL AND holder IS NULL
+           AND NOT EXISTS (
+                SELECT 1 FROM idempotency_keys k
+                 WHERE k.namespace = :namespace AND k.key = :idempotency_key
+                   AND k.expires_at > now())
         ON CONFLICT (address) WHERE released_at IS NULL DO NOTHING
         RETURNING namespace
     ), clear AS (

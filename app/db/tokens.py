@@ -25,3 +25,12 @@ def token_hashes_of_namespace(session: Connection, namespace: str) -> list[str]:
             text("SELECT token_hash FROM api_tokens WHERE namespace = :ns"), {"ns": namespace}
         ).scalars()
     )
+
+
+def token_namespaces_some(session: Connection, limit: int) -> list[str]:
+    """Up to `limit` distinct namespaces that have stored tokens."""
+    return list(
+        session.execute(
+            text("SELECT DISTINCT namespace FROM api_tokens LIMIT :n"), {"n": limit}
+        ).scalars()
+    )

@@ -9,6 +9,8 @@ expired ◀──── deadline / check budget / provider errors / claims exhau
    └── redrive ──▶ waiting
 
 waiting ──a match (expect none)──▶ arrived        waiting ──final look, none (expect none)──▶ absent
+
+waiting, found, claimed ──cancel (the test ended or failed)──▶ cancelled   (final, no dead letter)
 ```
 """
 
@@ -27,6 +29,8 @@ class Status(StrEnum):
     # Of a signal that expects no email (`expect: none`): both final.
     ABSENT = "absent"
     ARRIVED = "arrived"
+    # Ended by its producer (a test that failed or ended): final, no dead letter.
+    CANCELLED = "cancelled"
 
 
 class Result(StrEnum):
@@ -38,6 +42,7 @@ class Result(StrEnum):
     EXPIRED = "expired"
     ABSENT = "absent"
     ARRIVED = "arrived"
+    CANCELLED = "cancelled"
 
 
 class ExpiryReason(StrEnum):
@@ -76,6 +81,8 @@ class ClaimState(StrEnum):
     RELEASED = "released"
     LAPSED = "lapsed"
     CONSUMED = "consumed"
+    # Its signal was cancelled while the lease was active.
+    CANCELLED = "cancelled"
 
 
 class DeliveryState(StrEnum):
@@ -97,6 +104,9 @@ TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
         (Status.EXPIRED, Status.WAITING),
         (Status.WAITING, Status.ABSENT),
         (Status.WAITING, Status.ARRIVED),
+        (Status.WAITING, Status.CANCELLED),
+        (Status.FOUND, Status.CANCELLED),
+        (Status.CLAIMED, Status.CANCELLED),
     }
 )
 
@@ -107,7 +117,7 @@ DEAD_LETTER_TRANSITIONS: frozenset[tuple[DeadLetterState, DeadLetterState]] = fr
     }
 )
 
-FINAL = frozenset({Status.CONSUMED, Status.ABSENT, Status.ARRIVED})
+FINAL = frozenset({Status.CONSUMED, Status.ABSENT, Status.ARRIVED, Status.CANCELLED})
 
 
 def can_transition(src: Status, dst: Status) -> bool:
@@ -143,6 +153,10 @@ REDRIVE = transition(Status.EXPIRED, Status.WAITING)
 # `expect: none`: no matching message by the final look, or one before the deadline.
 ABSENCE = transition(Status.WAITING, Status.ABSENT)
 ARRIVAL = transition(Status.WAITING, Status.ARRIVED)
+# A producer ends a signal that has not ended (`POST /v1/signals/{id}/cancel`).
+CANCELS = tuple(
+    transition(src, Status.CANCELLED) for src in (Status.WAITING, Status.FOUND, Status.CLAIMED)
+)
 
 
 def dead_letter_transition(src: DeadLetterState, dst: DeadLetterState) -> tuple[str, str]:

@@ -158,6 +158,11 @@ def attachments(
     return [_measured(raw, message_id, p) for p in _attachment_parts(structure)]
 
 
+def attachment_count(raw: bytes) -> int:
+    """How many attachments the message has (none decoded: the linear scan only)."""
+    return sum(1 for _ in _attachment_parts(scan(raw)))
+
+
 def find_attachment(raw: bytes, message_id: str, wanted: str) -> Attachment | None:
     """The attachment whose id is ``wanted``, measured; None when there is none."""
     for part in _attachment_parts(scan(raw)):

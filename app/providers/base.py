@@ -50,6 +50,9 @@ class ProviderMessage:
     id for it in `messages` when a check had recorded it then, else None.
     Other providers cannot tell: recording their messages asks the database.
 
+    `message_id`: the `msg_` id the message was given when it was stored
+    (the sink's), which recording it keeps; None: recording makes one up.
+
     `raw` is None when the provider left the bytes where they are stored
     (the sink: its rows in `sink_messages`, `size` long): a look reads them
     only for a message it must parse, a few at a time
@@ -62,6 +65,10 @@ class ProviderMessage:
     envelope_recipients: tuple[str, ...] = field(default_factory=tuple)
     recorded_known: bool = False
     recorded_id: str | None = None
+    # The namespace whose API token the SMTP sender authenticated with (the
+    # sink only): the message is that namespace's alone.
+    auth_namespace: str | None = None
+    message_id: str | None = None
     size: int | None = None
 
     @property

@@ -103,6 +103,8 @@ class SinkProvider:
                 recorded_known=True,
                 recorded_id=r["recorded_id"],
                 size=int(r["size"]),
+                auth_namespace=r["auth_namespace"],
+                message_id=r["message_id"],
             )
             for r in rows.values()
         ]

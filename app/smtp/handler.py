@@ -21,9 +21,11 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
 from app.domain.chaos import ChaosStage
+from app.domain.refusals import RefusalReason, too_large_detail
 from app.infra.parse_pool import ParsePool
 from app.settings import Settings
 from app.smtp.batching import GroupCommit
+from app.smtp.refusals import RefusalLog, reply_code
 from app.usecases import intake
 from app.usecases.chaos import SinkChaos
 
@@ -40,6 +42,9 @@ MAX_PENDING_PARSES = 64
 # messages name only envelope recipients, so they need no task, no thread and
 # no parse. A larger message is looked at in a thread.
 INLINE_SCAN_BYTES = 16 * 1024
+
+# Stored mail held in memory until it is recorded for the inbox.
+MAX_RECORDING_BYTES = 64 * 1024 * 1024
 
 
 def _one_message_may_cause(exc: Exception) -> bool:
@@ -97,7 +102,10 @@ class SinkHandler:
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="sink-store")
         self._push_thread = ThreadPoolExecutor(1, thread_name_prefix="sink-push")
         self._after_threads = ThreadPoolExecutor(4, thread_name_prefix="sink-after")
-        self.stores: GroupCommit[intake.Received, int] = GroupCommit(
+        # Recording for the inbox: one batch at a time, in the stores' order.
+        self._record_thread = ThreadPoolExecutor(1, thread_name_prefix="sink-record")
+        self.recording_bytes = 0
+        self.stores: GroupCommit[intake.Received, intake.StoredMail] = GroupCommit(
             partial(intake.store_many, settings),
             self._store_thread,
             size_of=lambda received: len(received[2]),
@@ -117,6 +125,8 @@ class SinkHandler:
         self.pending: set[asyncio.Task[None]] = set()
         # Stored messages held in memory to be looked at for more recipients.
         self.parses_waiting = 0
+        # Every refused delivery: counted, and recorded for dead letters.
+        self.refusals = RefusalLog(settings)
 
     async def handle_MAIL(
         self,
@@ -151,17 +161,42 @@ class SinkHandler:
         rcpt_options: list[str],
     ) -> str:
         if len(envelope.rcpt_tos) >= self.settings.smtp_max_recipients:
-            return "452 4.5.3 Too many recipients"
+            return self._refused(
+                "452 4.5.3 Too many recipients",
+                RefusalReason.TOO_MANY_RECIPIENTS,
+                session,
+                [address],
+            )
         domain = address.rpartition("@")[2].lower().rstrip(">")
         if not domain:
             return "553 5.1.3 Recipient address must be name@domain"
         if self.domains and domain not in self.domains:
-            return "550 5.7.1 Recipient domain not accepted here"
+            return self._refused(
+                "550 5.7.1 Recipient domain not accepted here",
+                RefusalReason.RECIPIENT_DOMAIN,
+                session,
+                [address],
+                detail=f"recipient domain {domain} not accepted here",
+            )
         refused = await self._chaos_reply(envelope, ChaosStage.RCPT, [address])
         if refused is not None:
-            return refused
+            return self._refused(refused, RefusalReason.CHAOS, session, [address])
         envelope.rcpt_tos.append(address)
         return "250 OK"
+
+    def _refused(
+        self,
+        reply: str,
+        reason: RefusalReason,
+        session: Session,
+        recipients: Sequence[str],
+        detail: str | None = None,
+    ) -> str:
+        """Note a refused delivery (counted, recorded for dead letters); the reply."""
+        if reply_code(reply) >= 400:
+            auth = getattr(session, "auth_namespace", None)
+            self.refusals.note(reply, reason, recipients, auth, detail)
+        return reply
 
     async def _chaos_reply(
         self, envelope: Envelope, stage: ChaosStage, addresses: list[str]
@@ -186,27 +221,40 @@ class SinkHandler:
         if isinstance(raw, str):
             raw = raw.encode("utf-8", "surrogateescape")
         if len(raw) > self.settings.smtp_max_bytes:
-            return "552 5.3.4 Message too big"
+            return self._refused(
+                "552 5.3.4 Message too big",
+                RefusalReason.MESSAGE_TOO_LARGE,
+                session,
+                envelope.rcpt_tos,
+                detail=too_large_detail(len(raw), self.settings.smtp_max_bytes),
+            )
         refused = await self._chaos_reply(envelope, ChaosStage.DATA, list(envelope.rcpt_tos))
-        if refused is not None:
-            return refused  # nothing stored
+        if refused is not None:  # nothing stored
+            return self._refused(refused, RefusalReason.CHAOS, session, envelope.rcpt_tos)
         data = bytes(raw)
+        auth = getattr(session, "auth_namespace", None)
         try:
-            sink_id = await self.stores.submit((envelope.mail_from, list(envelope.rcpt_tos), data))
+            stored = await self.stores.submit(
+                intake.Received(envelope.mail_from, list(envelope.rcpt_tos), data, auth)
+            )
         except Exception:
             log.exception("message could not be stored", extra={"event": "sink_store_failed"})
             return "451 4.3.0 Temporary failure storing the message; try again"
-        return f"250 OK queued as {sink_id}"
+        return f"250 OK queued as {stored.sink_id} {stored.message_id}"
 
-    def _after_store(self, received: Sequence[intake.Received], sink_ids: Sequence[int]) -> None:
+    def _after_store(
+        self, received: Sequence[intake.Received], stored: Sequence[intake.StoredMail]
+    ) -> None:
         """Once a batch is committed (its 250s are due): push its recipients'
         signals, and look at each message for more recipients (one of at most
         INLINE_SCAN_BYTES here). At most MAX_PENDING_PARSES messages are held
         in memory for that; past it a message keeps its envelope recipients
         (a flood with a slow broker or slow parses cannot exhaust memory)."""
-        envelope = [r for _, rcpts, _ in received for r in rcpts]
+        sink_ids = [s.sink_id for s in stored]
+        envelope = [r for _, rcpts, *_ in received for r in rcpts]
         self._track(self._push(sink_ids, envelope))
-        for sink_id, (_, rcpts, raw) in zip(sink_ids, received, strict=True):
+        self._track(self._record(stored, received))
+        for sink_id, (_, rcpts, raw, *_) in zip(sink_ids, received, strict=True):
             scanned = len(raw) <= INLINE_SCAN_BYTES
             if scanned and not intake.needs_parse(raw, rcpts):
                 continue  # its To and Cc plainly name only envelope recipients
@@ -219,6 +267,35 @@ class SinkHandler:
                 continue
             self.parses_waiting += 1
             self._track(self._parse_one(sink_id, rcpts, raw, scanned=scanned))
+
+    async def _record(
+        self, stored: Sequence[intake.StoredMail], received: Sequence[intake.Received]
+    ) -> None:
+        """Record the stored batch for the inbox (parsed in the parse pool, off
+        the SMTP path). At most MAX_RECORDING_BYTES of mail wait for it; past
+        that a message is recorded by the first look that sees it instead."""
+        size = sum(len(r[2]) for r in received)
+        if self.recording_bytes + size > MAX_RECORDING_BYTES and self.recording_bytes:
+            log.warning(
+                "too much mail waiting to be recorded; a look records this batch",
+                extra={
+                    "event": "sink_record_skipped",
+                    "message_ids": [s.message_id for s in stored],
+                },
+            )
+            return
+        self.recording_bytes += size
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self._record_thread, intake.record_stored, self.settings, stored, received
+            )
+        except Exception as exc:  # stored and answered; a look records them
+            log.warning(
+                "stored messages could not be recorded for the inbox",
+                extra={"event": "sink_record_failed", "error": type(exc).__name__},
+            )
+        finally:
+            self.recording_bytes -= size
 
     def _track(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -281,3 +358,5 @@ class SinkHandler:
         self._chaos_thread.shutdown(wait=False, cancel_futures=True)
         self._store_thread.shutdown(wait=False)
         self._push_thread.shutdown(wait=False, cancel_futures=True)
+        self._record_thread.shutdown(wait=False, cancel_futures=True)
+        self.refusals.close()

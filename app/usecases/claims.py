@@ -222,11 +222,11 @@ def _claimed(taken: Mapping[Any, Any]) -> Answer:
 
 def _refusal(session: Connection, signal: Mapping[Any, Any]) -> Answer:
     status = Status(signal["status"])
-    if signal["expect"] == Expect.NONE:
-        # It expects no email: whatever its state, there is nothing to claim.
+    if signal["expect"] == Expect.NONE or status is Status.CANCELLED:
+        # It expects no email, or its test ended: there is nothing to claim.
+        why = "is cancelled" if status is Status.CANCELLED else "expects no email (expect 'none')"
         raise Conflict(
-            f"signal {signal['id']} expects no email (expect 'none', result {status.value}):"
-            " there is nothing to claim",
+            f"signal {signal['id']} {why}, result {status.value}: there is nothing to claim",
             code="not_claimable",
         )
     if status is Status.WAITING:

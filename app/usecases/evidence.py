@@ -79,6 +79,7 @@ def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
                     "claimed_at": views.iso(claimed_at),
                     "consumed_at": views.iso(receipt["consumed_at"]) if receipt else None,
                     "expired_at": views.iso(r["expired_at"]),
+                    "cancelled_at": views.iso(r["cancelled_at"]),
                     "expires_at": views.iso(r["expires_at"]),
                     "seconds_to_found": (
                         round((r["found_at"] - r["created_at"]).total_seconds(), 3)
@@ -105,6 +106,11 @@ def run_evidence(namespace: str, run_id: str) -> dict[str, Any]:
                 ),
                 "receipt": views.receipt_view(receipt) if receipt else None,
                 "dead_letter": _dead_letter_summary(dl) if dl else None,
+                "cancellation": (
+                    {"reason": r["cancel_reason"], "cancelled_at": views.iso(r["cancelled_at"])}
+                    if status is Status.CANCELLED
+                    else None
+                ),
             }
         )
     return {

@@ -125,6 +125,19 @@ class Discard(_Input):
     note: str = Field(min_length=1, max_length=2000)
 
 
+class Cancel(_Input):
+    """Why a producer ends its signal (`test_failed`, `test_ended`, or its own words)."""
+
+    reason: str = Field(min_length=1, max_length=200)
+
+    @field_validator("reason")
+    @classmethod
+    def _one_printable_line(cls, value: str) -> str:
+        if not value.strip() or any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ValueError("must be 1-200 printable characters on one line")
+        return value
+
+
 def check_received_after(
     received_after: datetime | None, now: datetime, *, lookback_hours: float, lookahead_hours: float
 ) -> None:

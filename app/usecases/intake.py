@@ -14,46 +14,97 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import NamedTuple
 
 from app.db import server as server_db
 from app.db import sink_messages as sink_messages_db
-from app.db.engine import autocommit
+from app.db.engine import autocommit, transaction
 from app.domain.mail import ParsedMail, bounds_exceeded, header_recipients_within
 from app.infra import dispatch
 from app.infra.keys import recipient_hash
 from app.observability.logs import warn_unreachable
+from app.providers.base import ProviderMessage
 from app.providers.runtime import provider_configs
 from app.settings import Settings
 from app.usecases import signals
 from app.usecases.checks import InProcessCheck
+from app.usecases.checks.observed import record_messages
 
 log = logging.getLogger("signalbox.sink")
 
 
-# One received message: (MAIL FROM, envelope recipients, raw bytes).
-Received = tuple[str | None, Sequence[str], bytes]
+class Received(NamedTuple):
+    """One received message: MAIL FROM, envelope recipients, raw bytes, and
+    the namespace whose API token its sender authenticated with (None: none)."""
+
+    mail_from: str | None
+    rcpts: Sequence[str]
+    raw: bytes
+    auth_namespace: str | None = None
 
 
-def store_many(settings: Settings, received: Sequence[Received]) -> list[int]:
-    """Store messages raw (nothing is parsed) with their envelope recipients,
-    in one statement that is its own transaction: committed (durably, with
-    PostgreSQL's synchronous commit) when it returns, in one round trip
-    instead of three. Returns their sink ids, in order."""
+class StoredMail(NamedTuple):
+    """A message as stored: its sink id, its `msg_` id, when it was received."""
+
+    sink_id: int
+    message_id: str
+    received_at: datetime
+
+
+def store_many(settings: Settings, received: Sequence[Received]) -> list[StoredMail]:
+    """Store messages raw (nothing is parsed) with their envelope recipients
+    and their `msg_` ids, in one statement that is its own transaction:
+    committed (durably, with PostgreSQL's synchronous commit) when it
+    returns, in one round trip instead of three. Returns them, in order."""
     with autocommit() as session:
-        ids = sink_messages_db.sink_messages_store(session, received)
-    for sink_id, (_, rcpts, raw) in zip(ids, received, strict=True):
+        stored = [StoredMail(*s) for s in sink_messages_db.sink_messages_store(session, received)]
+    for (sink_id, message_id, _), (_, rcpts, raw, *_) in zip(stored, received, strict=True):
         log.info(
             "message received",
             extra={
                 "event": "sink_received",
                 "sink_message_id": sink_id,
+                "message_id": message_id,
                 "size": len(raw),
                 "recipient_hashes": [
                     recipient_hash(r, settings) for r in sorted({r.lower() for r in rcpts})
                 ],
             },
         )
-    return ids
+    return stored
+
+
+def inbox_provider(settings: Settings) -> str | None:
+    """The sink-type provider whose name the sink's mail is recorded under
+    for the inbox (`sink` unless the providers file names it otherwise)."""
+    names = sorted(n for n, c in provider_configs(settings).items() if c.type == "sink")
+    return "sink" if "sink" in names else (names[0] if names else None)
+
+
+def record_stored(
+    settings: Settings, stored: Sequence[StoredMail], received: Sequence[Received]
+) -> None:
+    """Record stored messages in `messages` under their `msg_` ids, parsed:
+    what the inbox lists and searches (and its events announce). A look that
+    sees them later finds them recorded."""
+    provider = inbox_provider(settings)
+    if provider is None or not stored:
+        return
+    found = [
+        ProviderMessage(
+            provider_message_id=str(s.sink_id),
+            received_at=s.received_at,
+            raw=r[2],
+            envelope_recipients=tuple(sorted({a.lower() for a in r[1]})),
+            message_id=s.message_id,
+            # The first to record a message decides who may see it.
+            auth_namespace=r[3] if len(r) > 3 else None,
+        )
+        for s, r in zip(stored, received, strict=True)
+    ]
+    with transaction() as session:
+        record_messages(session, provider, found)
 
 
 def warm(settings: Settings) -> None:

@@ -50,8 +50,9 @@ def find_late_mail(
     if provider is None:
         return 0
     precision = getattr(provider, "timestamp_precision", timedelta(0))
-    # Late mail is what came after each signal expired; no near-miss lookback.
-    query = checks.search_query(watched, precision, opens="expired_at", lookback=timedelta(0))
+    # Late mail is what came after each signal's deadline (not after its
+    # expiry was written, up to a sweep later); no near-miss lookback.
+    query = checks.search_query(watched, precision, opens="expires_at", lookback=timedelta(0))
     answer = checks.ask_provider(provider, breaker_for, query)
     if answer.outcome is not CheckOutcome.NO_MATCH or not answer.messages:
         return 0
@@ -62,7 +63,7 @@ def find_late_mail(
             session,
             settings,
             (
-                (o.message_id, o.message.received_at, o.delivered_to, (*o.mail.to, *o.mail.cc))
+                (o.message_id, o.message.received_at, o.delivered_to, o.message.auth_namespace)
                 for o in observed
             ),
         )
@@ -80,11 +81,11 @@ def _link(
     precision: timedelta,
     text_max_bytes: int,
 ) -> bool:
-    # Only mail after the signal expired is late; earlier mail was checked.
+    # Only mail after the deadline is late; mail up to it was the last look's.
     criteria = checks.criteria_for(
         w,
         precision,
-        received_after=max(w["received_after"], w["expired_at"]),
+        received_after=max(w["received_after"], w["expires_at"]),
         text_max_bytes=text_max_bytes,
     )
     horizon = w["expires_at"] + timedelta(hours=24)

@@ -21,9 +21,9 @@ from app.domain import whole_message
 from app.domain.whole_message import Attachment
 from app.errors import NotFound
 from app.settings import get_settings
-from app.usecases import views
+from app.usecases import inbox, views
 from app.usecases.claims import Answer, claim_live_or_ended
-from app.usecases.visibility import may_see
+from app.usecases.visibility import may_see, visible_ids
 
 
 class ContentPurged(NotFound):
@@ -48,8 +48,9 @@ class AttachmentBody:
     chunks: Iterator[bytes]
 
 
-def _load(session: Connection, namespace: str, message_id: str) -> Loaded:
-    if not may_see(session, get_settings(), namespace, message_id):
+def _load(session: Connection, namespace: str, message_id: str, *, seen: bool = False) -> Loaded:
+    """`seen`: the caller asked the inbox whether `namespace` may see it."""
+    if not seen and not may_see(session, get_settings(), namespace, message_id):
         raise NotFound(f"no message {message_id}")
     row = messages_db.message_raw(session, message_id)
     if row is None:
@@ -124,9 +125,27 @@ def claim_raw(namespace: str, claim_id: str) -> Loaded | Answer:
 
 
 def visible_message(namespace: str, message_id: str) -> Loaded:
-    """A message `namespace` may see, for the console (NotFound otherwise)."""
+    """A message `namespace` may see (as its inbox lists it), for the console
+    and the inbox routes (NotFound otherwise). So is the mis-addressed mail
+    a dead letter of the namespace names as its `recipient_typo` near miss,
+    while it still belongs to nobody else (the one a developer opens to see
+    the typo)."""
+    try:
+        inbox.message_row(namespace, message_id)
+    except NotFound:
+        if not _typo_near_miss(namespace, message_id):
+            raise
     with transaction() as session:
-        return _load(session, namespace, message_id)
+        return _load(session, namespace, message_id, seen=True)
+
+
+def _typo_near_miss(namespace: str, message_id: str) -> bool:
+    with transaction() as session:
+        return messages_db.near_miss_typo_of_namespace(
+            session, namespace, message_id
+        ) and message_id in visible_ids(
+            session, get_settings(), namespace, [message_id], unclaimed=True
+        )
 
 
 def visible_attachment(namespace: str, message_id: str, attachment_id: str) -> AttachmentBody:

@@ -1,6 +1,6 @@
 """A signal's life, every event in order: created, each check, found, each
 claim and how it ended (released, lapsed, consumed), each expiry and its
-dead letter, each redrive or discard, late mail. The console's signal page
+dead letter, each redrive or discard, late mail, a cancellation. The console's signal page
 shows it; a tenant sees its own signals, an operator any."""
 
 from __future__ import annotations
@@ -57,7 +57,12 @@ def signal_timeline(caller: Principal, signal_id: str) -> list[dict[str, Any]]:
             ref=cl["id"],
         )
         if cl["state"] != "active":
-            ended = {"released": "released", "lapsed": "lapsed", "consumed": "consumed"}
+            ended = {
+                "released": "released",
+                "lapsed": "lapsed",
+                "consumed": "consumed",
+                "cancelled": "claim_cancelled",
+            }
             add(
                 cl["ended_at"],
                 4,
@@ -85,5 +90,12 @@ def signal_timeline(caller: Principal, signal_id: str) -> list[dict[str, Any]]:
             )
         if d["state"] in ("redriven", "discarded"):
             add(d["resolved_at"], 7, d["state"], f"dead letter {d['id']}", ref=d["id"])
+    if signal["status"] == "cancelled":
+        add(
+            signal["cancelled_at"],
+            8,
+            "cancelled",
+            f"reason {signal['cancel_reason']}; no dead letter",
+        )
     events.sort(key=lambda e: (e[0], e[1]))
     return [e[2] for e in events]

@@ -62,6 +62,8 @@ def record_typo_near_misses(
                 raw=None,
                 envelope_recipients=tuple(r["envelope_recipients"]),
                 size=int(r["size"]),
+                auth_namespace=r["auth_namespace"],
+                message_id=r["message_id"],
             )
             for r in sink_messages_db.sink_message_near_address(session, recipient, **bounds)
         ]

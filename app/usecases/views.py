@@ -283,6 +283,7 @@ def signal_views(
                 "recommendation": _arrived_recommendation(r, message)
                 if status is Status.ARRIVED
                 else None,
+                "cancellation": _cancellation(r) if status is Status.CANCELLED else None,
             }
         )
     return out
@@ -296,6 +297,11 @@ def _arrived_recommendation(
     if message is None:
         return None
     return arrived_sentence((message["received_at"] - row["received_after"]).total_seconds())
+
+
+def _cancellation(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """Why and when a cancelled signal was cancelled."""
+    return {"reason": row.get("cancel_reason"), "cancelled_at": iso(row.get("cancelled_at"))}
 
 
 def _has_message(row: Mapping[Any, Any]) -> bool:

@@ -10,6 +10,7 @@ import http.server
 import threading
 import uuid
 from collections.abc import Iterator
+from email.message import EmailMessage
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -120,3 +121,64 @@ def test_the_message_page_renders_the_html_without_its_script_or_remote_image(
     download = download_info.value
     assert download.suggested_filename == "invoice-2026.pdf"
     assert Path(download.path()).read_bytes() == mail.pdf
+
+
+def _hostile_html_mail(recipient: str, remote: str) -> bytes:
+    """A mail whose HTML refreshes itself to `remote` and offers a form
+    posting to it: harmless only if the frame's document is sandboxed."""
+    msg = EmailMessage()
+    msg["From"] = "app@example.test"
+    msg["To"] = recipient
+    msg["Subject"] = "Confirm your account"
+    msg.set_content("see the HTML part")
+    msg.add_alternative(
+        "<html><head>"
+        f'<meta http-equiv="refresh" content="1;url={remote}?refresh">'
+        '<base href="https://evil.example.test/">'
+        "</head><body>"
+        f'<form id="f" action="{remote}" method="get"><input name="form" value="sent">'
+        '<button id="go" type="submit">Go</button></form>'
+        "</body></html>",
+        subtype="html",
+    )
+    return bytes(msg)
+
+
+@pytest.mark.timeout(300)
+def test_the_frame_opened_as_a_top_level_page_neither_refreshes_nor_submits_forms(
+    stack: Stack,
+    browser: Any,  # noqa: F811 - the fixture imported above
+    tracker: tuple[str, list[str]],
+) -> None:
+    """The frame's own CSP carries `sandbox; form-action 'none'; base-uri
+    'none'`: opened as a page of the console's origin, a mail's
+    `<meta http-equiv=refresh>` and `<form action=…>` reach nothing."""
+    remote, hits = tracker
+    recipient = f"victim-{uuid.uuid4().hex[:8]}@example.test"
+    signal = create_signal(stack, recipient=recipient)
+    stack.send(_hostile_html_mail(recipient, remote), [recipient])
+    view = wait_result(stack, signal["signal_id"], wait=30)
+    assert view["status"] == "found", view
+    message_id = view["message"]["message_id"]
+
+    base = stack.api_url
+    page = browser.new_page()
+    page.goto(f"{base}/console/login")
+    page.get_by_label("Token").fill(TOKENS["default"])
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{base}/console")
+    page.goto(f"{base}/console/messages/{message_id}/html")
+    page.locator("#go").click()
+    page.wait_for_timeout(2500)  # past the refresh's second, and the form's navigation
+    assert hits == []
+    assert page.url == f"{base}/console/messages/{message_id}/html"
+
+    # The same document with no sandbox does reach the counting server.
+    control = browser.new_page()
+    control.set_content(
+        f'<form action="{remote}" method="get"><input name="form" value="sent">'
+        '<button id="go" type="submit">Go</button></form>'
+    )
+    control.locator("#go").click()
+    control.wait_for_timeout(1000)
+    assert "/pixel.png?form=sent" in hits

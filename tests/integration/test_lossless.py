@@ -353,6 +353,42 @@ def test_mail_that_arrives_after_the_deadline_is_linked_to_the_dead_letter(stack
     assert signal_view(stack, signal["signal_id"])["status"] == "expired"
 
 
+def test_mail_between_the_deadline_and_the_expiry_write_is_linked_as_late(stack: Stack) -> None:
+    """The expiry is written up to a sweep after the deadline: mail that came
+    in between (here: the write made 200 s late) is late mail too."""
+    signal = create_signal(stack, expires_in_seconds=2)
+    expired = wait_result(stack, signal["signal_id"], wait=30)
+    assert expired["status"] == "expired" and expired["expiry_reason"] == "deadline"
+    dead_letter_id = expired["dead_letter"]["dead_letter_id"]
+    db_rows(
+        stack,
+        "UPDATE signals SET expired_at = expires_at + interval '200 seconds' WHERE id = %s",
+        signal["signal_id"],
+    )
+    to = signal["recipient"].lower()
+    raw = mail(to)
+    db_rows(
+        stack,
+        "INSERT INTO sink_messages"
+        " (received_at, mail_from, envelope_recipients, all_recipients, size, raw)"
+        " SELECT expires_at + interval '1 second', 'app@example.test', %s, %s, %s, %s"
+        " FROM signals WHERE id = %s",
+        [to],
+        [to],
+        len(raw),
+        raw,
+        signal["signal_id"],
+    )
+
+    def late() -> dict | None:
+        with stack.client() as api:
+            dl = api.get(f"/v1/dead-letters/{dead_letter_id}").json()
+        return dl if dl.get("late_message") else None
+
+    dl = wait_until(late, 30, what="the late message on the dead letter")
+    assert 0.5 < dl["late_message"]["seconds_after_deadline"] < 2
+
+
 # --------------------------------------------------------------------------- sweeps
 
 

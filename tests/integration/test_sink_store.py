@@ -38,7 +38,7 @@ def test_a_stored_batch_is_committed_when_the_store_returns_in_one_round_trip(
     autocommitted: list[bool] = []
     real = sink_messages_db.sink_messages_store
 
-    def spy(session: Any, items: Any) -> list[int]:
+    def spy(session: Any, items: Any) -> Any:
         # A connection in a transaction would send BEGIN first and need a
         # COMMIT after: three round trips, and the commit the caller's.
         autocommitted.append(bool(session.connection.driver_connection.autocommit))
@@ -47,7 +47,11 @@ def test_a_stored_batch_is_committed_when_the_store_returns_in_one_round_trip(
     monkeypatch.setattr(sink_messages_db, "sink_messages_store", spy)
     to = [f"st-{uuid.uuid4().hex[:8]}@example.test" for _ in range(3)]
     received = [("app@example.test", [t.upper()], mail(t)) for t in to]
-    ids = intake.store_many(get_settings(), received)
+    answered = intake.store_many(get_settings(), received)
+    ids = [s.sink_id for s in answered]
+    # Each has its own `msg_` id from the moment it is stored.
+    assert len({s.message_id for s in answered}) == 3
+    assert all(s.message_id.startswith("msg_") for s in answered)
     assert autocommitted == [True]
     assert len(ids) == 3 and ids == sorted(ids)
     # Seen at once from another connection, in the order given.

@@ -19,7 +19,10 @@ from tests.stack import Stack
 
 pytestmark = pytest.mark.integration
 
-FRAME_CSP = "default-src 'none'; img-src data: cid:; style-src 'unsafe-inline'"
+FRAME_CSP = (
+    "default-src 'none'; img-src data: cid:; style-src 'unsafe-inline';"
+    " sandbox; form-action 'none'; base-uri 'none'"
+)
 
 
 @dataclass

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -155,6 +157,14 @@ def test_the_sink_connects_on_its_push_thread_at_start_not_with_the_first_mail(
     assert thread.startswith("sink-push")
 
 
+def stored_as(sink_ids: Iterable[int]) -> list[Any]:
+    """What the sink's store answers for these sink ids."""
+    from app.usecases import intake
+
+    now = datetime.now(UTC)
+    return [intake.StoredMail(i, f"msg_{i:024x}", now) for i in sink_ids]
+
+
 def test_the_sink_holds_at_most_its_bound_of_stored_messages_for_parsing(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -180,6 +190,7 @@ def test_the_sink_holds_at_most_its_bound_of_stored_messages_for_parsing(
 
     monkeypatch.setattr(intake, "needs_parse", slow_triage)
     monkeypatch.setattr(intake, "push_many", push_many)
+    monkeypatch.setattr(intake, "record_stored", lambda *args: None)
     settings = SimpleNamespace(accepted_domains=(), smtp_max_bytes=1024)
     bound = handler_mod.MAX_PENDING_PARSES
 
@@ -190,7 +201,7 @@ def test_the_sink_holds_at_most_its_bound_of_stored_messages_for_parsing(
             # Larger than a message looked at on the event loop: each is held.
             raw = b"x" * (handler_mod.INLINE_SCAN_BYTES + 1)
             received = [(None, ["a@example.test"], raw) for _ in range(count)]
-            sink._after_store(received, list(range(count)))
+            sink._after_store(received, stored_as(range(count)))
             held = sink.parses_waiting
             release.set()
             while sink.pending:
@@ -242,6 +253,7 @@ def test_a_small_message_naming_only_its_envelope_is_looked_at_on_the_loop_and_n
 
     monkeypatch.setattr(intake, "needs_parse", needs_parse)
     monkeypatch.setattr(intake, "push_many", push_many)
+    monkeypatch.setattr(intake, "record_stored", lambda *args: None)
     settings = SimpleNamespace(accepted_domains=(), smtp_max_bytes=1024)
     head = b"From: app@example.test\r\nTo: a@example.test\r\n"
     plain = head + b"Subject: hi\r\n\r\nbody\r\n"
@@ -255,7 +267,7 @@ def test_a_small_message_naming_only_its_envelope_is_looked_at_on_the_loop_and_n
         try:
             loop_thread = threading.current_thread().name
             received = [(None, ["a@example.test"], raw) for raw in (plain, edge, other, large)]
-            sink._after_store(received, [1, 2, 3, 4])
+            sink._after_store(received, stored_as([1, 2, 3, 4]))
             held = sink.parses_waiting
             while sink.pending:
                 await asyncio.gather(*sink.pending)

@@ -26,8 +26,8 @@ from app.api.params import (
     SignalId,
 )
 from app.api.responses import V1, errors
-from app.usecases import evidence, mailboxes, signals, typos
-from app.usecases.inputs import MailboxCreate, SignalCreate
+from app.usecases import cancel, evidence, mailboxes, signals, typos
+from app.usecases.inputs import Cancel, MailboxCreate, SignalCreate
 
 router = APIRouter(prefix="/v1")
 
@@ -115,6 +115,17 @@ async def _wait_for_change(
         notified = signals.signal_view_notified(payload, masked=masked) if payload else None
         view = notified if notified is not None else await run_in_threadpool(read)
     return view
+
+
+@router.post(
+    "/signals/{signal_id}/cancel",
+    response_model=dict[str, Any],
+    responses=errors(*V1, 403, 404, 409),
+)
+def cancel_signal(signal_id: SignalId, body: Cancel, namespace: Namespace) -> JSONResponse:
+    """End a signal its test no longer waits for: `cancelled`, no dead letter
+    (again → the same; a signal that already ended otherwise → 409 `not_cancellable`)."""
+    return JSONResponse(cancel.signal_cancel(namespace, signal_id, body))
 
 
 @router.get("/signals", responses=errors(*V1))

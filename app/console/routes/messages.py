@@ -5,8 +5,10 @@ read content: 403.
 The HTML is never part of the console's own page: it is the document of an
 ``<iframe sandbox>`` (no ``allow-scripts``, no ``allow-same-origin``) served
 from its own route with ``Content-Security-Policy: default-src 'none';
-img-src data: cid:; style-src 'unsafe-inline'``, so a script in a mail never
-runs and nothing remote is loaded, even when the frame is opened alone.
+img-src data: cid:; style-src 'unsafe-inline'; sandbox; form-action 'none';
+base-uri 'none'``, so a script in a mail never runs, nothing remote is
+loaded, and its forms and refreshes go nowhere, even when the frame is
+opened alone as a page of the console's origin.
 Inline images (``cid:``) are put in as ``data:`` URIs, up to a budget.
 """
 
@@ -36,7 +38,10 @@ from app.usecases import message_content
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 
-FRAME_CSP = "default-src 'none'; img-src data: cid:; style-src 'unsafe-inline'"
+FRAME_CSP = (
+    "default-src 'none'; img-src data: cid:; style-src 'unsafe-inline';"
+    " sandbox; form-action 'none'; base-uri 'none'"
+)
 # The page itself may frame its own origin's frame document, nothing else.
 PAGE_CSP = SECURITY_HEADERS["Content-Security-Policy"] + "; frame-src 'self'"
 FRAME_HEADERS = {

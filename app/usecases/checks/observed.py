@@ -16,9 +16,11 @@ from app.db import messages as messages_db
 from app.db import sink_messages as sink_messages_db
 from app.db.engine import autocommit
 from app.domain.ids import new_id
+from app.domain.inbox_query import normalise_message_id
 from app.domain.mail import ParsedMail, parse_mail
 from app.domain.mail.bounds import has_bare_lf
 from app.domain.mail.parsed import HTML_MARKUP_FACTOR
+from app.domain.whole_message import attachment_count
 from app.providers.base import ProviderMessage
 from app.settings import get_settings
 
@@ -51,11 +53,13 @@ def delivered_to(message: ProviderMessage, mail: ParsedMail) -> list[str]:
 
 class _Facts(NamedTuple):
     """What a look keeps of a parsed message: the parse with its text cut to
-    what matching reads (`slim`), and whether a line ended in a bare LF."""
+    what matching reads (`slim`), whether a line ended in a bare LF, and the
+    inbox's columns (`inbox_columns`): all a recording needs, without the raw."""
 
     mail: ParsedMail
     bare_lf: bool
     bytes: int
+    inbox: dict[str, object]
 
 
 # Parsed messages this process remembers, bounded by their size (not their
@@ -125,11 +129,21 @@ def _remember(provider: str, message_id: str, facts: _Facts) -> None:
             _parsed_bytes -= dropped.bytes
 
 
+def parse_received(raw: bytes) -> ParsedMail:
+    """Parse one message as this process's checks do (see `parse_with`), uncached."""
+    return _parse(raw)
+
+
 def _facts_of(provider: str, message_id: str, raw: bytes, text_max_bytes: int) -> _Facts:
     """parse_mail, remembered per (provider, message id): a message never
     changes under its id, and every check of a mailbox sees it again."""
-    mail = slim(_parse(raw), text_max_bytes)
-    facts = _Facts(mail, has_bare_lf(raw), _size_of(mail))
+    whole = _parse(raw)
+    inbox = inbox_columns(raw, whole)
+    # The words (up to 256 KiB of text) and the addresses kept for the inbox.
+    words = sys.getsizeof(inbox["words"]) + 64 * (len(whole.to) + len(whole.cc))
+    mail = slim(whole, text_max_bytes)
+    del whole
+    facts = _Facts(mail, has_bare_lf(raw), _size_of(mail) + words, inbox)
     _remember(provider, message_id, facts)
     return facts
 
@@ -213,6 +227,23 @@ def forget_parsed() -> None:
         _parsed_bytes = 0
 
 
+# Text the inbox's free words are looked up in: the subject and the first
+# 256 KiB of the text (a tsvector holds at most 1 MiB).
+WORDS_MAX_BYTES = 256 * 1024
+
+
+def inbox_columns(raw: bytes, mail: ParsedMail) -> dict[str, object]:
+    """What the inbox lists and searches a message by (`messages` columns)."""
+    return {
+        "from_addr": mail.from_addr,
+        "to_addrs": list(mail.to),
+        "cc_addrs": list(mail.cc),
+        "header_message_id": normalise_message_id(mail.message_id_header),
+        "attachments": attachment_count(raw),
+        "words": mail.subject + "\n" + mail.searchable_text(WORDS_MAX_BYTES),
+    }
+
+
 def record_messages(
     session: Connection,
     provider: str,
@@ -244,7 +275,7 @@ def record_messages(
                 if raw is None:
                     continue  # purged since the look: nothing to record or match
                 facts = _facts_of(provider, m.provider_message_id, raw, text_max_bytes)
-            parsed.append((m, facts, new_id("msg"), m.raw))
+            parsed.append((m, facts, m.message_id or new_id("msg"), m.raw))
             raw = None
         del raws
         ids = messages_db.message_record_new(
@@ -264,9 +295,11 @@ def record_messages(
                     "run_marker": f.mail.run_marker,
                     "size": m.raw_size,
                     "bare_lf": f.bare_lf,
+                    "auth_namespace": m.auth_namespace,
                     "raw": given,
                     # The sink's bytes stay where they are: the insert copies them.
                     "sink_id": int(m.provider_message_id) if given is None else None,
+                    **f.inbox,
                 }
                 for m, f, our_id, given in parsed
             ],

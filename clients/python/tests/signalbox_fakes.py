@@ -63,6 +63,7 @@ MCP_TOOLS = (
     "consume_email",
     "get_evidence",
     "get_message",
+    "cancel_signal",
 )
 
 

@@ -147,3 +147,108 @@ def test_a_crafted_claim_id_cannot_release_the_claim(live_stack: Any) -> None:
     still = json.loads(cli(live_stack, "wait", signal_id, "--timeout", "5", "--json").stdout)
     assert still["status"] == "claimed"
     assert still["claim"]["claim_id"] == claim_id
+
+
+def test_cancel_ends_a_waiting_signal_and_a_wait_on_it_exits_1(
+    live_stack: Any,
+) -> None:
+    run_id = new_run_id("cli")
+    _, watch = watch_new_mailbox(live_stack, run_id, "cli_cancel")
+    signal_id = json.loads(watch.stdout)["signal_id"]
+    done = cli(live_stack, "cancel", signal_id, "--reason", "test_failed")
+    assert done.returncode == 0, done.stderr
+    assert "cancel_reason" in done.stdout and "test_failed" in done.stdout
+    again = cli(live_stack, "cancel", signal_id, "--json")
+    assert again.returncode == 0
+    view = json.loads(again.stdout)
+    assert (view["status"], view["cancellation"]["reason"]) == ("cancelled", "test_failed")
+    # A wait on it ends at once, refused (exit 1), naming the reason.
+    waited = cli(live_stack, "wait", signal_id)
+    assert waited.returncode == 1 and "cancelled (test_failed)" in waited.stderr
+    bad = cli(live_stack, "cancel", signal_id, "--reason", "")
+    assert bad.returncode == 2, bad.stderr
+
+
+def _dead_letters_of(stack: Any, run_id: str, count: int) -> list[dict[str, Any]]:
+    import time
+
+    deadline = time.monotonic() + 60
+    while True:
+        listed = cli(stack, "dlq", "list", "--run-id", run_id, "--state", "open", "--json")
+        items = json.loads(listed.stdout)["items"]
+        if len(items) >= count or time.monotonic() > deadline:
+            return items
+        time.sleep(0.5)
+
+
+def test_dlq_filters_by_run_and_test_case_and_acts_in_bulk(live_stack: Any) -> None:
+    run_id, other_run = new_run_id("dlq"), new_run_id("dlq")
+    for run, case in (
+        (run_id, "e2e/test_signup.py::test_a"),
+        (run_id, "e2e/test_b.py::test_b"),
+        (other_run, "e2e/test_signup.py::test_a"),
+    ):
+        _, watch = watch_new_mailbox(live_stack, run, case, "--expires-in", "1")
+        assert watch.returncode == 0, watch.stderr
+    assert len(_dead_letters_of(live_stack, run_id, 2)) == 2
+    assert len(_dead_letters_of(live_stack, other_run, 1)) == 1
+
+    table = cli(live_stack, "dlq", "list", "--run-id", run_id)
+    assert table.returncode == 0, table.stderr
+    assert "TEST_CASE" in table.stdout and "WHY" in table.stdout
+    assert "e2e/test_signup.py::test_a" in table.stdout and "e2e/test_b.py::test_b" in table.stdout
+    one = json.loads(
+        cli(
+            live_stack,
+            "dlq",
+            "list",
+            "--run-id",
+            run_id,
+            "--test-case",
+            "e2e/test_b.py::test_b",
+            "--json",
+        ).stdout
+    )["items"]
+    assert [(d["test_case"], d["why"]) for d in one] == [("e2e/test_b.py::test_b", "none")]
+
+    # Neither an id nor a filter, or both: a usage error, nothing moved.
+    assert cli(live_stack, "dlq", "redrive").returncode == 2
+    assert (
+        cli(
+            live_stack,
+            "dlq",
+            "discard",
+            one[0]["dead_letter_id"],
+            "--run-id",
+            run_id,
+            "--note",
+            "x",
+        ).returncode
+        == 2
+    )
+
+    redriven = cli(
+        live_stack,
+        "dlq",
+        "redrive",
+        "--run-id",
+        run_id,
+        "--test-case",
+        "e2e/test_b.py::test_b",
+        "--expires-in",
+        "60",
+        "--json",
+    )
+    assert redriven.returncode == 0, redriven.stderr
+    assert json.loads(redriven.stdout)["dead_letter_ids"] == [one[0]["dead_letter_id"]]
+    discarded = cli(live_stack, "dlq", "discard", "--run-id", run_id, "--note", "known flake")
+    assert discarded.returncode == 0 and discarded.stdout.startswith("discarded 1"), discarded
+    # The other run's dead letter was left alone.
+    assert len(_dead_letters_of(live_stack, other_run, 1)) == 1
+
+    gone = json.loads(
+        cli(live_stack, "dlq", "list", "--run-id", run_id, "--state", "discarded", "--json").stdout
+    )["items"]
+    shown = cli(live_stack, "dlq", "show", gone[0]["dead_letter_id"])
+    assert shown.returncode == 0 and "known flake" in shown.stdout
+    assert "discarded" in shown.stdout

@@ -152,3 +152,24 @@ def test_unreachable_service_is_a_tool_error_not_a_crash() -> None:
     result = asyncio.run(go())
     assert result.is_error
     assert "ServiceUnavailable" in result.content[0].text
+
+
+def test_cancel_signal_sends_the_reason_and_reports_cancelled_or_not_cancellable() -> None:
+    cancelled = signal_view(
+        "cancelled", cancellation={"reason": "task_failed", "cancelled_at": "2030-01-01T00:01Z"}
+    )
+    refused = {"error": {"code": "not_cancellable", "message": "signal sig_1 is consumed"}}
+    api = FakeApi().on("POST", f"{SIG}/cancel", reply(200, cancelled), reply(409, refused))
+    out = call(api, "cancel_signal", {"signal_id": "sig_1", "reason": "task_failed"})
+    assert (out["status"], out["cancel_reason"]) == ("cancelled", "task_failed")
+    assert api.body(api.requests[0]) == {"reason": "task_failed"}
+    again = call(api, "cancel_signal", {"signal_id": "sig_1"})
+    assert again["status"] == "not_cancellable"
+    assert api.body(api.requests[1]) == {"reason": "cancelled"}
+
+
+def test_wait_for_email_reports_a_cancelled_signal() -> None:
+    cancelled = signal_view("cancelled", cancellation={"reason": "test_failed"})
+    api = FakeApi().on("GET", SIG, reply(200, cancelled))
+    out = call(api, "wait_for_email", {"signal_id": "sig_1", "timeout_seconds": 5})
+    assert (out["status"], out["cancel_reason"]) == ("cancelled", "test_failed")

@@ -23,6 +23,7 @@ class FakeApiServer:
         self.created: list[tuple[dict[str, Any], str | None]] = []
         self.expiring: set[str] = set()  # signals created for an "expire…" recipient
         self.deleted: list[str] = []
+        self.cancelled: list[tuple[str, str]] = []  # (signal_id, reason)
         self.evidence_doc = {
             "run_id": "run-7",
             "signals": [{"signal_id": "sig_1", "receipt": RECEIPT}],
@@ -56,6 +57,19 @@ class FakeApiServer:
                     self._send(200, CLAIM)
                 elif self.path.endswith("/consume"):
                     self._send(200, RECEIPT)
+                elif self.path.endswith("/cancel"):
+                    signal_id = self.path.split("/")[-2]
+                    if signal_id in outer.expiring:
+                        error = {"code": "not_cancellable", "message": "expired"}
+                        self._send(409, {"error": error})
+                        return
+                    outer.cancelled.append((signal_id, body["reason"]))
+                    cancellation = {
+                        "reason": body["reason"],
+                        "cancelled_at": "2030-01-01T00:01:00Z",
+                    }
+                    view = signal_view("cancelled", signal_id=signal_id, cancellation=cancellation)
+                    self._send(200, view)
                 else:
                     self._send(404, {"error": {"code": "not_found", "message": self.path}})
 
@@ -182,6 +196,10 @@ def test_fixtures_record_signals_in_junit_and_write_the_evidence_artifact(
     assert props["signalbox_run_id"] == "run-7"
     assert props["signalbox_signal_ids"] == "sig_1,sig_2"
     assert props["signalbox_receipt_ids"] == "rcp_1"
+    # The consumed one is left alone; the one the passed test never waited for is cancelled.
+    assert fake_api.cancelled == [("sig_2", "test_ended")]
+    assert props["signalbox_cancelled_ids"] == "sig_2"
+    assert "signalbox_evidence_error" not in props
     assert not list(cases["test_without_signalbox"].iter("property"))
 
     artifact = pytester.path / "ev" / "run-7.json"
@@ -277,6 +295,7 @@ def test_an_expiry_fails_with_the_exception_not_the_clients_source_and_junit_nam
     failures = out.split("= FAILURES =")[1].split("short test summary")[0]
     assert len(failures.strip().splitlines()) < 15, failures
     result.stdout.fnmatch_lines(["FAILED test_signup.py::test_expired - signalbox.SignalExpired*"])
+    assert fake_api.cancelled == []  # it ended (expired): nothing to cancel
     case = next(ET.parse(pytester.path / "out.xml").iter("testcase"))
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert props["signalbox_dead_letter_ids"] == "dlq_1"
@@ -336,3 +355,66 @@ def test_xdist_workers_share_one_run_id(
     assert len(ids) == 1 and next(iter(ids)).startswith("pytest-")
     given, _ = _run_ids(pytester, "--signalbox-run-id", "ci-4711")
     assert given == {"ci-4711"}
+
+
+def test_a_failed_test_keeps_its_mailbox_and_cancels_its_signals_a_passed_one_deletes_it(
+    pytester: pytest.Pytester, fake_api: FakeApiServer
+) -> None:
+    pytester.makepyfile(
+        test_signup="""
+        import pytest
+
+        def test_broken(mailbox, signalbox_watch):
+            signalbox_watch(mailbox.address, subject_contains="Verify")
+            assert False, "the page never showed the form"
+
+        def test_fine(mailbox, signalbox_watch):
+            signalbox_watch(mailbox.address, subject_contains="Welcome")
+
+        @pytest.mark.xfail(reason="known", strict=True)
+        def test_known(mailbox, signalbox_watch):
+            signalbox_watch(mailbox.address)
+            assert False
+        """
+    )
+    result = pytester.runpytest(
+        "--signalbox-url", fake_api.url, "--junitxml", "out.xml", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(failed=1, passed=1, xfailed=1)
+    assert fake_api.cancelled == [
+        ("sig_1", "test_failed"),
+        ("sig_2", "test_ended"),
+        ("sig_3", "test_ended"),
+    ]
+    # Only the passed and the expected-to-fail tests' mailboxes are deleted.
+    assert len(fake_api.deleted) == 2
+    cases = {c.get("name"): c for c in ET.parse(pytester.path / "out.xml").iter("testcase")}
+    broken = {p.get("name"): p.get("value") for p in cases["test_broken"].iter("property")}
+    assert broken["signalbox_mailbox_kept"].endswith("@sink.test")
+    assert broken["signalbox_cancelled_ids"] == "sig_1"
+
+
+def test_an_unreachable_service_fails_with_one_clear_line_and_no_httpx_frames(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_signup="""
+        def test_watch(signalbox_watch):
+            signalbox_watch("a@sink.test", subject_contains="Verify").wait()
+
+        def test_mailbox(mailbox):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "--signalbox-url", "http://127.0.0.1:9", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(failed=1, errors=1)
+    out = result.stdout.str()
+    reports = out.split("= ERRORS =")[1].split("short test summary")[0]
+    assert "httpx" not in reports and "pytest_plugin.py" not in reports, reports
+    assert "The above exception was the direct cause" not in reports
+    assert len(reports.strip().splitlines()) < 30, reports
+    result.stdout.fnmatch_lines(
+        ["E   *signalbox.ServiceUnavailable: cannot reach Signalbox at http://127.0.0.1:9*"]
+    )

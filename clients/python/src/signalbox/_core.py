@@ -32,6 +32,7 @@ from signalbox.errors import (
     EmailArrived,
     ServiceUnavailable,
     SignalboxError,
+    SignalCancelled,
     SignalExpired,
     WaitTimeout,
     hide_client_frames,
@@ -203,6 +204,15 @@ class Core:
                     body=signal.raw,
                     signal=signal,
                 )
+            if signal.result == "cancelled":
+                reason = (signal.raw.get("cancellation") or {}).get("reason")
+                raise SignalCancelled(
+                    f"signal {signal_id} was cancelled ({reason})",
+                    code="cancelled",
+                    body=signal.raw,
+                    signal=signal,
+                    reason=reason,
+                )
             if not signal.is_pending:
                 return signal
             if deadline is None:
@@ -249,6 +259,9 @@ class Core:
     def _matches(self, signal_id: str) -> Operation[list[Match]]:
         return matches_from((yield from self._body(rq.matches_call(signal_id))))
 
+    def _cancel(self, signal_id: str, reason: str) -> Operation[Signal]:
+        return Signal.from_api((yield from self._body(rq.cancel_call(signal_id, reason))))
+
     def _consume(self, claim_id: str) -> Operation[Receipt]:
         receipt = Receipt.from_api((yield from self._body(rq.consume_call(claim_id))))
         self._emit("receipt", receipt)
@@ -271,9 +284,14 @@ class Core:
         provider: str | None,
         cursor: str | None,
         limit: int | None,
+        **filters: str | None,
     ) -> Operation[Page[DeadLetter]]:
-        call = rq.dead_letters_call(state, reason, provider, cursor, limit)
+        call = rq.dead_letters_call(state, reason, provider, cursor, limit, **filters)
         return dead_letter_page((yield from self._body(call)))
+
+    def _dead_letters_bulk(self, action: str, body: dict[str, Any]) -> Operation[dict[str, Any]]:
+        answer = yield from self._body(rq.dead_letters_bulk_call(action, body))
+        return dict(answer) if isinstance(answer, Mapping) else {}
 
     def _dead_letter(self, dead_letter_id: str) -> Operation[DeadLetter]:
         return DeadLetter.from_api((yield from self._body(rq.dead_letter_call(dead_letter_id))))
@@ -336,7 +354,9 @@ class HandleCore(Generic[C]):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.signal_id!r}, result={self.signal.result!r})"
 
-    def _keep_last_view(self, exc: SignalExpired | WaitTimeout | EmailArrived) -> None:
+    def _keep_last_view(
+        self, exc: SignalExpired | WaitTimeout | EmailArrived | SignalCancelled
+    ) -> None:
         # A failed wait still saw the signal: keep that view for the caller.
         if exc.signal is not None:
             self.signal = exc.signal

@@ -173,6 +173,16 @@ def matches_call(signal_id: str) -> Call:
     return Call("GET", _id_path("/v1/signals/{}/matches", "signal", signal_id), retry=True)
 
 
+def cancel_call(signal_id: str, reason: str) -> Call:
+    # Cancelling again answers the same view, so a retry is harmless.
+    return Call(
+        "POST",
+        _id_path("/v1/signals/{}/cancel", "signal", signal_id),
+        json={"reason": reason},
+        retry=True,
+    )
+
+
 def consume_call(claim_id: str) -> Call:
     # Consuming again returns the same receipt, so a retry is harmless.
     return Call("POST", _id_path("/v1/claims/{}/consume", "claim", claim_id), retry=True)
@@ -205,11 +215,26 @@ def dead_letters_call(
     provider: str | None,
     cursor: str | None = None,
     limit: int | None = None,
+    **filters: str | None,
 ) -> Call:
+    """``filters``: ``run_id``, ``test_case``, ``why`` (as the API names them)."""
     params = _drop_none(
-        {"state": state, "reason": reason, "provider": provider, "cursor": cursor, "limit": limit}
+        {
+            "state": state,
+            "reason": reason,
+            "provider": provider,
+            **filters,
+            "cursor": cursor,
+            "limit": limit,
+        }
     )
     return Call("GET", "/v1/dead-letters", params=params, retry=True)
+
+
+def dead_letters_bulk_call(action: str, body: dict[str, Any]) -> Call:
+    """``POST /v1/dead-letters/redrive`` or ``/discard``: every open dead letter
+    matching ``body["filter"]``, up to ``body["limit"]``."""
+    return Call("POST", f"/v1/dead-letters/{action}", json=_drop_none(body))
 
 
 def dead_letter_call(dead_letter_id: str) -> Call:

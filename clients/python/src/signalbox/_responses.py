@@ -131,6 +131,7 @@ _CONFLICTS: dict[str, type[errors.Conflict]] = {
     "lease_expired": errors.LeaseExpired,
     "run_mismatch": errors.RunMismatch,
     "not_claimable": errors.NotClaimable,
+    "not_cancellable": errors.NotCancellable,
     "idempotency_conflict": errors.IdempotencyConflict,
 }
 
@@ -203,8 +204,8 @@ def error_for(status: int, body: Any, what: str = "") -> errors.SignalboxError:
 def expired_message(dead_letter: DeadLetter | None, fallback: str | None = None) -> str:
     """One line for an expired signal: reason and the server's recommendation."""
     if dead_letter is None or not dead_letter.is_diagnosed:
-        return fallback or "signal expired"
-    text = f"signal expired ({dead_letter.reason})"
+        return fallback or "expired"
+    text = f"expired ({dead_letter.reason})"
     if dead_letter.recommendation:
         text += f": {dead_letter.recommendation}"
     return text

@@ -25,6 +25,7 @@ from signalbox.client import http_request
 from signalbox.errors import (
     EmailArrived,
     SignalboxError,
+    SignalCancelled,
     SignalExpired,
     WaitTimeout,
     hide_client_frames,
@@ -157,6 +158,10 @@ class AsyncSignalbox(_core.Core, AsyncMessageMethods):
         """See :meth:`signalbox.Signalbox.matches`."""
         return await self._run(self._matches(signal_id))
 
+    async def cancel(self, signal_id: str, reason: str = "cancelled") -> Signal:
+        """See :meth:`signalbox.Signalbox.cancel`."""
+        return await self._run(self._cancel(signal_id, reason))
+
     async def get_signal(self, signal_id: str, wait: int = 0) -> Signal:
         return await self._run(self._get_signal(signal_id, wait))
 
@@ -234,7 +239,7 @@ class AsyncSignalHandle(HandleCore["AsyncSignalbox"]):
     ) -> Signal:
         try:
             self.signal = await self._client.wait(self.signal_id, timeout, on_poll)
-        except (SignalExpired, WaitTimeout, EmailArrived) as exc:
+        except (SignalExpired, WaitTimeout, EmailArrived, SignalCancelled) as exc:
             self._keep_last_view(exc)
             raise
         return self.signal
@@ -244,6 +249,10 @@ class AsyncSignalHandle(HandleCore["AsyncSignalbox"]):
 
     async def matches(self) -> list[Match]:
         return await self._client.matches(self.signal_id)
+
+    async def cancel(self, reason: str = "cancelled") -> Signal:
+        self.signal = await self._client.cancel(self.signal_id, reason)
+        return self.signal
 
 
 class AsyncClaimLease:

@@ -138,6 +138,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="client-side limit (default: until the signal ends, found or expired)",
     )
 
+    p = command("cancel", "cancel a signal its test no longer waits for (no dead letter)")
+    p.add_argument("signal_id", metavar="SIGNAL_ID")
+    p.add_argument(
+        "--reason",
+        default="cancelled",
+        metavar="TEXT",
+        help="why, 1-200 characters (default: cancelled; the pytest plugin sends test_failed"
+        " or test_ended)",
+    )
+
     p = command("claim", "lease the signal's message (prints untrusted email content)")
     p.add_argument("signal_id", metavar="SIGNAL_ID")
     p.add_argument("--run-id", required=True)
@@ -163,22 +173,52 @@ def build_parser() -> argparse.ArgumentParser:
 
     dlq = command("dlq", "triage the dead-letter queue")
     dsub = dlq.add_subparsers(dest="dlq_command", metavar="ACTION")
-    p = command("list", "list dead letters", dsub)
+    p = command("list", "list dead letters (test case, reason and why of each)", dsub)
+    _dlq_filters(p)
     p.add_argument("--state", metavar="S", help="open, redriven or discarded")
-    p.add_argument("--reason", metavar="R")
-    p.add_argument("--provider", metavar="P")
-    p = command("show", "show a dead letter's diagnosis", dsub)
+    p = command("show", "show a dead letter's diagnosis (and a discarded one's note)", dsub)
     p.add_argument("id", metavar="ID")
-    p = command("redrive", "send the signal back to waiting with a new deadline", dsub)
-    p.add_argument("id", metavar="ID")
+    p = command(
+        "redrive",
+        "send the signal back to waiting with a new deadline: one ID, or every open"
+        " dead letter matching the filters",
+        dsub,
+    )
+    p.add_argument("id", metavar="ID", nargs="?")
+    _dlq_filters(p, bulk=True)
     p.add_argument("--expires-in", type=int, metavar="SECONDS")
     p.add_argument("--max-checks", type=int, metavar="N")
-    p = command("discard", "close a dead letter without redriving it", dsub)
-    p.add_argument("id", metavar="ID")
+    p = command(
+        "discard",
+        "close a dead letter without redriving it: one ID, or every open one matching the filters",
+        dsub,
+    )
+    p.add_argument("id", metavar="ID", nargs="?")
+    _dlq_filters(p, bulk=True)
     p.add_argument("--note", required=True, metavar="TEXT")
 
     command("mcp", "run the MCP server over stdio (tools for LLM agents)")
     return parser
+
+
+# The dead-letter filters of `dlq list` and of the bulk `dlq redrive` / `dlq discard`.
+DLQ_FILTERS = ("run_id", "test_case", "reason", "provider", "why")
+
+
+def _dlq_filters(p: argparse.ArgumentParser, *, bulk: bool = False) -> None:
+    p.add_argument("--run-id", metavar="R")
+    p.add_argument("--test-case", metavar="T", help="the test case exactly (a pytest node id)")
+    p.add_argument("--reason", metavar="R", help="deadline, check_budget, provider_errors, ...")
+    p.add_argument("--provider", metavar="P")
+    p.add_argument("--why", metavar="W", help="the first near miss's why, or none")
+    if bulk:
+        p.add_argument(
+            "--limit", type=int, default=50, metavar="N", help="at most N (1-500, default 50)"
+        )
+
+
+def _dlq_filter_of(args: argparse.Namespace) -> dict[str, str]:
+    return {k: getattr(args, k) for k in DLQ_FILTERS if getattr(args, k, None) is not None}
 
 
 def printable_label(text: str) -> str:
@@ -259,6 +299,9 @@ def _run(args: argparse.Namespace, client: Signalbox, out: _Output, err: TextIO)
         with Spinner(f"waiting for {args.signal_id}", err) as spinner:
             s = client.wait(args.signal_id, timeout=args.timeout, on_poll=spinner.update)
         out.emit(s.raw, render.signal(s))
+    elif cmd == "cancel":
+        s = client.cancel(args.signal_id, args.reason)
+        out.emit(s.raw, render.signal(s))
     elif cmd == "claim":
         lease = client.claim(args.signal_id, args.run_id, args.lease, owner=args.owner)
         if args.save_attachments:
@@ -281,21 +324,47 @@ def _run(args: argparse.Namespace, client: Signalbox, out: _Output, err: TextIO)
         e = client.evidence(args.run_id)
         out.emit(e.raw, render.evidence(e))
     elif cmd == "dlq":
-        action = args.dlq_command
-        if action == "list":
-            page = client.dead_letters(args.state, args.reason, args.provider)
-            raw = {"items": [d.raw for d in page.items], "next_cursor": page.next_cursor}
-            out.emit(raw, render.dead_letters(page.items, page.next_cursor))
-        elif action == "show":
-            d = client.dead_letter(args.id)
-            out.emit(d.raw, render.dead_letter(d))
-        elif action == "redrive":
-            h = client.redrive(args.id, args.expires_in, args.max_checks)
-            out.emit(h.signal.raw, render.signal(h.signal))
-        elif action == "discard":
-            discarded = client.discard(args.id, args.note)
-            raw = discarded.raw if discarded else {"dead_letter_id": args.id, "state": "discarded"}
-            out.emit(raw, render.dead_letter(discarded) if discarded else f"discarded {args.id}")
+        return _dlq(args, client, out)
+    return EXIT_OK
+
+
+def _dlq(args: argparse.Namespace, client: Signalbox, out: _Output) -> int:
+    action = args.dlq_command
+    chosen = _dlq_filter_of(args)
+    if action == "list":
+        page = client.dead_letters(
+            args.state,
+            args.reason,
+            args.provider,
+            run_id=args.run_id,
+            test_case=args.test_case,
+            why=args.why,
+        )
+        raw = {"items": [d.raw for d in page.items], "next_cursor": page.next_cursor}
+        out.emit(raw, render.dead_letters(page.items, page.next_cursor))
+    elif action == "show":
+        d = client.dead_letter(args.id)
+        out.emit(d.raw, render.dead_letter(d))
+    elif (args.id is None) == (not chosen):
+        raise InvalidRequest(
+            f"dlq {action}: give one dead letter ID, or filters (--run-id, --test-case,"
+            " --reason, --provider, --why) for every open one that matches, not both"
+        )
+    elif action == "redrive" and args.id:
+        h = client.redrive(args.id, args.expires_in, args.max_checks)
+        out.emit(h.signal.raw, render.signal(h.signal))
+    elif action == "redrive":
+        done = client.redrive_many(
+            chosen, limit=args.limit, expires_in_seconds=args.expires_in, max_checks=args.max_checks
+        )
+        out.emit(done, render.bulk("redriven", done))
+    elif action == "discard" and args.id:
+        discarded = client.discard(args.id, args.note)
+        raw = discarded.raw if discarded else {"dead_letter_id": args.id, "state": "discarded"}
+        out.emit(raw, render.dead_letter(discarded) if discarded else f"discarded {args.id}")
+    else:
+        done = client.discard_many(chosen, args.note, limit=args.limit)
+        out.emit(done, render.bulk("discarded", done))
     return EXIT_OK
 
 

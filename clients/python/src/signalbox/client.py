@@ -26,6 +26,7 @@ from signalbox._requests import Call, watch_call
 from signalbox.errors import (
     EmailArrived,
     SignalboxError,
+    SignalCancelled,
     SignalExpired,
     WaitTimeout,
     hide_client_frames,
@@ -189,6 +190,12 @@ class Signalbox(_core.Core, MessageMethods):
         first, with the signal that took each."""
         return self._run(self._matches(signal_id))
 
+    def cancel(self, signal_id: str, reason: str = "cancelled") -> Signal:
+        """End a signal its test no longer waits for: ``cancelled`` (final, no
+        dead letter; an active claim ends). Again → the same view; a signal
+        that ended otherwise raises :class:`NotCancellable`."""
+        return self._run(self._cancel(signal_id, reason))
+
     def get_signal(self, signal_id: str, wait: int = 0) -> Signal:
         """The signal's current view; with ``wait`` (≤ 60) a long poll."""
         return self._run(self._get_signal(signal_id, wait))
@@ -263,9 +270,40 @@ class Signalbox(_core.Core, MessageMethods):
         *,
         cursor: str | None = None,
         limit: int | None = None,
+        run_id: str | None = None,
+        test_case: str | None = None,
+        why: str | None = None,
     ) -> Page[DeadLetter]:
-        """One page of dead letters, filtered by state, reason and provider."""
-        return self._run(self._dead_letters(state, reason, provider, cursor, limit))
+        """One page of dead letters, filtered by state, reason, provider, run and
+        test case (each item's ``raw`` also has ``test_case`` and ``why``)."""
+        return self._run(
+            self._dead_letters(
+                state, reason, provider, cursor, limit, run_id=run_id, test_case=test_case, why=why
+            )
+        )
+
+    def redrive_many(
+        self,
+        filter: dict[str, str],
+        *,
+        limit: int = 50,
+        expires_in_seconds: int | None = None,
+        max_checks: int | None = None,
+    ) -> dict[str, Any]:
+        """Redrive up to ``limit`` open dead letters matching ``filter`` (``run_id``,
+        ``test_case``, ``reason``, ``provider``, ``why``): ``{"dead_letter_ids", "count"}``."""
+        body = {
+            "filter": filter,
+            "limit": limit,
+            "expires_in_seconds": expires_in_seconds,
+            "max_checks": max_checks,
+        }
+        return self._run(self._dead_letters_bulk("redrive", body))
+
+    def discard_many(self, filter: dict[str, str], note: str, *, limit: int = 50) -> dict[str, Any]:
+        """Discard up to ``limit`` open dead letters matching ``filter``, with ``note``."""
+        body = {"filter": filter, "limit": limit, "note": note}
+        return self._run(self._dead_letters_bulk("discard", body))
 
     def dead_letter(self, dead_letter_id: str) -> DeadLetter:
         """One dead letter with its diagnosis."""
@@ -314,7 +352,7 @@ class SignalHandle(HandleCore["Signalbox"]):
         """See :meth:`Signalbox.wait`."""
         try:
             self.signal = self._client.wait(self.signal_id, timeout, on_poll)
-        except (SignalExpired, WaitTimeout, EmailArrived) as exc:
+        except (SignalExpired, WaitTimeout, EmailArrived, SignalCancelled) as exc:
             self._keep_last_view(exc)
             raise
         return self.signal
@@ -326,6 +364,11 @@ class SignalHandle(HandleCore["Signalbox"]):
     def matches(self) -> list[Match]:
         """See :meth:`Signalbox.matches`."""
         return self._client.matches(self.signal_id)
+
+    def cancel(self, reason: str = "cancelled") -> Signal:
+        """See :meth:`Signalbox.cancel`."""
+        self.signal = self._client.cancel(self.signal_id, reason)
+        return self.signal
 
 
 class ClaimLease:

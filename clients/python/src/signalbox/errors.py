@@ -129,6 +129,32 @@ class NotClaimable(Conflict):
     default_message = "not claimable"
 
 
+class NotCancellable(Conflict):
+    """The signal already ended otherwise (consumed, expired, absent, arrived):
+    only a waiting, found or claimed signal can be cancelled."""
+
+    default_message = "not cancellable"
+
+
+class SignalCancelled(SignalboxError):
+    """The signal was cancelled (its test ended or failed): nothing will match it.
+    ``signal`` is its last view; ``reason`` the reason it was cancelled with."""
+
+    default_message = "signal cancelled"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        signal: Signal | None = None,
+        reason: str | None = None,
+        **kw: Any,
+    ) -> None:
+        super().__init__(message, **kw)
+        self.signal = signal
+        self.reason = reason
+
+
 class IdempotencyConflict(Conflict):
     """The idempotency key exists with a different recipient, test case, filters or provider."""
 

@@ -30,6 +30,7 @@ from signalbox.errors import (
     Conflict,
     EmailArrived,
     SignalboxError,
+    SignalCancelled,
     SignalExpired,
     SignalNotReady,
     WaitTimeout,
@@ -122,6 +123,9 @@ def _signal_summary(s: Signal) -> dict[str, Any]:
         out["claim_id"] = s.claim.claim_id
     if s.receipt:
         out["receipt_id"] = s.receipt.receipt_id
+    cancellation = s.raw.get("cancellation")
+    if isinstance(cancellation, dict):
+        out["cancel_reason"] = cancellation.get("reason")
     return out
 
 
@@ -308,6 +312,9 @@ def build_server(client_factory: Callable[[], AsyncSignalbox]) -> MCPServer:
                     "signal_id": signal_id,
                     **_dead_letter_summary(exc.dead_letter),
                 }
+            except SignalCancelled as exc:
+                cancelled = _signal_summary(exc.signal) if exc.signal else {"signal_id": signal_id}
+                return {**cancelled, "status": "cancelled"}
             except EmailArrived as exc:
                 fence = Untrusted()
                 arrived = _signal_summary(exc.signal) if exc.signal else {"signal_id": signal_id}
@@ -414,6 +421,24 @@ def build_server(client_factory: Callable[[], AsyncSignalbox]) -> MCPServer:
                 return {
                     "status": exc.code or "conflict",
                     "claim_id": claim_id,
+                    "message": exc.message,
+                }
+
+        return await call(go)
+
+    @server.tool()
+    async def cancel_signal(signal_id: str, reason: str = "cancelled") -> dict[str, Any]:
+        """Stop waiting for an email you no longer need (your task ended or
+        failed): status 'cancelled', no dead letter, an active claim ends.
+        reason: 1-200 characters, e.g. 'task_failed'."""
+
+        async def go() -> dict[str, Any]:
+            try:
+                return _signal_summary(await client().cancel(signal_id, reason))
+            except Conflict as exc:
+                return {
+                    "status": exc.code or "conflict",
+                    "signal_id": signal_id,
                     "message": exc.message,
                 }
 

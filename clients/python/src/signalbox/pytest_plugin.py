@@ -12,7 +12,8 @@ Fixtures:
   ``$SIGNALBOX_RUN_ID``, else ``pytest-<uuid>``); with pytest-xdist (``-n 8``)
   the controller chooses it and every worker uses the same one: one run is one run;
 - ``mailbox`` — a fresh :class:`signalbox.models.Mailbox` (an address no earlier
-  message can match) for this test, deleted after it;
+  message can match) for this test, deleted after it when it passed; a failed
+  test's mailbox is kept, its mail readable in the inbox and the console;
 - ``signalbox_test_case`` — the test's node id (cut to the API's 200 characters);
 - ``signalbox_watch`` — ``watch(recipient, ...)`` with run id and test case bound,
   taking defaults from ``@pytest.mark.signalbox(provider=..., expires_in_seconds=...)``;
@@ -28,6 +29,10 @@ Configuration, first found wins: ``--signalbox-url``/``--signalbox-token``, the
 ini keys ``signalbox_url``/``signalbox_token``, ``$SIGNALBOX_URL``/``$SIGNALBOX_TOKEN``.
 ``--signalbox-evidence DIR`` writes the run's evidence to ``DIR/<run_id>.json``
 at the end of the session.
+
+At the end of each test, every signal it watched that has not ended is
+cancelled (reason ``test_failed`` when the test failed, else ``test_ended``):
+a failed test leaves no dead letter behind it.
 
 A test that fails with a Signalbox error shows the exception and the test's
 own line, not the client's frames.
@@ -50,8 +55,17 @@ import pytest
 
 from signalbox._core import TOKEN_ENV, URL_ENV
 from signalbox.client import Signalbox, SignalHandle
-from signalbox.errors import SignalboxError, SignalExpired
+from signalbox.errors import (
+    NotCancellable,
+    ServiceUnavailable,
+    SignalboxError,
+    SignalExpired,
+    hide_client_frames,
+)
 from signalbox.models import Mailbox, Receipt, Signal
+
+# pytest: a Signalbox error's traceback leaves the plugin's frames out too.
+__tracebackhide__ = hide_client_frames
 
 RUN_ID_ENV = "SIGNALBOX_RUN_ID"
 #: pytest-xdist's id of one test run, the same in the controller and every worker.
@@ -100,6 +114,14 @@ class _State:
 
 
 _STATE = pytest.StashKey[_State]()
+#: Set on a test item whose setup or call failed (read by the fixtures' teardown).
+_FAILED = pytest.StashKey[bool]()
+REASON_FAILED = "test_failed"
+REASON_ENDED = "test_ended"
+
+
+def _test_failed(request: pytest.FixtureRequest) -> bool:
+    return request.node.stash.get(_FAILED, False)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -248,7 +270,14 @@ def signalbox(
         if ids:
             record_property("signalbox_run_id", signalbox_run_id)
             record_property("signalbox_signal_ids", ",".join(ids))
-            receipts, dead, error = _outcome_ids(_signalbox_session, ids, state)
+            reason = REASON_FAILED if _test_failed(request) else REASON_ENDED
+            cancelled, cancel_error = _cancel_unended(_signalbox_session, ids, state, reason)
+            if cancelled:
+                record_property("signalbox_cancelled_ids", ",".join(cancelled))
+            receipts, dead, error = _outcome_ids(
+                _signalbox_session, [i for i in ids if i not in cancelled], state
+            )
+            error = error or cancel_error
             record_property("signalbox_receipt_ids", ",".join(receipts))
             hashes = [h for signal_id in ids for h in state.attachments.get(signal_id, [])]
             if hashes:
@@ -270,6 +299,31 @@ def attachment_hashes(receipt: Mapping[str, object]) -> list[str]:
         for i in items
         if isinstance(i, Mapping) and isinstance(i.get("sha256"), str)
     ]
+
+
+def _cancel_unended(
+    client: Signalbox, ids: list[str], state: _State, reason: str
+) -> tuple[list[str], str | None]:
+    """Cancel each of the test's signals that has not ended (no receipt or dead
+    letter seen): the ids cancelled, and the first error (never raised: a
+    clean-up must not fail the test; an unended signal then expires as before)."""
+    cancelled: list[str] = []
+    error: str | None = None
+    for signal_id in ids:
+        if signal_id in state.receipts or signal_id in state.dead_letters:
+            continue
+        try:
+            signal = client.cancel(signal_id, reason)
+        except NotCancellable:
+            continue  # it ended otherwise (consumed, expired, absent, arrived)
+        except SignalboxError as exc:
+            error = error or f"{signal_id}: could not cancel: {exc.message}"
+            if isinstance(exc, ServiceUnavailable):
+                break  # the service is unreachable: do not wait on it once per signal
+            continue
+        if signal.result == "cancelled":
+            cancelled.append(signal_id)
+    return cancelled, error
 
 
 def _outcome_ids(
@@ -302,17 +356,26 @@ def _outcome_ids(
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """An expiry's dead letter is remembered for the JUnit properties. (The
+    """An expiry's dead letter is remembered for the JUnit properties, and a
+    failed setup or call marks the test failed for the fixtures' teardown. (The
     client's own frames are left out of a Signalbox error's traceback by the
     ``__tracebackhide__`` of its modules, see :func:`signalbox.errors.hide_client_frames`.)"""
     excinfo = call.excinfo
     if excinfo is not None and isinstance(excinfo.value, SignalboxError):
         error = excinfo.value
+        # Its message names the cause ("cannot reach Signalbox at URL:
+        # ConnectError: …"): the chained httpx exception and its frames
+        # would only bury that one line.
+        error.__cause__ = None
+        error.__suppress_context__ = True
         if isinstance(error, SignalExpired) and error.dead_letter and error.signal:
             state = item.config.stash.get(_STATE, None)
             if state is not None and error.dead_letter.dead_letter_id:
                 state.dead_letters[error.signal.signal_id] = error.dead_letter.dead_letter_id
-    return (yield)
+    report: pytest.TestReport = yield
+    if report.when in ("setup", "call") and report.failed:
+        item.stash[_FAILED] = True  # xfail and skips are not failures
+    return report
 
 
 @pytest.fixture
@@ -401,17 +464,22 @@ def mailbox(
     signalbox: Signalbox, signalbox_run_id: str, request: pytest.FixtureRequest
 ) -> Iterator[Mailbox]:
     """A fresh address for this test alone (``@pytest.mark.signalbox(provider=...)``
-    chooses the provider, default the sink), deleted after the test."""
+    chooses the provider, default the sink), deleted after the test when it
+    passed; a failed test's is kept (the evidence of its failure), its mail
+    readable in the inbox and the console until it expires."""
     provider = _marker_defaults(request.node).get("provider") or "sink"
     box = signalbox.mailbox(signalbox_run_id, provider)
     try:
         yield box
     finally:
-        try:
-            signalbox.delete_mailbox(box.mailbox_id)
-        except SignalboxError as exc:
-            # The mailbox expires on its own; a failed clean-up must not fail the test.
-            request.node.user_properties.append(("signalbox_mailbox_error", exc.message))
+        if _test_failed(request):
+            request.node.user_properties.append(("signalbox_mailbox_kept", box.address))
+        else:
+            try:
+                signalbox.delete_mailbox(box.mailbox_id)
+            except SignalboxError as exc:
+                # The mailbox expires on its own; a failed clean-up must not fail the test.
+                request.node.user_properties.append(("signalbox_mailbox_error", exc.message))
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -118,6 +118,12 @@ def signal(s: Signal) -> str:
         pairs.append(("receipt_id", s.receipt.receipt_id))
     if s.recommendation:
         pairs.append(("recommendation", s.recommendation))
+    cancellation = s.raw.get("cancellation")
+    if isinstance(cancellation, dict):
+        pairs += [
+            ("cancel_reason", cancellation.get("reason")),
+            ("cancelled_at", cancellation.get("cancelled_at")),
+        ]
     out = fields(pairs)
     if s.dead_letter:
         out += "\n\n" + dead_letter(s.dead_letter)
@@ -146,6 +152,7 @@ def dead_letter(d: DeadLetter) -> str:
             *_attrs(d, "created_at"),
             ("checks", checks),
             *_attrs(d, "last_error_code", "recommendation"),
+            *([("note", d.raw.get("note"))] if d.raw.get("note") else []),
         ]
     )
     if d.duplicates:
@@ -167,15 +174,30 @@ def dead_letters(items: Sequence[DeadLetter], next_cursor: str | None = None) ->
     if not items:
         return "no dead letters"
     out = table(
-        ["dead_letter_id", "reason", "state", "provider", "run_id", "signal_id", "created_at"],
+        ["dead_letter_id", "test_case", "reason", "why", "state", "run_id", "created_at"],
         [
-            (d.dead_letter_id, d.reason, d.state, d.provider, d.run_id, d.signal_id, d.created_at)
+            (
+                d.dead_letter_id,
+                d.raw.get("test_case"),
+                d.reason,
+                d.raw.get("why"),
+                d.state,
+                d.run_id,
+                d.created_at,
+            )
             for d in items
         ],
     )
     if next_cursor:
         out += f"\n(more: next cursor {next_cursor})"
     return out
+
+
+def bulk(done: str, answer: dict[str, object]) -> str:
+    """A bulk redrive's or discard's answer: how many, and which."""
+    ids = answer.get("dead_letter_ids")
+    listed = [str(i) for i in ids] if isinstance(ids, list) else []
+    return f"{done} {answer.get('count', len(listed))}" + "".join(f"\n{i}" for i in listed)
 
 
 def evidence(e: Evidence) -> str:

@@ -1,0 +1,62 @@
+"""Repository of cancellations: a producer ends a signal that has not ended.
+
+`waiting`, `found` or `claimed` → `cancelled`, one guarded UPDATE; an active
+claim of the signal ends with it (state `cancelled`). The claim row is locked
+before the signal's, the order a consume takes them in, so a cancel and a
+consume at the same moment queue instead of deadlocking.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, text
+
+from app.db.rows import Row, affected, first
+from app.domain.states import CANCELS, Status
+
+
+def claim_lock_active_for_signal(session: Connection, signal_id: str) -> str | None:
+    """Lock the signal's active claim (if any) and return its id."""
+    return session.execute(
+        text("SELECT id FROM claims WHERE signal_id = :id AND state = 'active' FOR UPDATE"),
+        {"id": signal_id},
+    ).scalar_one_or_none()
+
+
+def signal_cancel(session: Connection, signal_id: str, namespace: str, reason: str) -> Row | None:
+    """`waiting`/`found`/`claimed` → `cancelled` with `reason`; the row, or
+    None when the signal is not this namespace's or has another status."""
+    return first(
+        session,
+        text(
+            """
+            UPDATE signals
+               SET status = :dst, cancel_reason = :reason, cancelled_at = now(),
+                   -- A check or a claim still in flight is fenced out.
+                   check_fence = check_fence + 1, claim_fence = claim_fence + 1,
+                   next_check_at = NULL, check_lease_until = NULL, updated_at = now()
+             WHERE id = :id AND namespace = :namespace
+               AND status IN (:src0, :src1, :src2)
+             RETURNING *
+            """
+        ),
+        {
+            "id": signal_id,
+            "namespace": namespace,
+            "reason": reason,
+            "dst": Status.CANCELLED.value,
+            **{f"src{i}": t.src.value for i, t in enumerate(CANCELS)},
+        },
+    )
+
+
+def claim_end_cancelled(session: Connection, signal_id: str) -> int:
+    """End the signal's active claims (state `cancelled`); how many."""
+    return affected(
+        session.execute(
+            text(
+                "UPDATE claims SET state = 'cancelled', ended_at = now()"
+                " WHERE signal_id = :id AND state = 'active'"
+            ),
+            {"id": signal_id},
+        )
+    )
