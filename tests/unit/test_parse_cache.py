@@ -66,7 +66,7 @@ def test_a_23_mib_text_part_is_kept_as_its_first_mebibyte() -> None:
 
 def facts(size: int) -> observed._Facts:
     mail = parse_mail(mail_with(text="x"))
-    return observed._Facts(mail, False, size)
+    return observed._Facts(mail, False, size, {})
 
 
 def test_the_cache_is_bounded_by_bytes_not_entries() -> None:
