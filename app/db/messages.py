@@ -109,6 +109,7 @@ def _chunks(rows: Sequence[Mapping[Any, Any]]) -> list[list[Mapping[Any, Any]]]:
         size += length
     return chunks
 
+
 _COLUMNS = (
     "id",
     "provider",
