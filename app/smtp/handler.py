@@ -21,6 +21,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
 from app.domain.chaos import ChaosStage
+from app.domain.mail import header_block
 from app.domain.refusals import RefusalReason, too_large_detail
 from app.infra.parse_pool import ParsePool
 from app.settings import Settings
@@ -259,11 +260,14 @@ class SinkHandler:
             if scanned and not intake.needs_parse(raw, rcpts):
                 continue  # its To and Cc plainly name only envelope recipients
             if self.parses_waiting >= MAX_PENDING_PARSES:
+                # Not held for a parse, but its To and Cc are not dropped:
+                # its header block alone (64 KiB at most) is read for them.
                 log.warning(
                     "too many messages waiting to be parsed; "
-                    "this one keeps its envelope recipients",
-                    extra={"event": "sink_parse_skipped", "sink_message_id": sink_id},
+                    "this one's To and Cc are read from its header block",
+                    extra={"event": "sink_parse_headers_only", "sink_message_id": sink_id},
                 )
+                self._track(self._header_recipients(sink_id, rcpts, header_block(raw)))
                 continue
             self.parses_waiting += 1
             self._track(self._parse_one(sink_id, rcpts, raw, scanned=scanned))
@@ -309,6 +313,27 @@ class SinkHandler:
             log.warning(
                 "stored messages could not be pushed",
                 extra={"event": "sink_push_failed", "error": type(exc).__name__},
+            )
+
+    async def _header_recipients(self, sink_id: int, rcpts: Sequence[str], head: bytes) -> None:
+        """Add the To and Cc recipients a header block names (and push theirs)."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self._after_threads,
+                partial(intake.add_header_block_recipients, check_here=self.check_here),
+                self.settings,
+                sink_id,
+                rcpts,
+                head,
+            )
+        except Exception as exc:  # the message is stored; its envelope recipients stand
+            log.warning(
+                "header recipients of a stored message could not be added",
+                extra={
+                    "event": "sink_parse_failed",
+                    "sink_message_id": sink_id,
+                    "error": type(exc).__name__,
+                },
             )
 
     async def _parse_one(
