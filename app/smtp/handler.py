@@ -180,6 +180,12 @@ class SinkHandler:
                 detail=f"recipient domain {domain} not accepted here",
             )
         refused = await self._chaos_reply(envelope, ChaosStage.RCPT, [address])
+        if refused is None and self.chaos is not None and self.chaos.rules:
+            # Another namespace's DATA rule acts here, for its own recipient,
+            # once the transaction carries another tenant's recipient.
+            refused = await asyncio.get_running_loop().run_in_executor(
+                self._chaos_thread, self.chaos.data_reply_at_rcpt, address, list(envelope.rcpt_tos)
+            )
         if refused is not None:
             return self._refused(refused, RefusalReason.CHAOS, session, [address])
         envelope.rcpt_tos.append(address)
@@ -232,11 +238,19 @@ class SinkHandler:
         refused = await self._chaos_reply(envelope, ChaosStage.DATA, list(envelope.rcpt_tos))
         if refused is not None:  # nothing stored
             return self._refused(refused, RefusalReason.CHAOS, session, envelope.rcpt_tos)
+        rcpts = list(envelope.rcpt_tos)
+        if self.chaos is not None and self.chaos.rules:
+            # A mixed transaction: a DATA rule keeps the mail from its own
+            # namespace's recipients only; the others get it.
+            dropped = await asyncio.get_running_loop().run_in_executor(
+                self._chaos_thread, self.chaos.data_own_recipients, rcpts
+            )
+            rcpts = [r for r in rcpts if r not in dropped]
         data = bytes(raw)
         auth = getattr(session, "auth_namespace", None)
         try:
             stored = await self.stores.submit(
-                intake.Received(envelope.mail_from, list(envelope.rcpt_tos), data, auth)
+                intake.Received(envelope.mail_from, rcpts, data, auth)
             )
         except Exception:
             log.exception("message could not be stored", extra={"event": "sink_store_failed"})
