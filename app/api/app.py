@@ -8,10 +8,21 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.api import errors
+from app.api.inbox_feed import InboxFeed
 from app.api.limits import LongPollGate
 from app.api.middleware import GateMiddleware
 from app.api.notify import SignalNotifier
-from app.api.routes import chaos, claims, dead_letters, inbox, messages, ops, signals, triage
+from app.api.routes import (
+    chaos,
+    claims,
+    dead_letters,
+    inbox,
+    inbox_events,
+    messages,
+    ops,
+    signals,
+    triage,
+)
 from app.console import routes as console
 from app.infra.parse_pool import ParsePool
 from app.settings import Settings, get_settings
@@ -23,7 +34,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        notifier = SignalNotifier(settings.database_url or "")
+        feed = InboxFeed()
+        feed.start()
+        app.state.inbox_feed = feed
+        notifier = SignalNotifier(settings.database_url or "", on_message=feed.notified)
         notifier.start()
         app.state.notifier = notifier
         # The first looks made here parse what they match in a spawned process,
@@ -36,6 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             checks.parse_with(previous)
             parser.close(wait_if_idle=True)
             notifier.stop()
+            feed.stop()
 
     app = FastAPI(
         title="Signalbox",
@@ -50,7 +65,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.quick_first_look = checks.quick_first_look_for(settings)
     errors.install(app)
     app.add_middleware(GateMiddleware, settings=settings)
-    for module in (signals, claims, messages, inbox, dead_letters, triage, chaos, ops):
+    for module in (
+        signals,
+        claims,
+        messages,
+        inbox_events,
+        inbox,
+        dead_letters,
+        triage,
+        chaos,
+        ops,
+    ):
         app.include_router(module.router)
     console.install(app)
     return app

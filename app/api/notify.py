@@ -15,7 +15,7 @@ import asyncio
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import psycopg
@@ -23,6 +23,9 @@ import psycopg
 log = logging.getLogger("signalbox.api.notify")
 
 CHANNEL = "signalbox_signal"
+# A trigger on `messages` notifies each recorded message's id (migration 0022):
+# the inbox's live events (`app/api/inbox_feed.py`).
+MESSAGE_CHANNEL = "signalbox_message"
 
 
 class Wake:
@@ -48,8 +51,13 @@ class Wake:
 
 
 class SignalNotifier:
-    def __init__(self, database_url: str) -> None:
+    def __init__(
+        self, database_url: str, on_message: Callable[[str | None], None] | None = None
+    ) -> None:
+        """`on_message(id)` is called (on the listener thread) for each
+        recorded message, and with None after a reconnect."""
         self._url = database_url
+        self._on_message = on_message
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, Wake]]] = defaultdict(set)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -99,13 +107,20 @@ class SignalNotifier:
             try:
                 with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    if self._on_message is not None:
+                        conn.execute(f"LISTEN {MESSAGE_CHANNEL}")
                     self.connected.set()
                     delay = 0.5
                     # Changes made while we were away were not notified.
                     self._wake_all()
+                    if self._on_message is not None:
+                        self._on_message(None)
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=1.0):
-                            self._wake(note.payload)
+                            if note.channel == MESSAGE_CHANNEL and self._on_message is not None:
+                                self._on_message(note.payload)
+                            else:
+                                self._wake(note.payload)
             except psycopg.Error:
                 self.connected.clear()
                 log.warning(

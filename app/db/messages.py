@@ -165,6 +165,10 @@ _NEAR_MISSES = raw.Query(
     INSERT INTO near_misses (signal_id, message_id, why, also, address)
     SELECT e->>0, e->>1, e->>2, coalesce(string_to_array(nullif(e->>3, ''), ','), '{}'), e->>4
       FROM jsonb_array_elements(CAST(:misses AS jsonb)) AS e
+     -- A check fenced out (its signal redriven meanwhile) writes no near miss.
+     WHERE e->>5 IS NULL
+        OR EXISTS (SELECT 1 FROM signals s
+                    WHERE s.id = e->>0 AND s.check_fence = CAST(e->>5 AS bigint))
     ON CONFLICT DO NOTHING
     RETURNING signal_id, why
     """
@@ -238,6 +242,7 @@ def near_miss_record_many(
     signal_id: str,
     misses: Sequence[tuple[str, str, Sequence[str]]],
     addresses: Sequence[str | None] | None = None,
+    fence: int | None = None,
 ) -> list[str]:
     """Record near misses of a signal, each (message id, why, also), in one
     statement (a message already recorded for the signal stays as it was);
@@ -252,26 +257,33 @@ def near_miss_record_many(
                 (signal_id, mid, why, also, address)
                 for (mid, why, also), address in zip(misses, typos, strict=True)
             ],
+            None if fence is None else {signal_id: fence},
         )
     ]
 
 
 def near_misses_record(
-    session: Connection, misses: Sequence[tuple[str, str, str, Sequence[str], str | None]]
+    session: Connection,
+    misses: Sequence[tuple[str, str, str, Sequence[str], str | None]],
+    fences: Mapping[str, int] | None = None,
 ) -> list[tuple[str, str]]:
     """Record near misses of any signals, each (signal id, message id, why,
     also, typo address or None), in one statement; a message already
     recorded for its signal stays as it was, and so does a repeat within
-    `misses` (the first one given is kept). Returns (signal id, why) of
-    each one that was new."""
+    `misses` (the first one given is kept). `fences` (signal id → the
+    check's fence): a signal whose fence moved on (a redrive fenced the
+    check out) gets none. Returns (signal id, why) of each one that was new."""
     if not misses:
         return []
+    fences = fences or {}
     given: set[tuple[str, str]] = set()
-    kept: list[tuple[str, str, str, str, str | None]] = []
+    kept: list[tuple[str, str, str, str, str | None, int | None]] = []
     for signal_id, mid, why, also, address in misses:
         if (signal_id, mid) not in given:
             given.add((signal_id, mid))
-            kept.append((signal_id, mid, why, ",".join(also), address or None))
+            kept.append(
+                (signal_id, mid, why, ",".join(also), address or None, fences.get(signal_id))
+            )
     rows = raw.rows(session, _NEAR_MISSES, {"misses": json.dumps(kept)})
     return [(r["signal_id"], r["why"]) for r in rows]
 
@@ -342,10 +354,12 @@ def message_near_address(
     )
 
 
-# The messages a check recorded for one recipient in one window, oldest first.
+# The messages a check recorded for one recipient in one window, oldest first:
+# their summaries only (a body filter reads each one's bytes on its own).
 _IN_WINDOW = raw.Query(
     """
-    SELECT id, received_at, subject, recipients, run_marker, raw FROM messages
+    SELECT id, received_at, subject, recipients, run_marker, raw IS NULL AS purged
+      FROM messages
      WHERE provider = :provider AND recipients @> ARRAY[CAST(:recipient AS text)]
        AND received_at >= :opens AND received_at <= :closes
      ORDER BY received_at, id
@@ -364,8 +378,8 @@ def message_list_in_window(
     limit: int,
 ) -> list[Mapping[Any, Any]]:
     """Up to `limit` recorded messages of `provider` addressed to `recipient`
-    (envelope, To or Cc) received in [opens, closes], oldest first, raw bytes
-    included (None once purged)."""
+    (envelope, To or Cc) received in [opens, closes], oldest first: their
+    summaries and whether their content was purged, never their bytes."""
     return raw.rows(
         session,
         _IN_WINDOW,

@@ -16,95 +16,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
-    CheckConstraint,
-    DateTime,
     ForeignKey,
     Identity,
     Index,
     Integer,
     LargeBinary,
-    MetaData,
     SmallInteger,
     String,
     Text,
     UniqueConstraint,
-    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
-from app.domain.chaos import ChaosStage
-from app.domain.expectations import Expect
-from app.domain.matching import Why
-from app.domain.refusals import RefusalReason
-from app.domain.states import (
-    CheckOutcome,
-    CheckReason,
-    ClaimState,
-    DeadLetterState,
-    DeliveryState,
-    ExpiryReason,
-    Status,
-)
+from app.db.model_base import ENUMERATED, NOW, OTHER_CHECKS, TS, Base, one_of, partial
 
-NAMING = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-NOW = text("now()")
-TS = DateTime(timezone=True)
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING)
-
-
-# States of rows that have no enum in app.domain.
-
-# (table, column) -> the values the code writes there; NULL passes a CHECK.
-ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
-    ("signals", "status"): tuple(Status),
-    ("signals", "expiry_reason"): tuple(ExpiryReason),
-    ("signals", "next_check_reason"): tuple(CheckReason),
-    ("signals", "last_outcome"): tuple(CheckOutcome),
-    ("signals", "expect"): tuple(Expect),
-    ("checks", "reason"): tuple(CheckReason),
-    ("checks", "outcome"): tuple(CheckOutcome),
-    ("near_misses", "why"): tuple(Why),
-    ("claims", "state"): tuple(ClaimState),
-    ("dead_letters", "reason"): tuple(ExpiryReason),
-    ("dead_letters", "state"): tuple(DeadLetterState),
-    ("webhook_deliveries", "state"): tuple(DeliveryState),
-    ("chaos_rules", "stage"): tuple(ChaosStage),
-    ("smtp_refusals", "reason"): tuple(RefusalReason),
-}
-
-
-# CHECK constraints besides ENUMERATED's (`ck_<table>_<name>`).
-OTHER_CHECKS = ("ck_chaos_rules_times_or_probability",)
-
-
-def partial(name: str, *columns: str, where: str, unique: bool = False) -> Index:
-    """An index of the rows `where` holds (an SQL condition) only."""
-    return Index(name, *columns, unique=unique, postgresql_where=text(where))
-
-
-def one_of(table: str, *columns: str) -> Iterable[CheckConstraint]:
-    """The CHECK constraints that keep `table`'s `columns` to ENUMERATED's values."""
-    for column in columns:
-        listed = ", ".join(f"'{value}'" for value in ENUMERATED[(table, column)])
-        yield CheckConstraint(f"{column} IN ({listed})", name=column)
+__all__ = ["ENUMERATED", "OTHER_CHECKS", "Base"]
 
 
 class ApiToken(Base):
@@ -261,8 +194,7 @@ class Signal(Base):
     # `exactly_one`, how long a second match is waited for (migration 0013).
     expect: Mapped[str] = mapped_column(String(16), server_default="first")
     settle_seconds: Mapped[int | None] = mapped_column(SmallInteger)
-    # A cancelled signal's reason (1-200 characters) and when (migration 0021).
-    cancel_reason: Mapped[str | None] = mapped_column(String(200))
+    cancel_reason: Mapped[str | None] = mapped_column(String(200))  # 1-200 chars (0021)
     cancelled_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
         # One message per signal within a namespace; namespaces match shared

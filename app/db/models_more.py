@@ -19,7 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db.models import NOW, TS, Base, one_of
+from app.db.model_base import NOW, TS, Base, one_of
 
 
 class ChaosRule(Base):

@@ -77,7 +77,7 @@ def visible_rows(
     belongs = belonging(
         session,
         settings,
-        [(r["id"], r["received_at"], r["delivered_to"], r["recipients"]) for r in rows],
+        [(r["id"], r["received_at"], r["delivered_to"], r["auth_namespace"]) for r in rows],
     )
     alone = sole_namespace(session, settings) == namespace
     return [
@@ -200,7 +200,7 @@ def _own(session: Connection, settings: Settings, namespace: str, rows: Sequence
     belongs = belonging(
         session,
         settings,
-        [(r["id"], r["received_at"], r["delivered_to"], r["recipients"]) for r in rows],
+        [(r["id"], r["received_at"], r["delivered_to"], r["auth_namespace"]) for r in rows],
     )
     alone = sole_namespace(session, settings) == namespace
     return [
@@ -232,3 +232,31 @@ def delete_matching(namespace: str, filters: InboxFilter) -> int:
         if len(chunk) < CHUNK_ROWS:
             return total
         after = (chunk[-1]["received_at"], chunk[-1]["id"])
+
+
+def event_items(
+    message_ids: Sequence[str], namespaces: set[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """For each of `namespaces`, the list items of those of `message_ids` it
+    may see, oldest first: the inbox's live events (one read for all)."""
+    settings = get_settings()
+    with transaction() as session:
+        rows = sorted(
+            inbox_db.inbox_items(session, message_ids), key=lambda r: (r["received_at"], r["id"])
+        )
+        if not rows:
+            return {}
+        belongs = belonging(
+            session,
+            settings,
+            [(r["id"], r["received_at"], r["delivered_to"], r["auth_namespace"]) for r in rows],
+        )
+        alone = sole_namespace(session, settings)
+    return {
+        ns: [
+            item_view(r, None)
+            for r in rows
+            if sees(ns, belongs[r["id"]]) or (alone == ns and not belongs[r["id"]])
+        ]
+        for ns in namespaces
+    }

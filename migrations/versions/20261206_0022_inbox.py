@@ -6,7 +6,8 @@ stores it (existing rows get one here). `messages` gains the columns the
 inbox lists and searches by (From, To, Cc, Message-ID, attachment count, the
 subject and text as a `tsvector`, the read flag) with the indexes the search
 runs on: newest first by (received_at, id), Message-ID, From, and a GIN index
-of the words.
+of the words. A trigger notifies `signalbox_message` with each recorded
+message's id (the inbox's live events).
 
 Revision ID: 0022
 Revises: 0021
@@ -57,9 +58,24 @@ def upgrade() -> None:
     op.create_index("ix_messages_header_message_id", "messages", ["header_message_id"])
     op.create_index("ix_messages_from_addr", "messages", ["from_addr"])
     op.create_index("ix_messages_words", "messages", ["words"], postgresql_using="gin")
+    # The inbox's live events: each recorded message's id, whoever recorded
+    # it (the sink after its 250, a look at a polled provider). Sent at commit.
+    op.execute(
+        """
+        CREATE FUNCTION messages_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_notify('signalbox_message', NEW.id);
+            RETURN NULL;
+        END $$;
+        CREATE TRIGGER messages_notify AFTER INSERT ON messages
+            FOR EACH ROW EXECUTE FUNCTION messages_notify();
+        """
+    )
 
 
 def downgrade() -> None:
+    op.execute("DROP TRIGGER IF EXISTS messages_notify ON messages")
+    op.execute("DROP FUNCTION IF EXISTS messages_notify()")
     op.drop_index("ix_messages_words", table_name="messages")
     op.drop_index("ix_messages_from_addr", table_name="messages")
     op.drop_index("ix_messages_header_message_id", table_name="messages")

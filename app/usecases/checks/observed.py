@@ -63,6 +63,11 @@ def parse_with(parse: Callable[[bytes], ParsedMail]) -> Callable[[bytes], Parsed
     return previous
 
 
+def parse_received(raw: bytes) -> ParsedMail:
+    """Parse one message as this process's checks do (see `parse_with`), uncached."""
+    return _parse(raw)
+
+
 def _parsed(provider: str, message: ProviderMessage) -> ParsedMail:
     """parse_mail, remembered per (provider, message id): a message never
     changes under its id, and every check of a mailbox sees it again."""
