@@ -63,19 +63,24 @@ def messages(namespace: str, *, query: str | None, start: int, limit: int) -> di
     if start + limit > MAX_OFFSET:
         raise InvalidInput(f"start + limit is at most {MAX_OFFSET}", field="start")
     filters = _filters(namespace, query)
-    rows = inbox.offset_rows(namespace, filters, start=start, limit=limit)
     everything = _filters(namespace, None)
     unread_q = query_of(f"{query or ''} is:unread", "query")
+    # Counted before the page is read: a poller that sees `messages_count`
+    # reach N finds at least those N in the page (mail arriving meanwhile
+    # only adds to it).
     total = inbox.count_messages(namespace, everything)
     matching = inbox.count_messages(namespace, filters) if query else total
+    unread = inbox.count_messages(namespace, _with(everything, "is:unread"))
+    matching_unread = inbox.count_messages(
+        namespace, InboxFilter(namespace=namespace, query=unread_q, include_purged=False)
+    )
+    rows = inbox.offset_rows(namespace, filters, start=start, limit=limit)
     return {
         "total": total,
-        "unread": inbox.count_messages(namespace, _with(everything, "is:unread")),
+        "unread": unread,
         "count": len(rows),
         "messages_count": matching,
-        "messages_unread": inbox.count_messages(
-            namespace, InboxFilter(namespace=namespace, query=unread_q, include_purged=False)
-        ),
+        "messages_unread": matching_unread,
         "start": start,
         "tags": [],
         "messages": [list_item(r) for r in rows],

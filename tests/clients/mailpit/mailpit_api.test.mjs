@@ -133,7 +133,7 @@ test("mailpit-api drives Signalbox; another namespace sees none of it", async ()
   await smtpSend("app@brand.test", [to], invoice);
   const both = await a.waitForMessages({ query: `to:${to}`, count: 2, exact: true }, { timeout: 20000, interval: 200 });
   assert.equal(both.messages_count, 2);
-  assert.equal(both.messages[0].Subject, "Invoice 9"); // newest first
+  assert.equal(both.messages[0].Subject, "Invoice 9", JSON.stringify(both.messages.map((m) => [m.Subject, m.Created, m.ID]))); // newest first
   assert.equal(both.messages[0].Attachments, 1);
   assert.equal(both.messages[1].Read, true); // getMessageSummary read it
 
