@@ -87,6 +87,7 @@ class Stack:
     logs: Path
     api_port: int = field(default_factory=free_port)
     smtp_port: int = field(default_factory=free_port)
+    smtps_port: int = field(default_factory=free_port)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # Worker name -> its Celery node name (to address it with remote control).
     nodes: dict[str, str] = field(default_factory=dict)
@@ -109,6 +110,7 @@ class Stack:
             {
                 "SIGNALBOX_API_PORT": str(self.api_port),
                 "SIGNALBOX_SMTP_PORT": str(self.smtp_port),
+                "SIGNALBOX_SMTPS_PORT": str(self.smtps_port),
             }
         )
         env.update(extra or {})

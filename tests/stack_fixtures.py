@@ -230,7 +230,8 @@ def stack_factory(service_env: dict[str, str], tmp_path: Path) -> Iterator[Calla
 TABLES = (
     "webhook_deliveries, near_misses, chaos_rules, checks, claims, receipts, dead_letters,"
     " idempotency_keys, signals,"
-    " messages, sink_messages, mailboxes, api_tokens, address_holds, namespace_waiting"
+    " messages, sink_messages, mailboxes, api_tokens, address_holds, namespace_waiting,"
+    " smtp_refusals"
 )
 
 
@@ -291,6 +292,7 @@ def stack(shared_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stac
             monkeypatch.setenv(key, value)
     monkeypatch.setenv("SIGNALBOX_API_PORT", str(shared_stack.api_port))
     monkeypatch.setenv("SIGNALBOX_SMTP_PORT", str(shared_stack.smtp_port))
+    monkeypatch.setenv("SIGNALBOX_SMTPS_PORT", str(shared_stack.smtps_port))
     _reset_process_state()
     yield shared_stack
     _reset_process_state()

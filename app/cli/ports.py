@@ -86,12 +86,15 @@ def check_ports(settings: Settings, parts: Sequence[str]) -> None:
     wanted = {
         "api": (settings.api_host, settings.api_port, "SIGNALBOX_API_PORT"),
         "smtp": (settings.smtp_host, settings.smtp_port, "SIGNALBOX_SMTP_PORT"),
+        "smtps": (settings.smtp_host, settings.smtps_port, "SIGNALBOX_SMTPS_PORT"),
         "flower": (settings.flower_host, settings.flower_port, "SIGNALBOX_FLOWER_PORT"),
         "metrics": (settings.metrics_host, settings.metrics_port, "SIGNALBOX_METRICS_PORT"),
     }
     for part in parts:
         host, port, setting = wanted[part]
         check_port(host, port, setting)
+        if part == "smtp" and settings.smtps_port:
+            check_port(*wanted["smtps"])
 
 
 def tcp_listener(host: str, port: int) -> socket.socket:

@@ -100,6 +100,13 @@ def api_processes() -> int:
     return max(1, cores // 2)
 
 
+def _plain_port_offers(settings: Settings) -> str:
+    """What the plain SMTP port offers, for the banner."""
+    tls = {"on": "STARTTLS", "required": "STARTTLS required", "off": "no TLS"}[settings.smtp_tls]
+    auth = {"optional": "AUTH optional", "required": "AUTH required", "off": "no AUTH"}
+    return f"{tls}, {auth[settings.smtp_auth]}"
+
+
 def _banner(settings: Settings, ready: bool, flower: bool, token: str | None) -> str:
     """What `up` prints once /readyz answers 200 (`ready`), or once it gave up waiting."""
     lines = [
@@ -111,14 +118,21 @@ def _banner(settings: Settings, ready: bool, flower: bool, token: str | None) ->
             f" (curl http://{settings.api_host}:{settings.api_port}/readyz)."
         ),
         f"  API        http://{settings.api_host}:{settings.api_port}  (docs at /docs)",
-        f"  SMTP sink  {settings.smtp_host}:{settings.smtp_port}",
+        f"  SMTP sink  {settings.smtp_host}:{settings.smtp_port}  ({_plain_port_offers(settings)})",
     ]
+    if settings.smtps_port:
+        lines.append(f"  SMTPS      {settings.smtp_host}:{settings.smtps_port}  (implicit TLS)")
     if flower:
         lines.append(f"  Flower     http://{settings.flower_host}:{settings.flower_port}")
     if token:
         lines.append(f"  Dev token  {token}   (namespace '{DEV_NAMESPACE}')")
         url = f"http://{settings.api_host}:{settings.api_port}"
-        lines.append(f"  export SIGNALBOX_URL={url} SIGNALBOX_TOKEN={token}")
+        # The SMTP address too: a client (or `demo`) of a second stack must
+        # not send to the first stack's sink.
+        lines.append(
+            f"  export SIGNALBOX_URL={url} SIGNALBOX_TOKEN={token}"
+            f" SIGNALBOX_SMTP_HOST={settings.smtp_host} SIGNALBOX_SMTP_PORT={settings.smtp_port}"
+        )
     cli = Path(sys.executable).parent / "signalbox"
     if cli.exists():
         lines.append(f"  CLI        {cli}   (signalbox dlq list, signalbox evidence RUN_ID, …)")

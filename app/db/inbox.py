@@ -30,7 +30,7 @@ _ITEM_COLUMNS = (
     "m.id, m.received_at, m.provider, m.from_addr, m.to_addrs, m.cc_addrs, m.recipients,"
     " m.subject, m.size, m.attachments, m.run_marker, m.read_at,"
     " m.header_message_id, (m.raw IS NULL) AS purged,"
-    " coalesce(m.delivered_to, m.recipients) AS delivered_to"
+    " coalesce(m.delivered_to, m.recipients) AS delivered_to, m.auth_namespace"
 )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping
+from sqlalchemy import Connection, RowMapping, text
 
 from app.db import raw
 from app.db.rows import Row, by_column, every, first
@@ -29,6 +29,7 @@ def _with_defaults(row: Mapping[Any, Any]) -> dict[Any, Any]:
         "header_message_id": None,
         "attachments": 0,
         "words": "",
+        "auth_namespace": None,
         **row,
     }
 
@@ -88,7 +89,7 @@ def message_record_new(
     return ids
 
 
-# Messages per INSERT: each row is 17 parameters (psycopg takes at most
+# Messages per INSERT: each row is 18 parameters (psycopg takes at most
 # 65,535 in one statement), and a look at a busy address sees thousands.
 INSERT_CHUNK = 200
 _COLUMNS = (
@@ -102,6 +103,7 @@ _COLUMNS = (
     "run_marker",
     "size",
     "bare_lf",
+    "auth_namespace",
     "raw",
     "from_addr",
     "to_addrs",
@@ -163,6 +165,10 @@ _NEAR_MISSES = raw.Query(
     INSERT INTO near_misses (signal_id, message_id, why, also, address)
     SELECT e->>0, e->>1, e->>2, coalesce(string_to_array(nullif(e->>3, ''), ','), '{}'), e->>4
       FROM jsonb_array_elements(CAST(:misses AS jsonb)) AS e
+     -- A check fenced out (its signal redriven meanwhile) writes no near miss.
+     WHERE e->>5 IS NULL
+        OR EXISTS (SELECT 1 FROM signals s
+                    WHERE s.id = e->>0 AND s.check_fence = CAST(e->>5 AS bigint))
     ON CONFLICT DO NOTHING
     RETURNING signal_id, why
     """
@@ -197,21 +203,19 @@ def message_get_many(session: Connection, message_ids: Sequence[str]) -> dict[st
 
 def message_deliveries(
     session: Connection, message_ids: Sequence[str]
-) -> list[tuple[str, Any, list[str], list[str]]]:
-    """(id, received_at, the recipients it was delivered to, every recipient
-    it names) of each known message: `delivered_to` (or `recipients` for rows
-    recorded before it), and `recipients` (envelope, To and Cc)."""
+) -> list[tuple[str, Any, list[str], str | None]]:
+    """(id, received_at, the recipients it was delivered to, the namespace
+    its SMTP sender authenticated for) of each known message: `delivered_to`
+    (or `recipients` for rows recorded before it), and `auth_namespace`."""
     if not message_ids:
         return []
     rows = every(
         session,
         "SELECT id, received_at, coalesce(delivered_to, recipients) AS delivered_to,"
-        " recipients FROM messages WHERE id = ANY(:ids)",
+        " auth_namespace FROM messages WHERE id = ANY(:ids)",
         {"ids": list(message_ids)},
     )
-    return [
-        (r["id"], r["received_at"], list(r["delivered_to"]), list(r["recipients"])) for r in rows
-    ]
+    return [(r["id"], r["received_at"], list(r["delivered_to"]), r["auth_namespace"]) for r in rows]
 
 
 def message_with_raw(session: Connection, message_id: str) -> Row | None:
@@ -238,6 +242,7 @@ def near_miss_record_many(
     signal_id: str,
     misses: Sequence[tuple[str, str, Sequence[str]]],
     addresses: Sequence[str | None] | None = None,
+    fence: int | None = None,
 ) -> list[str]:
     """Record near misses of a signal, each (message id, why, also), in one
     statement (a message already recorded for the signal stays as it was);
@@ -252,28 +257,50 @@ def near_miss_record_many(
                 (signal_id, mid, why, also, address)
                 for (mid, why, also), address in zip(misses, typos, strict=True)
             ],
+            None if fence is None else {signal_id: fence},
         )
     ]
 
 
 def near_misses_record(
-    session: Connection, misses: Sequence[tuple[str, str, str, Sequence[str], str | None]]
+    session: Connection,
+    misses: Sequence[tuple[str, str, str, Sequence[str], str | None]],
+    fences: Mapping[str, int] | None = None,
 ) -> list[tuple[str, str]]:
     """Record near misses of any signals, each (signal id, message id, why,
     also, typo address or None), in one statement; a message already
     recorded for its signal stays as it was, and so does a repeat within
-    `misses` (the first one given is kept). Returns (signal id, why) of
-    each one that was new."""
+    `misses` (the first one given is kept). `fences` (signal id → the
+    check's fence): a signal whose fence moved on (a redrive fenced the
+    check out) gets none. Returns (signal id, why) of each one that was new."""
     if not misses:
         return []
+    fences = fences or {}
     given: set[tuple[str, str]] = set()
-    kept: list[tuple[str, str, str, str, str | None]] = []
+    kept: list[tuple[str, str, str, str, str | None, int | None]] = []
     for signal_id, mid, why, also, address in misses:
         if (signal_id, mid) not in given:
             given.add((signal_id, mid))
-            kept.append((signal_id, mid, why, ",".join(also), address or None))
+            kept.append(
+                (signal_id, mid, why, ",".join(also), address or None, fences.get(signal_id))
+            )
     rows = raw.rows(session, _NEAR_MISSES, {"misses": json.dumps(kept)})
     return [(r["signal_id"], r["why"]) for r in rows]
+
+
+def near_miss_typo_of_namespace(session: Connection, namespace: str, message_id: str) -> bool:
+    """Whether the message is a `recipient_typo` near miss of one of `namespace`'s signals."""
+    return (
+        session.execute(
+            text(
+                "SELECT 1 FROM near_misses n JOIN signals s ON s.id = n.signal_id"
+                " WHERE n.message_id = :m AND n.why = 'recipient_typo' AND s.namespace = :ns"
+                " LIMIT 1"
+            ),
+            {"m": message_id, "ns": namespace},
+        ).first()
+        is not None
+    )
 
 
 def near_miss_list(session: Connection, signal_id: str) -> Sequence[Row]:
@@ -342,10 +369,12 @@ def message_near_address(
     )
 
 
-# The messages a check recorded for one recipient in one window, oldest first.
+# The messages a check recorded for one recipient in one window, oldest first:
+# their summaries only (a body filter reads each one's bytes on its own).
 _IN_WINDOW = raw.Query(
     """
-    SELECT id, received_at, subject, recipients, run_marker, raw FROM messages
+    SELECT id, received_at, subject, recipients, run_marker, raw IS NULL AS purged
+      FROM messages
      WHERE provider = :provider AND recipients @> ARRAY[CAST(:recipient AS text)]
        AND received_at >= :opens AND received_at <= :closes
      ORDER BY received_at, id
@@ -364,8 +393,8 @@ def message_list_in_window(
     limit: int,
 ) -> list[Mapping[Any, Any]]:
     """Up to `limit` recorded messages of `provider` addressed to `recipient`
-    (envelope, To or Cc) received in [opens, closes], oldest first, raw bytes
-    included (None once purged)."""
+    (envelope, To or Cc) received in [opens, closes], oldest first: their
+    summaries and whether their content was purged, never their bytes."""
     return raw.rows(
         session,
         _IN_WINDOW,

@@ -12,6 +12,7 @@ from sqlalchemy.orm import DeclarativeBase
 from app.domain.chaos import ChaosStage
 from app.domain.expectations import Expect
 from app.domain.matching import Why
+from app.domain.refusals import RefusalReason
 from app.domain.states import (
     CheckOutcome,
     CheckReason,
@@ -55,6 +56,7 @@ ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
     ("dead_letters", "state"): tuple(DeadLetterState),
     ("webhook_deliveries", "state"): tuple(DeliveryState),
     ("chaos_rules", "stage"): tuple(ChaosStage),
+    ("smtp_refusals", "reason"): tuple(RefusalReason),
 }
 
 

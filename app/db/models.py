@@ -22,8 +22,6 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Boolean,
-    CheckConstraint,
-    Float,
     ForeignKey,
     Identity,
     Index,
@@ -92,6 +90,7 @@ class SinkMessage(Base):
     size: Mapped[int] = mapped_column(Integer)
     # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes] = mapped_column(LargeBinary)
+    auth_namespace: Mapped[str | None] = mapped_column(String(128))  # SMTP AUTH's (0020)
     message_id: Mapped[str | None] = mapped_column(String(40), unique=True)  # msg_: 0022
     __table_args__ = (
         # No pending list: every look searches it, and searches read a
@@ -121,6 +120,7 @@ class Message(Base):
     delivered_to: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     # A line of the raw message ended in a bare LF (kept as received).
     bare_lf: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    auth_namespace: Mapped[str | None] = mapped_column(String(128))  # SMTP AUTH's (0020)
     # Purged (NULL) with its mailbox or by the inbox; compressed as above (0016).
     raw: Mapped[bytes | None] = mapped_column(LargeBinary)
     from_addr: Mapped[str | None] = mapped_column(Text)  # to read_at: the inbox's (0022)
@@ -401,38 +401,6 @@ class WebhookDelivery(Base):
     )
 
 
-class ChaosRule(Base):
-    """A namespace's rule for the sink: answer `stage` for `recipient` (an
-    address or `*@domain`) with `reply`, `times` times or with `probability`,
-    until `expires_at`. `applied` is counted by one guarded update, shared by
-    every sink process."""
-
-    __tablename__ = "chaos_rules"
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    namespace: Mapped[str] = mapped_column(String(128))
-    # The rule's place in its namespace's list: the first that applies answers.
-    position: Mapped[int] = mapped_column(Integer)
-    recipient: Mapped[str] = mapped_column(String(320))
-    stage: Mapped[str] = mapped_column(String(8))
-    reply: Mapped[str] = mapped_column(String(512))
-    times: Mapped[int | None] = mapped_column(Integer)
-    probability: Mapped[float | None] = mapped_column(Float)
-    applied: Mapped[int] = mapped_column(Integer, server_default="0")
-    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
-    expires_at: Mapped[datetime] = mapped_column(TS)
-    __table_args__ = (
-        *one_of("chaos_rules", "stage"),
-        CheckConstraint("(times IS NULL) <> (probability IS NULL)", name="times_or_probability"),
-        Index(None, "namespace", "position"),
-        Index(None, "expires_at"),
-    )
-
-
-class ConsoleSessionRevoked(Base):
-    """A console session signed out before its cookie expired: every API
-    replica refuses the cookie while its row is here (until `expires_at`, when
-    the cookie expires by itself and the row may go)."""
-
-    __tablename__ = "console_sessions_revoked"
-    sid: Mapped[str] = mapped_column(String(64), primary_key=True)
-    expires_at: Mapped[datetime] = mapped_column(TS)
+# The tables of chaos rules, console sessions and refused deliveries: a module
+# of their own (this one's size).
+from app.db import models_more as _more  # noqa: E402, F401

@@ -20,12 +20,13 @@ from app.domain.ids import new_id
 
 
 def sink_messages_store(
-    session: Connection, items: Sequence[tuple[str | None, Sequence[str], bytes]]
+    session: Connection, items: Sequence[tuple[Any, ...]]
 ) -> list[tuple[int, str, datetime]]:
-    """Store raw messages ``(mail_from, recipients, raw)`` in one statement, each
-    with ``recipients`` (lower-cased, sorted) as its envelope and all recipients
-    and a fresh ``msg_`` id; their (sink id, message id, received_at), in the
-    order of ``items``.
+    """Store raw messages ``(mail_from, recipients, raw[, auth_namespace])`` in
+    one statement, each with ``recipients`` (lower-cased, sorted) as its
+    envelope and all recipients, a fresh ``msg_`` id, and the namespace its
+    sender authenticated for (or None); their (sink id, message id,
+    received_at), in the order of ``items``.
 
     Rows are inserted in the items' order (``ORDER BY n``), so the sequence
     hands out ascending ids in that order: the returned ids, sorted, map back
@@ -34,12 +35,14 @@ def sink_messages_store(
         return []
     rows = ", ".join(
         f"(CAST(:f{i} AS text), CAST(:r{i} AS text[]), CAST(:b{i} AS bytea), {i},"
-        f" CAST(:m{i} AS text))"
+        f" CAST(:m{i} AS text), CAST(:a{i} AS text))"
         for i in range(len(items))
     )
     params: dict[str, Any] = {}
-    for i, (mail_from, recipients, data) in enumerate(items):
+    for i, item in enumerate(items):
+        mail_from, recipients, data = item[:3]
         params[f"f{i}"] = mail_from
+        params[f"a{i}"] = item[3] if len(item) > 3 else None
         params[f"r{i}"] = sorted({r.lower() for r in recipients})
         params[f"b{i}"] = data
         params[f"m{i}"] = new_id("msg")
@@ -47,9 +50,10 @@ def sink_messages_store(
         session,
         raw.query(
             "INSERT INTO sink_messages"
-            " (mail_from, envelope_recipients, all_recipients, size, raw, message_id) "
-            "SELECT f, r, r, octet_length(b), b, m "
-            f"FROM (VALUES {rows}) AS v(f, r, b, n, m) ORDER BY n "
+            " (mail_from, envelope_recipients, all_recipients, size, raw, message_id,"
+            " auth_namespace) "
+            "SELECT f, r, r, octet_length(b), b, m, a "
+            f"FROM (VALUES {rows}) AS v(f, r, b, n, m, a) ORDER BY n "
             "RETURNING id, message_id, received_at"
         ),
         params,
@@ -128,7 +132,8 @@ def _window_params(windows: Sequence[tuple[str, datetime]]) -> dict[str, Any]:
 def _page_sql(after: tuple[datetime, int] | None, limit: int, params: dict[str, Any]) -> str:
     return (
         """
-            SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw, sm.message_id
+            SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw, sm.message_id,
+                   sm.auth_namespace
               FROM sink_messages sm
              WHERE sm.all_recipients && CAST(:rcpts AS text[])
                AND sm.received_at >= :since
@@ -174,12 +179,13 @@ def sink_message_first_page(
 _BEFORE_WINDOWS = raw.Query(
     """
                 SELECT DISTINCT ON (m.id) m.id, m.received_at, m.envelope_recipients, m.raw,
-                       m.message_id
+                       m.message_id, m.auth_namespace
                   FROM unnest(CAST(:rcpts AS text[]), CAST(:sinces AS timestamptz[])) AS w(r, s)
                  CROSS JOIN LATERAL (
                         SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw,
-                               sm.message_id
-                          FROM (SELECT id, received_at, envelope_recipients, raw, message_id
+                               sm.message_id, sm.auth_namespace
+                          FROM (SELECT id, received_at, envelope_recipients, raw, message_id,
+                                       auth_namespace
                                   FROM sink_messages
                                  WHERE all_recipients && ARRAY[w.r]
                                 OFFSET 0) sm
@@ -225,7 +231,7 @@ def sink_message_before_windows(
 _NEAR_ADDRESSES = raw.Query(
     """
     SELECT w.id, w.received_at, w.all_recipients, sm.envelope_recipients, sm.raw,
-           sm.message_id
+           sm.message_id, sm.auth_namespace
       FROM (SELECT id, received_at, all_recipients
               FROM sink_messages
              WHERE received_at >= :since AND received_at <= :until

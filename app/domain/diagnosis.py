@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from app.domain.masking import mask_subject
 from app.domain.matching import Why
+from app.domain.refusals import Refusal, refusal_sentence
 
 __all__ = ["Diagnosis", "NearMiss", "recommend"]
 
@@ -65,6 +66,9 @@ class Diagnosis:
     # A matching message that arrived after the signal expired: seconds
     # after its deadline (negative when it expired earlier, on its budget).
     late_seconds_after_deadline: float | None = None
+    # A delivery to `recipient` that the sink refused within the window.
+    refusal: Refusal | None = None
+    recipient: str = ""
 
 
 def recommend(d: Diagnosis) -> str:
@@ -76,10 +80,12 @@ def recommend(d: Diagnosis) -> str:
     2. ``provider_errors``, or most checks failed at the provider / were skipped
        by an open circuit: the provider was not really looked at, so nothing
        else can be concluded;
-    3. a near miss, the most telling first (fewest failed rules, then in
+    3. a delivery to the recipient that the sink refused in the window
+       (550, 552, a chaos rule, AUTH, STARTTLS: `app.domain.refusals`);
+    4. a near miss, the most telling first (fewest failed rules, then in
        :class:`Why` order; the latest received within one kind);
-    4. no check ran at all: the workers are not consuming;
-    5. no message to the recipient reached the provider.
+    5. no check ran at all: the workers are not consuming;
+    6. no message to the recipient reached the provider.
     """
     counts = {k: max(int(v), 0) for k, v in d.checks_by_outcome.items()}
     total = sum(counts.values())
@@ -107,6 +113,9 @@ def recommend(d: Diagnosis) -> str:
             "check the provider's availability, address and credentials, then redrive "
             "the signal."
         )
+
+    if d.refusal is not None:
+        return refusal_sentence(d.refusal, d.recipient)
 
     near = _most_telling(d.near_misses)
     if near is not None:

@@ -15,11 +15,15 @@ behind tenant privacy.
   moment is known for good.
 
 A message belongs to the namespaces that owned or held one of its
-recipients when it was received, to the owners alone when one recipient is
-owned; one delivered only to addresses nobody owned or held belongs to those
-who owned or held an address its To or Cc names then, else to the first
-namespace that held one of its recipients afterwards; one sent only to
-shared addresses is public.
+recipients when it was received (its envelope recipients where the provider
+knows them, never a To or Cc the sender wrote beside them), to the owners
+alone when one recipient is owned; one delivered only to addresses nobody
+owned or held belongs to the first namespace that held one of its
+recipients afterwards; one sent only to shared addresses is public.
+
+**Authenticated**: a message whose SMTP sender authenticated with a
+namespace's API token as the password belongs to that namespace alone, as
+if it owned every recipient (`smtp_auth_outcome`, `belongs_to`).
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ def belongs_to(
     owner: Callable[[str], str | None],
     shared: Callable[[str], bool],
     holds: Mapping[str, Sequence[Hold]],
-    named: Iterable[str] = (),
+    authenticated: str | None = None,
 ) -> frozenset[str]:
     """The namespaces a message delivered to `recipients` at `received_at`
     belongs to: PUBLIC (every namespace), or a set of namespaces (empty: nobody
@@ -100,10 +104,11 @@ def belongs_to(
 
     `owner(address)` is the namespace owning it (None: nobody), `shared`
     says whether it is listed as shared, `holds` gives each address's hold
-    episodes. `named` are the addresses its To and Cc name: when nobody
-    owned or held an address it was delivered to, it belongs to those who
-    owned or held one of these when it arrived (mail to a list, copied to a
-    watched address), before anyone who holds a delivered-to address later."""
+    episodes. `authenticated`: the namespace whose API token the sender
+    authenticated with over SMTP; the message is that namespace's alone,
+    whoever owns or holds its recipients."""
+    if authenticated:
+        return frozenset({authenticated})
     addresses = sorted({r.strip().lower() for r in recipients})
     owners = {o for o in map(owner, addresses) if o is not None}
     if owners:
@@ -112,19 +117,6 @@ def belongs_to(
     holders = {h.namespace for a in held for h in holds.get(a, ()) if h.covers(received_at)}
     if holders:
         return frozenset(holders)
-    others = sorted({n.strip().lower() for n in named} - set(addresses))
-    named_owners = {o for o in map(owner, others) if o is not None}
-    if named_owners:
-        return frozenset(named_owners)
-    named_holders = {
-        h.namespace
-        for a in others
-        if not shared(a)
-        for h in holds.get(a, ())
-        if h.covers(received_at)
-    }
-    if named_holders:
-        return frozenset(named_holders)
     later = [h for a in held for h in holds.get(a, ()) if h.held_from > received_at]
     if later:
         first = min(later, key=lambda h: (h.held_from, h.namespace))
@@ -132,6 +124,30 @@ def belongs_to(
     if len(held) < len(addresses):
         return PUBLIC
     return frozenset()
+
+
+@dataclass(frozen=True)
+class SmtpAuth:
+    """What an SMTP AUTH attempt comes to: whether it is `accepted`, and the
+    namespace its mail then belongs to alone (None: decided by its recipients)."""
+
+    accepted: bool
+    namespace: str | None = None
+
+
+def smtp_auth_outcome(mode: str, token_namespace: str | None) -> SmtpAuth:
+    """The token rule of the sink's AUTH (`SIGNALBOX_SMTP_AUTH`), given the
+    namespace whose API token the password is (None: it is no token).
+
+    - `optional`: every attempt is accepted; a token makes the mail its
+      namespace's alone, any other password leaves it to its recipients;
+    - `required`: only a token is accepted;
+    - anything else (`off`): nothing is accepted (AUTH is not offered)."""
+    if mode == "optional":
+        return SmtpAuth(True, token_namespace)
+    if mode == "required" and token_namespace is not None:
+        return SmtpAuth(True, token_namespace)
+    return SmtpAuth(False)
 
 
 def sees(namespace: str, belongs: frozenset[str]) -> bool:

@@ -188,7 +188,13 @@ WEBHOOK_DELIVERIES = Counter(
     "Dead-letter webhook attempts by outcome (delivered, failed, gave_up).",
     ["outcome"],
 )
+SMTP_REFUSED = Counter(
+    "signalbox_smtp_refused",
+    "Deliveries the SMTP sink refused, by reason (a TLS hello on the plain port too).",
+    ["reason"],
+)
 DECLARED = (
+    SMTP_REFUSED,
     SIGNALS_CREATED,
     TIME_TO_FOUND,
     CHECKS,
@@ -241,6 +247,10 @@ def _observe_mail_bounds() -> None:
 
 
 _observe_mail_bounds()
+
+
+def smtp_refused(reason: str) -> None:
+    SMTP_REFUSED.labels(reason=reason).inc()
 
 
 def webhook_delivery(outcome: str) -> None:

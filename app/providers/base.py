@@ -60,6 +60,9 @@ class ProviderMessage:
     envelope_recipients: tuple[str, ...] = field(default_factory=tuple)
     recorded_known: bool = False
     recorded_id: str | None = None
+    # The namespace whose API token the SMTP sender authenticated with (the
+    # sink only): the message is that namespace's alone.
+    auth_namespace: str | None = None
     message_id: str | None = None
 
 

@@ -99,6 +99,7 @@ class SinkProvider:
                 envelope_recipients=tuple(r["envelope_recipients"]),
                 recorded_known=True,
                 recorded_id=r["recorded_id"],
+                auth_namespace=r["auth_namespace"],
                 message_id=r["message_id"],
             )
             for r in rows.values()

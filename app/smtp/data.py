@@ -25,6 +25,7 @@ class DataRead:
 
     content: bytes | None
     reply: str | None = None
+    size: int = 0  # the bytes read, also of data refused
 
 
 TOO_LONG = "500 Line too long (see RFC5321 4.5.3.1.6)"
@@ -67,5 +68,5 @@ async def read_data(
             continue
         lines.append(line[1:] if line.startswith(b".") else line)
     if error is not None:
-        return DataRead(None, error)
-    return DataRead(b"".join(lines))
+        return DataRead(None, error, size)
+    return DataRead(b"".join(lines), size=size)

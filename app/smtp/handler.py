@@ -21,9 +21,11 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
 from app.domain.chaos import ChaosStage
+from app.domain.refusals import RefusalReason, too_large_detail
 from app.infra.parse_pool import ParsePool
 from app.settings import Settings
 from app.smtp.batching import GroupCommit
+from app.smtp.refusals import RefusalLog, reply_code
 from app.usecases import intake
 from app.usecases.chaos import SinkChaos
 
@@ -123,6 +125,8 @@ class SinkHandler:
         self.pending: set[asyncio.Task[None]] = set()
         # Stored messages held in memory to be looked at for more recipients.
         self.parses_waiting = 0
+        # Every refused delivery: counted, and recorded for dead letters.
+        self.refusals = RefusalLog(settings)
 
     async def handle_MAIL(
         self,
@@ -157,17 +161,42 @@ class SinkHandler:
         rcpt_options: list[str],
     ) -> str:
         if len(envelope.rcpt_tos) >= self.settings.smtp_max_recipients:
-            return "452 4.5.3 Too many recipients"
+            return self._refused(
+                "452 4.5.3 Too many recipients",
+                RefusalReason.TOO_MANY_RECIPIENTS,
+                session,
+                [address],
+            )
         domain = address.rpartition("@")[2].lower().rstrip(">")
         if not domain:
             return "553 5.1.3 Recipient address must be name@domain"
         if self.domains and domain not in self.domains:
-            return "550 5.7.1 Recipient domain not accepted here"
+            return self._refused(
+                "550 5.7.1 Recipient domain not accepted here",
+                RefusalReason.RECIPIENT_DOMAIN,
+                session,
+                [address],
+                detail=f"recipient domain {domain} not accepted here",
+            )
         refused = await self._chaos_reply(envelope, ChaosStage.RCPT, [address])
         if refused is not None:
-            return refused
+            return self._refused(refused, RefusalReason.CHAOS, session, [address])
         envelope.rcpt_tos.append(address)
         return "250 OK"
+
+    def _refused(
+        self,
+        reply: str,
+        reason: RefusalReason,
+        session: Session,
+        recipients: Sequence[str],
+        detail: str | None = None,
+    ) -> str:
+        """Note a refused delivery (counted, recorded for dead letters); the reply."""
+        if reply_code(reply) >= 400:
+            auth = getattr(session, "auth_namespace", None)
+            self.refusals.note(reply, reason, recipients, auth, detail)
+        return reply
 
     async def _chaos_reply(
         self, envelope: Envelope, stage: ChaosStage, addresses: list[str]
@@ -192,13 +221,22 @@ class SinkHandler:
         if isinstance(raw, str):
             raw = raw.encode("utf-8", "surrogateescape")
         if len(raw) > self.settings.smtp_max_bytes:
-            return "552 5.3.4 Message too big"
+            return self._refused(
+                "552 5.3.4 Message too big",
+                RefusalReason.MESSAGE_TOO_LARGE,
+                session,
+                envelope.rcpt_tos,
+                detail=too_large_detail(len(raw), self.settings.smtp_max_bytes),
+            )
         refused = await self._chaos_reply(envelope, ChaosStage.DATA, list(envelope.rcpt_tos))
-        if refused is not None:
-            return refused  # nothing stored
+        if refused is not None:  # nothing stored
+            return self._refused(refused, RefusalReason.CHAOS, session, envelope.rcpt_tos)
         data = bytes(raw)
+        auth = getattr(session, "auth_namespace", None)
         try:
-            stored = await self.stores.submit((envelope.mail_from, list(envelope.rcpt_tos), data))
+            stored = await self.stores.submit(
+                intake.Received(envelope.mail_from, list(envelope.rcpt_tos), data, auth)
+            )
         except Exception:
             log.exception("message could not be stored", extra={"event": "sink_store_failed"})
             return "451 4.3.0 Temporary failure storing the message; try again"
@@ -213,10 +251,10 @@ class SinkHandler:
         in memory for that; past it a message keeps its envelope recipients
         (a flood with a slow broker or slow parses cannot exhaust memory)."""
         sink_ids = [s.sink_id for s in stored]
-        envelope = [r for _, rcpts, _ in received for r in rcpts]
+        envelope = [r for _, rcpts, *_ in received for r in rcpts]
         self._track(self._push(sink_ids, envelope))
         self._track(self._record(stored, received))
-        for sink_id, (_, rcpts, raw) in zip(sink_ids, received, strict=True):
+        for sink_id, (_, rcpts, raw, *_) in zip(sink_ids, received, strict=True):
             scanned = len(raw) <= INLINE_SCAN_BYTES
             if scanned and not intake.needs_parse(raw, rcpts):
                 continue  # its To and Cc plainly name only envelope recipients
@@ -321,3 +359,4 @@ class SinkHandler:
         self._store_thread.shutdown(wait=False)
         self._push_thread.shutdown(wait=False, cancel_futures=True)
         self._record_thread.shutdown(wait=False, cancel_futures=True)
+        self.refusals.close()

@@ -5,17 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import socket
+import ssl
 from typing import Any, cast
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import MISSING, SMTP, syntax
 
 from app.domain.mail import PLAIN_ADDR_SPEC
+from app.domain.refusals import RefusalReason, too_large_detail
 from app.infra.joined_writes import JoinedWrites
 from app.settings import Settings
-from app.smtp.data import TOO_LONG, read_data
+from app.smtp.data import TOO_LONG, TOO_MUCH, read_data
 from app.smtp.handler import SinkHandler, aiosmtpd_names
+from app.smtp.session import SinkSMTP
+from app.smtp.tls import server_context, sink_hostname, tls_wanted
 
 log = logging.getLogger("signalbox.smtp")
 
@@ -64,7 +67,7 @@ IDLE_REPLY = b"421 4.4.2 Idle too long; closing connection\r\n"
 _PLAIN_PATH_RE = re.compile(rf"<({PLAIN_ADDR_SPEC})>")
 
 
-class _CappedSMTP(SMTP):
+class _CappedSMTP(SinkSMTP):
     """An SMTP session that answers 421 and closes when the sink already has
     `SIGNALBOX_SMTP_MAX_CONNECTIONS` sessions open, or
     `SIGNALBOX_SMTP_MAX_CONNECTIONS_PER_IP` from the client's address; and
@@ -151,8 +154,15 @@ class _CappedSMTP(SMTP):
         await self.push("354 End data with <CR><LF>.<CR><LF>")
         read = await read_data(self._reader, self.data_size_limit, self.line_length_limit)
         if read.content is None:
+            reply = read.reply or TOO_LONG
+            if reply == TOO_MUCH:
+                limit = self.data_size_limit or 0
+                detail = too_large_detail(read.size, limit)
+                self._note(reply, RefusalReason.MESSAGE_TOO_LARGE, self.envelope.rcpt_tos, detail)
+            else:
+                self._note(reply, RefusalReason.LINE_TOO_LONG, self.envelope.rcpt_tos)
             self._set_post_data_state()
-            await self.push(read.reply or TOO_LONG)
+            await self.push(reply)
             return
         self.envelope.content = read.content
         self.envelope.original_content = read.content
@@ -212,15 +222,68 @@ class _CappedSMTP(SMTP):
 
 
 class SinkController(Controller):
-    def __init__(self, handler: SinkHandler, settings: Settings, **kwargs: Any) -> None:
+    """The plain listener (STARTTLS unless `SIGNALBOX_SMTP_TLS=off`) and, on
+    `SIGNALBOX_SMTPS_PORT` (0: none), the implicit-TLS one: one event loop,
+    one handler, one connection gate for both."""
+
+    def __init__(
+        self,
+        handler: SinkHandler,
+        settings: Settings,
+        *,
+        tls_context: ssl.SSLContext | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(handler, **kwargs)
         self.sink = handler
+        self.settings = settings
+        self.tls = tls_context
+        self.smtps_port = settings.smtps_port if tls_context is not None else 0
+        self.smtps_server: asyncio.AbstractServer | None = None
         self.gate = _ConnectionGate(
             settings.smtp_max_connections, settings.smtp_max_connections_per_ip
         )
 
     def factory(self) -> SMTP:
-        return _CappedSMTP(self.handler, gate=self.gate, **self.SMTP_kwargs)
+        starttls = self.tls if self.settings.smtp_tls != "off" else None
+        return _CappedSMTP(
+            self.handler,
+            gate=self.gate,
+            settings=self.settings,
+            tls_context=starttls,
+            **self.SMTP_kwargs,
+        )
+
+    def _smtps_factory(self) -> SMTP:
+        return _CappedSMTP(
+            self.handler,
+            gate=self.gate,
+            settings=self.settings,
+            implicit_tls=True,
+            **self.SMTP_kwargs,
+        )
+
+    def _create_server(self) -> Any:
+        return self._create_servers()
+
+    async def _create_servers(self) -> asyncio.AbstractServer:
+        plain = await self.loop.create_server(
+            self._factory_invoker, host=self.hostname, port=self.port
+        )
+        if self.smtps_port:
+            try:
+                self.smtps_server = await self.loop.create_server(
+                    self._smtps_factory, host=self.hostname, port=self.smtps_port, ssl=self.tls
+                )
+            except BaseException:
+                plain.close()
+                raise
+        return plain
+
+    def cancel_tasks(self, stop_loop: bool = True) -> None:
+        if self.smtps_server is not None:
+            self.smtps_server.close()
+        super().cancel_tasks(stop_loop)
 
     def start(self) -> None:
         super().start()
@@ -257,14 +320,18 @@ def make_controller(settings: Settings) -> SinkController:
     # Its matching parses in the parse pool (a small message in the look's
     # thread, bounded to milliseconds): no message stalls the sink.
     checks.parse_with(handler.parser.parse_blocking)
+    # Made (or read) before the loop starts: a certificate that cannot be
+    # used fails the start naming its setting.
+    tls = server_context(settings) if tls_wanted(settings) else None
     return SinkController(
         handler,
         settings,
+        tls_context=tls,
         hostname=settings.smtp_host,
         port=settings.smtp_port,
-        # The name in the banner and EHLO: aiosmtpd looks it up for each
-        # connection when it is not given.
-        server_hostname=socket.getfqdn(),
+        # The name in the banner, EHLO and the self-signed certificate:
+        # aiosmtpd looks it up for each connection when it is not given.
+        server_hostname=sink_hostname(settings),
         data_size_limit=settings.smtp_max_bytes,
         # Idle between commands; before the first, shorter (_CappedSMTP).
         timeout=settings.smtp_idle_seconds,

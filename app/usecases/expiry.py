@@ -23,11 +23,12 @@ from app.domain.diagnosis import Diagnosis, NearMiss, recommend
 from app.domain.expectations import duplicate_sentence
 from app.domain.ids import new_id
 from app.domain.masking import mask_subject
+from app.domain.refusals import Refusal
 from app.domain.states import CheckOutcome, ExpiryReason, Status
 from app.infra import dispatch
 from app.infra.keys import recipient_hash
 from app.settings import get_settings
-from app.usecases import views, webhooks
+from app.usecases import refusals, views, webhooks
 
 log = logging.getLogger("signalbox.expiry")
 
@@ -101,6 +102,8 @@ def _record_dead_letter(
             last_error_code=row["last_error_code"],
             near_misses=near,
             subject_contains=row["subject_contains"],
+            refusal=_refusal(session, row, reason),
+            recipient=row["recipient"],
         )
     )
     if reason == ExpiryReason.DUPLICATE_MESSAGES and duplicates is not None:
@@ -136,6 +139,25 @@ def _record_dead_letter(
         },
     )
     return dead_letter_id
+
+
+def _refusal(session: Connection, row: Mapping[Any, Any], reason: str) -> Refusal | None:
+    """The sink's refusal of a delivery to the signal's recipient in its window."""
+    if reason == ExpiryReason.CLAIMS_EXHAUSTED:
+        return None
+    try:
+        with session.begin_nested():  # a failed look never costs the dead letter
+            return refusals.refusal_for_signal(session, row)
+    except Exception as exc:
+        log.warning(
+            "refused deliveries could not be looked for",
+            extra={
+                "event": "refusal_look_failed",
+                "signal_id": row["id"],
+                "error": type(exc).__name__,
+            },
+        )
+        return None
 
 
 def _near_miss_json(n: NearMiss) -> dict[str, Any]:

@@ -77,7 +77,7 @@ def visible_rows(
     belongs = belonging(
         session,
         settings,
-        [(r["id"], r["received_at"], r["delivered_to"], r["recipients"]) for r in rows],
+        [(r["id"], r["received_at"], r["delivered_to"], r["auth_namespace"]) for r in rows],
     )
     alone = sole_namespace(session, settings) == namespace
     return [
@@ -200,7 +200,7 @@ def _own(session: Connection, settings: Settings, namespace: str, rows: Sequence
     belongs = belonging(
         session,
         settings,
-        [(r["id"], r["received_at"], r["delivered_to"], r["recipients"]) for r in rows],
+        [(r["id"], r["received_at"], r["delivered_to"], r["auth_namespace"]) for r in rows],
     )
     alone = sole_namespace(session, settings) == namespace
     return [
@@ -249,7 +249,7 @@ def event_items(
         belongs = belonging(
             session,
             settings,
-            [(r["id"], r["received_at"], r["delivered_to"], r["recipients"]) for r in rows],
+            [(r["id"], r["received_at"], r["delivered_to"], r["auth_namespace"]) for r in rows],
         )
         alone = sole_namespace(session, settings)
     return {

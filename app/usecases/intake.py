@@ -34,8 +34,14 @@ from app.usecases.checks.observed import record_messages
 log = logging.getLogger("signalbox.sink")
 
 
-# One received message: (MAIL FROM, envelope recipients, raw bytes).
-Received = tuple[str | None, Sequence[str], bytes]
+class Received(NamedTuple):
+    """One received message: MAIL FROM, envelope recipients, raw bytes, and
+    the namespace whose API token its sender authenticated with (None: none)."""
+
+    mail_from: str | None
+    rcpts: Sequence[str]
+    raw: bytes
+    auth_namespace: str | None = None
 
 
 class StoredMail(NamedTuple):
@@ -53,7 +59,7 @@ def store_many(settings: Settings, received: Sequence[Received]) -> list[StoredM
     returns, in one round trip instead of three. Returns them, in order."""
     with autocommit() as session:
         stored = [StoredMail(*s) for s in sink_messages_db.sink_messages_store(session, received)]
-    for (sink_id, message_id, _), (_, rcpts, raw) in zip(stored, received, strict=True):
+    for (sink_id, message_id, _), (_, rcpts, raw, *_) in zip(stored, received, strict=True):
         log.info(
             "message received",
             extra={
@@ -89,11 +95,13 @@ def record_stored(
         ProviderMessage(
             provider_message_id=str(s.sink_id),
             received_at=s.received_at,
-            raw=raw,
-            envelope_recipients=tuple(sorted({r.lower() for r in rcpts})),
+            raw=r[2],
+            envelope_recipients=tuple(sorted({a.lower() for a in r[1]})),
             message_id=s.message_id,
+            # The first to record a message decides who may see it.
+            auth_namespace=r[3] if len(r) > 3 else None,
         )
-        for s, (_, rcpts, raw) in zip(stored, received, strict=True)
+        for s, r in zip(stored, received, strict=True)
     ]
     with transaction() as session:
         record_messages(session, provider, found)

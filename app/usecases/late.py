@@ -63,7 +63,7 @@ def find_late_mail(
             session,
             settings,
             (
-                (o.message_id, o.message.received_at, o.delivered_to, (*o.mail.to, *o.mail.cc))
+                (o.message_id, o.message.received_at, o.delivered_to, o.message.auth_namespace)
                 for o in observed
             ),
         )

@@ -25,13 +25,14 @@ from app.db.engine import transaction
 from app.domain.ids import token_hash
 from app.domain.masking import mask_addresses
 from app.domain.states import DeadLetterState
-from app.errors import Conflict, InvalidInput, NotFound
+from app.errors import Conflict, InvalidInput, NotFound, TooManyWaiting
 from app.infra import dispatch
 from app.infra.redis import READ_TIMEOUT_SECONDS, client_for, is_redis_url, redis_url
 from app.settings import Settings
 from app.usecases import views
 from app.usecases.auth import Principal
 from app.usecases.inputs import NAME_PATTERN, RUN_ID_PATTERN, Discard, Redrive
+from app.usecases.signals import QUOTA_RETRY_AFTER_SECONDS
 
 log = logging.getLogger("signalbox.triage")
 
@@ -193,10 +194,27 @@ class _SignalMoved(Exception):
     """The dead letter's signal is not expired any more: undo this one move."""
 
 
-def _redrive_one(session: Connection, dead_letter_id: str, signal_id: str, req: Redrive) -> Any:
+class _NoRoom(Exception):
+    """The signal's namespace already has as many waiting signals as it may."""
+
+
+def _too_many_waiting(max_waiting: int) -> TooManyWaiting:
+    return TooManyWaiting(
+        f"this namespace already has {max_waiting} waiting signals"
+        " (SIGNALBOX_MAX_WAITING_PER_NAMESPACE); redrive when some are found or expired",
+        retry_after_seconds=QUOTA_RETRY_AFTER_SECONDS,
+    )
+
+
+def _redrive_one(session: Connection, dl: Mapping[Any, Any], req: Redrive, max_waiting: int) -> Any:
     """open → redriven and its signal expired → waiting, both guarded; None if
-    the dead letter was not open. Raises _SignalMoved if the signal was not
-    expired (the caller rolls the pair back)."""
+    the dead letter was not open. Raises _NoRoom when the signal's namespace
+    has `max_waiting` waiting signals (counted one redrive or create at a
+    time, as creates near the quota are) and _SignalMoved if the signal was
+    not expired (the caller rolls the pair back)."""
+    dead_letter_id, signal_id = dl["id"], dl["signal_id"]
+    if signals_db.signal_waiting_count(session, dl["namespace"], serialise=True) >= max_waiting:
+        raise _NoRoom(dl["namespace"])
     if (
         dead_letters_db.dead_letter_resolve(
             session, dead_letter_id, to_state=DeadLetterState.REDRIVEN, note=None
@@ -212,14 +230,19 @@ def _redrive_one(session: Connection, dead_letter_id: str, signal_id: str, req: 
     return row
 
 
-def dead_letter_redrive(caller: Principal, dead_letter_id: str, req: Redrive) -> dict[str, Any]:
+def dead_letter_redrive(
+    caller: Principal, dead_letter_id: str, req: Redrive, max_waiting: int
+) -> dict[str, Any]:
     """open dead letter → redriven, its signal → waiting with a new deadline
     and budget; history (checks, near misses, old dead letters) stays.
-    Redriving twice answers 409: it never creates a second signal."""
+    Redriving twice answers 409: it never creates a second signal. A
+    namespace with `max_waiting` waiting signals gets 429, as a create does."""
     with transaction() as session:
         dl = _dead_letter_get(session, caller, dead_letter_id)
         try:
-            row = _redrive_one(session, dead_letter_id, dl["signal_id"], req)
+            row = _redrive_one(session, dl, req, max_waiting)
+        except _NoRoom:
+            raise _too_many_waiting(max_waiting) from None
         except _SignalMoved:
             raise Conflict(
                 "the signal is not expired any more", code="signal_not_expired"
@@ -278,13 +301,21 @@ def _bulk(
     return moved
 
 
-def dead_letters_redrive(caller: Principal, req: BulkRedrive) -> dict[str, Any]:
+def dead_letters_redrive(caller: Principal, req: BulkRedrive, max_waiting: int) -> dict[str, Any]:
     """Redrive up to `limit` open dead letters matching the filter; their
-    signals are sent for a check after each batch commits."""
+    signals are sent for a check after each batch commits. A dead letter
+    whose namespace has `max_waiting` waiting signals stays open; when that
+    left every match unmoved, 429 as for a create."""
     signal_ids: list[str] = []
+    no_room = 0
 
     def move(session: Connection, row: Mapping[Any, Any]) -> bool:
-        redriven = _redrive_one(session, row["id"], row["signal_id"], req)
+        nonlocal no_room
+        try:
+            redriven = _redrive_one(session, row, req, max_waiting)
+        except _NoRoom:
+            no_room += 1
+            return False
         if redriven is not None:
             signal_ids.append(redriven["id"])
         return redriven is not None
@@ -292,6 +323,8 @@ def dead_letters_redrive(caller: Principal, req: BulkRedrive) -> dict[str, Any]:
     moved = _bulk(caller, req.filter, req.limit, move)
     for signal_id in signal_ids:
         dispatch.enqueue_check(signal_id)
+    if not moved and no_room:
+        raise _too_many_waiting(max_waiting)
     log.info(
         "dead letters redriven",
         extra={"event": "dead_letters_redriven", "count": len(moved), "by": _who(caller)},

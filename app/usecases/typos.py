@@ -58,6 +58,7 @@ def record_typo_near_misses(
                 received_at=r["received_at"],
                 raw=bytes(r["raw"]),
                 envelope_recipients=tuple(r["envelope_recipients"]),
+                auth_namespace=r["auth_namespace"],
                 message_id=r["message_id"],
             )
             for r in sink_messages_db.sink_message_near_address(session, recipient, **bounds)

@@ -4,7 +4,8 @@ the whole-message routes) asks before it shows one.
 
 A message belongs to the namespaces that owned or held one of the
 recipients it was delivered to (`delivered_to`: its envelope where the
-provider knows it, else To and Cc) when it was received
+provider knows it, else To and Cc) when it was received, or to the
+namespace whose API token its SMTP sender authenticated with alone
 (`app.domain.ownership.belongs_to`); only those see it.
 """
 
@@ -22,8 +23,9 @@ from app.domain.ownership import belongs_to, is_shared, owner_of, sees
 from app.settings import Settings
 
 # A message as ownership sees it: (our id, when it was received, the
-# recipients it was delivered to, the addresses its To and Cc name).
-Delivery = tuple[str, datetime, Sequence[str], Sequence[str]]
+# recipients it was delivered to, the namespace its sender authenticated
+# for over SMTP or None).
+Delivery = tuple[str, datetime, Sequence[str], str | None]
 
 
 def belonging(
@@ -31,9 +33,7 @@ def belonging(
 ) -> dict[str, frozenset[str]]:
     """message id → the namespaces it belongs to (ownership.PUBLIC: all)."""
     deliveries = list(deliveries)
-    addresses = sorted(
-        {a.strip().lower() for _, _, rcpts, named in deliveries for a in (*rcpts, *named)}
-    )
+    addresses = sorted({a.strip().lower() for _, _, rcpts, _ in deliveries for a in rcpts})
     mailboxes, holds = holds_db.standing_many(session, addresses)
     domains = settings.namespace_domain_owners
     shared = settings.shared_address_entries
@@ -45,8 +45,10 @@ def belonging(
         return is_shared(address, shared)
 
     return {
-        mid: belongs_to(rcpts, received_at, owner=owner, shared=listed, holds=holds, named=named)
-        for mid, received_at, rcpts, named in deliveries
+        mid: belongs_to(
+            rcpts, received_at, owner=owner, shared=listed, holds=holds, authenticated=auth
+        )
+        for mid, received_at, rcpts, auth in deliveries
     }
 
 

@@ -112,3 +112,51 @@ def test_npm_pack_ships_the_build_and_a_readme_with_the_playwright_fixture(
     assert not [n for n in names if n.startswith(("package/src/", "package/test", "package/node"))]
     assert 'from "signalbox-client/playwright"' in readme
     assert "async ({ page, signalbox, mailbox })" in readme
+
+
+def test_npm_pack_of_a_clean_copy_builds_dist_and_the_tarball_imports_in_a_fresh_project(
+    node_deps: None, tmp_path: Path
+) -> None:
+    """A clean checkout has no `dist`: `npm pack` builds it (`prepack`), and a
+    project that installs the tarball imports the client (no ERR_MODULE_NOT_FOUND)."""
+    import shutil
+
+    clean = tmp_path / "checkout" / "typescript"
+    shutil.copytree(
+        CLIENT,
+        clean,
+        ignore=shutil.ignore_patterns(
+            "dist", "node_modules", "*.tgz", "test-results", "playwright-report"
+        ),
+    )
+    assert not (clean / "dist").exists()
+    # What `npm ci` installs in a clean checkout (the compiler), linked, not fetched again.
+    (clean / "node_modules").symlink_to(CLIENT / "node_modules", target_is_directory=True)
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    out = run(["npm", "pack", "--pack-destination", str(packed)], clean)
+    (tarball,) = packed.glob("signalbox-client-*.tgz")
+    with tarfile.open(tarball) as tar:
+        names = set(tar.getnames())
+    assert {"package/dist/index.js", "package/dist/playwright.js", "package/dist/message.js"} <= (
+        names
+    ), out
+
+    app = tmp_path / "app"  # outside the checkout: nothing of the client's node_modules above it
+    app.mkdir()
+    (app / "package.json").write_text(
+        '{"name": "app", "version": "1.0.0", "private": true, "type": "module"}'
+    )
+    run(["npm", "install", str(tarball), "--no-audit", "--no-fund", "--offline"], app)
+    (app / "main.mjs").write_text(
+        'import { Signalbox, Message, SignalCancelled } from "signalbox-client";\n'
+        'const sb = new Signalbox({ url: "http://127.0.0.1:9", token: "t" });\n'
+        "console.log(typeof sb.cancel, typeof Message.prototype.header,"
+        " typeof Message.prototype.attachment, SignalCancelled.name);\n"
+    )
+    assert run(["node", "main.mjs"], app).split() == [
+        "function",
+        "function",
+        "function",
+        "SignalCancelled",
+    ]

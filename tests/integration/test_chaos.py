@@ -145,7 +145,9 @@ def test_a_domain_rule_covers_an_owned_domain_and_no_other_domain_may_be_named(
 
 def test_times_hold_across_two_sink_processes_sending_at_once(chaos_stack: Stack) -> None:
     port = free_port()
-    chaos_stack.spawn("smtp2", ["smtp"], extra_env={"SIGNALBOX_SMTP_PORT": str(port)})
+    chaos_stack.spawn(
+        "smtp2", ["smtp"], extra_env={"SIGNALBOX_SMTP_PORT": str(port), "SIGNALBOX_SMTPS_PORT": "0"}
+    )
     wait_until(lambda: port_open(port), 60, what="second sink")
     to = address()
     rule = {"recipient": to, "stage": "rcpt", "reply": REPLY, "times": 5}

@@ -18,7 +18,7 @@ from app.domain.mail import ParsedMail
 from app.infra.parse_pool import ParsePool
 from tests.hostile_mail import slow_part_lines
 from tests.integration.helpers import create_signal, db_rows, mail, wait_result
-from tests.stack import Stack, wait_until
+from tests.stack import SHARED_DOMAIN, Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -39,6 +39,11 @@ def hostile(cc: str, parts: int = 10_000, subject_kb: int = 400) -> bytes:
         + body
         + b"--B--\r\n"
     )
+
+
+# A list address every namespace may watch (SIGNALBOX_SHARED_ADDRESSES of the
+# test stack): mail delivered only to it is public, so a Cc it names matches.
+SHARED_LIST = f"list@{SHARED_DOMAIN}"
 
 
 def sink_events(stack: Stack) -> list[dict[str, object]]:
@@ -88,16 +93,16 @@ def test_sink_answers_the_next_message_while_hostile_ones_are_parsed(stack: Stac
     try:
         with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=20) as smtp:
             for signal in hostile_signals:
-                # Envelope to the list only: the signal's recipient is known after parsing.
-                smtp.sendmail(
-                    "app@example.test", ["list@example.test"], hostile(signal["recipient"])
-                )
+                # Envelope to a shared list only (its mail is every namespace's,
+                # §11.1): the signal's recipient is known after parsing.
+                smtp.sendmail("app@example.test", [SHARED_LIST], hostile(signal["recipient"]))
         stack.send(mail(normal_signal["recipient"]), [normal_signal["recipient"]])
         hostile_ids = {
             r[0]
             for r in db_rows(
                 stack,
-                "SELECT id FROM sink_messages WHERE 'list@example.test' = ANY(envelope_recipients)",
+                "SELECT id FROM sink_messages WHERE %s = ANY(envelope_recipients)",
+                SHARED_LIST,
             )
         }
         assert len(hostile_ids) == 4  # stored and answered, none parsed yet

@@ -154,3 +154,26 @@ def test_a_push_with_no_signal_waiting_takes_nothing_and_looks_at_nothing(looks:
     signal_id = looks.create(recipient=recipient)
     assert signals.push("sink", [recipient], check_here=check_here) == [signal_id]
     assert check_here.looked == [signal_id]  # one look, with what the push took
+
+
+def test_a_check_fenced_out_by_a_redrive_writes_no_near_misses(looks: Looks) -> None:
+    """A check whose signal was redriven while it looked (the redrive moves
+    the fence on) writes nothing, its near misses included; the next check,
+    under the new fence, writes them."""
+    recipient = an_address()
+    signal_id = looks.create(recipient=recipient, subject_contains="the-one", look=False)
+    store(recipient, subject="not it")
+    _, taken = push_and_lock([recipient])
+    assert [r["id"] for r in taken] == [signal_id]
+    # What a redrive does to a check in flight (app/db/signals.py:signal_redrive).
+    sql("UPDATE signals SET check_fence = check_fence + 1 WHERE id = %s", signal_id)
+    check = in_process_check_for(looks.settings)
+    check(signal_id, taken=taken)
+    assert sql("SELECT count(*) FROM near_misses WHERE signal_id = %s", signal_id) == [(0,)]
+    assert sql("SELECT count(*) FROM checks WHERE signal_id = %s", signal_id) == [(0,)]
+
+    sql("UPDATE signals SET check_lease_until = NULL WHERE id = %s", signal_id)
+    check(signal_id)
+    assert sql("SELECT why FROM near_misses WHERE signal_id = %s", signal_id) == [
+        ("subject_mismatch",)
+    ]

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from tests.integration.helpers import mail, wait_result
-from tests.stack import Stack, wait_until
+from tests.integration.helpers import create_signal, mail, wait_result
+from tests.stack import SHARED_DOMAIN, Stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -47,11 +47,14 @@ def test_recipient_outside_accepted_domains_gets_550(strict_stack: Stack) -> Non
 def test_oversize_message_gets_552_and_nothing_is_stored(strict_stack: Stack) -> None:
     big = mail("user@example.test", body="x" * 30000)
     with (
-        pytest.raises(smtplib.SMTPResponseException) as err,
+        pytest.raises(smtplib.SMTPRecipientsRefused) as err,
         smtplib.SMTP(strict_stack.smtp_host, strict_stack.smtp_port, timeout=60) as smtp,
     ):
+        # smtplib declares its SIZE: the sink refuses the recipient (naming it
+        # in the refusal it records), not the sender.
         smtp.sendmail("app@example.test", ["user@example.test"], big)
-    assert err.value.smtp_code == 552
+    ((code, text),) = err.value.recipients.values()
+    assert code == 552 and b"message too large (" in text
     assert sink_count(strict_stack) == 0
 
 
@@ -91,9 +94,24 @@ def test_mail_to_a_cc_recipient_matches_the_signal(stack: Stack) -> None:
             "/v1/signals",
             json={"run_id": "run-cc", "test_case": "cc", "recipient": recipient.upper()},
         ).json()
-    raw = f"To: main@example.test\r\nCc: {recipient}\r\nSubject: hi\r\n\r\nhello\r\n"
-    stack.send(raw, ["main@example.test"])
+    # Delivered only to a shared address (public mail, §11.1): its Cc matches.
+    main = f"main@{SHARED_DOMAIN}"
+    raw = f"To: {main}\r\nCc: {recipient}\r\nSubject: hi\r\n\r\nhello\r\n"
+    stack.send(raw, [main])
     assert wait_result(stack, signal["signal_id"])["status"] == "found"
+
+
+def test_a_cc_naming_a_held_address_never_gives_mail_delivered_elsewhere_to_its_holder(
+    stack: Stack,
+) -> None:
+    """Visibility follows the envelope where the sink knows it, never a Cc the
+    sender wrote: mail delivered only to an address nobody holds is not the
+    namespace's that holds the address its Cc names (§11.1)."""
+    recipient = f"cc-{uuid.uuid4().hex[:6]}@example.test"
+    signal = create_signal(stack, recipient=recipient, expires_in_seconds=3)
+    raw = f"To: main@example.test\r\nCc: {recipient}\r\nSubject: hi\r\n\r\nhello\r\n"
+    stack.send(raw, [f"main-{uuid.uuid4().hex[:6]}@example.test"])
+    assert wait_result(stack, signal["signal_id"], wait=15)["status"] == "expired"
 
 
 def test_the_101st_recipient_of_one_message_gets_452(stack: Stack) -> None:

@@ -233,3 +233,57 @@ def test_concurrent_creates_across_the_one_statement_bound_stop_exactly_at_the_q
         t.join()
     assert sorted(statuses) == [201] * limit + [429] * (100 - limit)
     assert waiting(stack, "default") == limit
+
+
+# ---------------------------------------------------------------- redrive
+
+
+def test_redrive_single_and_bulk_honours_the_waiting_quota(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """A redrive makes a signal waiting again, so it counts against
+    SIGNALBOX_MAX_WAITING_PER_NAMESPACE like a create: at LIMIT - 1 waiting a
+    bulk redrive of three moves one; then single and bulk answer 429 and the
+    dead letters stay open."""
+    stack = stack_factory({"SIGNALBOX_MAX_WAITING_PER_NAMESPACE": str(LIMIT)})
+    stack.start(smtp=False)
+    doomed_run = f"run-{uuid.uuid4().hex[:8]}"
+    with stack.client() as api:
+        doomed = [
+            api.post(
+                "/v1/signals",
+                json={
+                    **signal_body(doomed_run, f"doomed-{i}"),
+                    "recipient": f"doomed-{i}@example.test",
+                    "expires_in_seconds": 1,
+                },
+            ).json()["signal_id"]
+            for i in range(3)
+        ]
+        dead_letters = []
+        for signal_id in doomed:
+            view = api.get(f"/v1/signals/{signal_id}", params={"wait": 30}).json()
+            assert view["status"] == "expired", view
+            dead_letters.append(view["dead_letter"]["dead_letter_id"])
+        run_id = f"run-{uuid.uuid4().hex[:8]}"
+        for i in range(LIMIT - 1):
+            r = api.post(
+                "/v1/signals", json={**signal_body(run_id, f"w-{i}"), "expires_in_seconds": 600}
+            )
+            assert r.status_code == 201, r.text
+        bulk = api.post("/v1/dead-letters/redrive", json={"filter": {"run_id": doomed_run}})
+        assert bulk.status_code == 200, bulk.text
+        assert bulk.json()["count"] == 1
+        assert waiting(stack, "default") == LIMIT
+        still_open = [
+            d for d in dead_letters if api.get(f"/v1/dead-letters/{d}").json()["state"] == "open"
+        ]
+        assert len(still_open) == 2
+        single = api.post(f"/v1/dead-letters/{still_open[0]}/redrive", json={})
+        assert single.status_code == 429, single.text
+        assert single.json()["error"]["code"] == "too_many_waiting"
+        assert int(single.headers["Retry-After"]) >= 1
+        again = api.post("/v1/dead-letters/redrive", json={"filter": {"run_id": doomed_run}})
+        assert again.status_code == 429, again.text
+        assert all(api.get(f"/v1/dead-letters/{d}").json()["state"] == "open" for d in still_open)
+    assert waiting(stack, "default") == LIMIT

@@ -15,6 +15,7 @@ from app.db.models import ENUMERATED, OTHER_CHECKS, Base
 from app.domain.chaos import ChaosStage
 from app.domain.expectations import Expect
 from app.domain.matching import Why
+from app.domain.refusals import RefusalReason
 from app.domain.states import (
     CheckOutcome,
     CheckReason,
@@ -62,6 +63,7 @@ def test_the_models_list_the_enums_values() -> None:
     assert ENUMERATED[("claims", "state")] == tuple(ClaimState)
     assert ENUMERATED[("webhook_deliveries", "state")] == tuple(DeliveryState)
     assert ENUMERATED[("chaos_rules", "stage")] == tuple(ChaosStage)
+    assert ENUMERATED[("smtp_refusals", "reason")] == tuple(RefusalReason)
 
 
 def test_the_migrations_froze_the_models_values() -> None:

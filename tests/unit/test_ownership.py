@@ -71,10 +71,12 @@ from datetime import UTC, datetime, timedelta  # noqa: E402
 from app.domain.ownership import (  # noqa: E402
     PUBLIC,
     Hold,
+    SmtpAuth,
     belongs_to,
     hold_lapses_at,
     is_shared,
     sees,
+    smtp_auth_outcome,
 )
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -146,22 +148,43 @@ def test_shared_entries_match_an_address_or_a_whole_domain() -> None:
     assert not is_shared("any@sub.shared.test", entries)
 
 
-def test_mail_delivered_to_nobody_s_address_goes_to_who_holds_an_address_it_names() -> None:
-    """A list address nobody holds, copied to a watched address: the watcher's.
-    An owned or held delivered-to address still decides first."""
-    holds = {"me@x.test": [Hold("a", T0 - timedelta(minutes=1))]}
+def test_only_delivered_to_addresses_decide_never_a_header_the_sender_wrote() -> None:
+    """Mail delivered to a list nobody holds is nobody's now, whatever its Cc
+    names (the envelope decides where the provider knows it, §11.1); it goes
+    to whoever holds the list afterwards."""
+    holds = {
+        "me@x.test": [Hold("a", T0 - timedelta(minutes=1))],
+        "list@x.test": [Hold("b", T0 + timedelta(minutes=5))],
+    }
+    got = belongs_to(["list@x.test"], T0, owner=lambda a: None, shared=lambda a: False, holds=holds)
+    assert got == {"b"}
+    assert not sees("a", got)
 
-    def belongs(recipients: list[str], named: list[str]) -> frozenset[str]:
-        return belongs_to(
+
+def test_mail_authenticated_with_a_namespace_token_is_that_namespace_s_alone() -> None:
+    """team-b's token on mail to an address team-a owns or holds: team-b's only."""
+    holds = {"held@x.test": [Hold("team-a", T0 - timedelta(minutes=1))]}
+    for recipients, owners in (
+        (["held@x.test"], {}),
+        (["mine@a.test"], {"mine@a.test": "team-a"}),
+        (["qa@shared.test"], {}),
+    ):
+        got = belongs_to(
             recipients,
             T0,
-            owner=lambda a: {"secret@owned.test": "c"}.get(a),
-            shared=lambda a: False,
+            owner=lambda a, o=owners: o.get(a),  # type: ignore[misc]
+            shared=lambda a: a.endswith("@shared.test"),
             holds=holds,
-            named=named,
+            authenticated="team-b",
         )
+        assert got == {"team-b"}
+        assert not sees("team-a", got)
+    assert _belongs(["held@x.test"], T0, holds=holds) == {"team-a"}  # without AUTH
 
-    assert belongs(["list@x.test"], ["list@x.test", "me@x.test"]) == {"a"}
-    assert belongs(["secret@owned.test"], ["me@x.test"]) == {"c"}
-    assert belongs(["list@x.test"], ["secret@owned.test", "me@x.test"]) == {"c"}
-    assert belongs(["list@x.test"], ["other@x.test"]) == frozenset()
+
+def test_the_smtp_auth_token_rule() -> None:
+    assert smtp_auth_outcome("optional", None) == SmtpAuth(True, None)
+    assert smtp_auth_outcome("optional", "team-b") == SmtpAuth(True, "team-b")
+    assert smtp_auth_outcome("required", "team-b") == SmtpAuth(True, "team-b")
+    assert smtp_auth_outcome("required", None) == SmtpAuth(False)
+    assert smtp_auth_outcome("off", "team-b") == SmtpAuth(False)

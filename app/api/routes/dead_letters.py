@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
-from app.api.deps import Caller
+from app.api.deps import AppSettings, Caller
 from app.api.params import Cursor, DeadLetterId, Limit, NamespaceQuery
 from app.api.responses import V1, errors
 from app.errors import InvalidInput
@@ -53,10 +53,10 @@ def dead_letter_causes(
     return {"items": items, "next_cursor": None}
 
 
-@router.post("/redrive", responses=errors(*V1))
-def redrive_many(body: BulkRedrive, caller: Caller) -> dict[str, Any]:
+@router.post("/redrive", responses=errors(*V1, 429))
+def redrive_many(body: BulkRedrive, caller: Caller, settings: AppSettings) -> dict[str, Any]:
     """Redrive up to `limit` open dead letters matching `filter`."""
-    return triage.dead_letters_redrive(caller, body)
+    return triage.dead_letters_redrive(caller, body, settings.max_waiting_per_namespace)
 
 
 @router.post("/discard", responses=errors(*V1))
@@ -70,11 +70,13 @@ def get_dead_letter(dead_letter_id: DeadLetterId, caller: Caller) -> dict[str, A
     return _shown(caller, triage.dead_letter_read(caller, dead_letter_id))
 
 
-@router.post("/{dead_letter_id}/redrive", responses=errors(*V1, 404, 409))
+@router.post("/{dead_letter_id}/redrive", responses=errors(*V1, 404, 409, 429))
 def redrive(
-    dead_letter_id: DeadLetterId, caller: Caller, body: Redrive | None = None
+    dead_letter_id: DeadLetterId, caller: Caller, settings: AppSettings, body: Redrive | None = None
 ) -> dict[str, Any]:
-    view = triage.dead_letter_redrive(caller, dead_letter_id, body or Redrive())
+    view = triage.dead_letter_redrive(
+        caller, dead_letter_id, body or Redrive(), settings.max_waiting_per_namespace
+    )
     return views.operator_view(view) if caller.is_ops else view
 
 

@@ -31,8 +31,7 @@ def list_checks(
 def list_matches(signal_id: SignalId, caller: Caller, settings: AppSettings) -> dict[str, Any]:
     """Every message matching the signal's filters in its window, oldest
     first, with the signal that took it (operators: any namespace, subjects masked)."""
-    items = matches.match_list(settings, caller.scope(), signal_id, masked=caller.is_ops)
-    return {"items": items}
+    return matches.match_list(settings, caller.scope(), signal_id, masked=caller.is_ops)
 
 
 @router.get("/claims/{claim_id}", responses=errors(*V1, 403, 404, state=(410,)))

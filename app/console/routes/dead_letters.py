@@ -20,6 +20,7 @@ from app.console.routes.common import (
     redirect,
     render,
     render_signal_page,
+    settings_of,
 )
 from app.usecases import triage
 from app.usecases.inputs import Discard, Redrive
@@ -104,8 +105,13 @@ async def dead_letters_bulk(request: Request, action: str, posted: SignedPost) -
         "Invalid form",
         "Check the numbers (limit 1 to 500) and, to discard, write a note.",
     )
-    fn = triage.dead_letters_redrive if action == "redrive" else triage.dead_letters_discard
-    result = await call(request, session, fn, session.principal, req)
+    if action == "redrive":
+        limit = settings_of(request).max_waiting_per_namespace
+        result = await call(
+            request, session, triage.dead_letters_redrive, session.principal, req, limit
+        )
+    else:
+        result = await call(request, session, triage.dead_letters_discard, session.principal, req)
     done = "redriven" if action == "redrive" else "discarded"
     return redirect(
         "/console/dead-letters?" + urlencode({**chosen, "done": done, "count": result["count"]})
@@ -136,7 +142,13 @@ async def dead_letter_redrive(
         "expires_in_seconds is 1 to 86400 and max_checks 1 to 10000.",
     )
     view = await call(
-        request, session, triage.dead_letter_redrive, session.principal, dead_letter_id, req
+        request,
+        session,
+        triage.dead_letter_redrive,
+        session.principal,
+        dead_letter_id,
+        req,
+        settings_of(request).max_waiting_per_namespace,
     )
     return redirect(f"/console/signals/{view['signal_id']}?done=redriven")
 

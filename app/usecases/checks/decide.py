@@ -190,7 +190,7 @@ class _Writer:
                 session,
                 self.batch.settings,
                 (
-                    (o.message_id, o.message.received_at, o.delivered_to, (*o.mail.to, *o.mail.cc))
+                    (o.message_id, o.message.received_at, o.delivered_to, o.message.auth_namespace)
                     for o in observed
                 ),
             )
@@ -222,7 +222,8 @@ class _Writer:
         push does, and the two never wait for each other in opposite orders."""
         provider = self.batch.taken[0]["provider"]
         if self._misses:
-            new = messages_db.near_misses_record(self.session, self._misses)
+            fences = {r["id"]: r["check_fence"] for r in self.batch.taken}
+            new = messages_db.near_misses_record(self.session, self._misses, fences)
             self.effects.mismatches.extend((provider, why) for _, why in new)
             self._misses = []
         if self._checks:

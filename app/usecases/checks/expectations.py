@@ -96,7 +96,10 @@ def write_expectation(
         matched = {c.message_id for c in matching}
         misses = pick(criteria, [c for c in candidates if c.message_id not in matched]).near_misses
         new_near += messages_db.near_miss_record_many(
-            session, row["id"], [(n.candidate.message_id, n.why.value, n.also) for n in misses]
+            session,
+            row["id"],
+            [(n.candidate.message_id, n.why.value, n.also) for n in misses],
+            fence=row["check_fence"],
         )
         decision = decide(
             expect,

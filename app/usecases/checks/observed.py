@@ -63,6 +63,11 @@ def parse_with(parse: Callable[[bytes], ParsedMail]) -> Callable[[bytes], Parsed
     return previous
 
 
+def parse_received(raw: bytes) -> ParsedMail:
+    """Parse one message as this process's checks do (see `parse_with`), uncached."""
+    return _parse(raw)
+
+
 def _parsed(provider: str, message: ProviderMessage) -> ParsedMail:
     """parse_mail, remembered per (provider, message id): a message never
     changes under its id, and every check of a mailbox sees it again."""
@@ -129,6 +134,7 @@ def record_messages(
                 "run_marker": p.run_marker,
                 "size": len(m.raw),
                 "bare_lf": has_bare_lf(m.raw),
+                "auth_namespace": m.auth_namespace,
                 "raw": m.raw,
                 **inbox_columns(m.raw, p),
             }

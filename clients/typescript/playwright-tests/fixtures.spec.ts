@@ -48,13 +48,22 @@ test.describe("the signalbox fixture", () => {
 test.describe("a retried test", () => {
   test.describe.configure({ retries: 1 });
 
-  test("gets a new run id and a new mailbox, the old one deleted", async ({ signalbox, mailbox }, testInfo) => {
+  test("gets a new run id and a new mailbox; the failed attempt's is kept, its signal cancelled", async ({ signalbox, mailbox }, testInfo) => {
     const state = join(testInfo.project.outputDir, "retry-state.json");
     if (testInfo.retry === 0) {
       const handle = await signalbox.watch({ recipient: mailbox.address, subjectContains: "Verify" });
+      const waiting = await signalbox.watch({ recipient: mailbox.address, subjectContains: "Welcome", expiresInSeconds: 60 });
       await send(mailbox.address, "Verify your account", signalbox.runId);
       await handle.wait();
-      writeFileSync(state, JSON.stringify({ runId: signalbox.runId, address: mailbox.address, mailboxId: mailbox.mailbox_id }));
+      writeFileSync(
+        state,
+        JSON.stringify({
+          runId: signalbox.runId,
+          address: mailbox.address,
+          mailboxId: mailbox.mailbox_id,
+          signalIds: [handle.signalId, waiting.signalId],
+        }),
+      );
       throw new Error("failing the first attempt on purpose");
     }
     expect(existsSync(state)).toBe(true);
@@ -62,7 +71,14 @@ test.describe("a retried test", () => {
     expect(signalbox.runId).toMatch(/:r1$/);
     expect(signalbox.runId).not.toBe(first.runId);
     expect(mailbox.address).not.toBe(first.address);
-    // The first attempt's mailbox was deleted after it (and its mail with it).
+    // The failed attempt's signals (one found, one waiting) were cancelled: no dead letter.
+    for (const signalId of first.signalIds) {
+      const view = await signalbox.getSignal(signalId);
+      expect([view.status, view.cancellation?.reason]).toEqual(["cancelled", "test_failed"]);
+    }
+    expect((await signalbox.deadLetters({ runId: first.runId })).items).toEqual([]);
+    // Its mailbox was kept (the evidence of the failure): deleting it now works, once.
+    await signalbox.deleteMailbox(first.mailboxId);
     await expect(signalbox.deleteMailbox(first.mailboxId)).rejects.toBeInstanceOf(NotFound);
     // This attempt's watch sees nothing of the first attempt's mail.
     const handle = await signalbox.watch({ recipient: mailbox.address, subjectContains: "Verify", expiresInSeconds: 2 });

@@ -15,8 +15,10 @@
  * ```
  */
 import { Claim, SignalHandle } from "./handles.js";
+import { Message } from "./message.js";
 import {
   SignalboxError,
+  SignalCancelled,
   SignalExpired,
   SignalNotReady,
   RateLimited,
@@ -315,6 +317,12 @@ export class Signalbox {
         this.emit({ type: "arrived", error });
         throw error;
       }
+      if (view.result === "cancelled") {
+        throw new SignalCancelled(
+          `signal ${view.signal_id} (${view.test_case}) was cancelled (${view.cancellation?.reason ?? "no reason"})`,
+          { view, code: "cancelled" },
+        );
+      }
       if (!PENDING.has(view.result)) return view;
       const now = Date.now();
       if (deadline !== null && now >= deadline) {
@@ -402,9 +410,23 @@ export class Signalbox {
     return new Claim(this, body);
   }
 
-  /** The whole message of an active claim: headers, text, HTML, links, attachments. */
-  async message(claimId: string): Promise<MessageView> {
-    return this.body<MessageView>({ method: "GET", path: idPath("/v1/claims/{}/message", ["claim", claimId]), retry: true });
+  /**
+   * The whole message of an active claim: headers, text, HTML, links,
+   * attachments; `header(name)` and `attachment(filename)` find one.
+   */
+  async message(claimId: string): Promise<Message> {
+    const view = await this.body<MessageView>({ method: "GET", path: idPath("/v1/claims/{}/message", ["claim", claimId]), retry: true });
+    return new Message(this, claimId, view);
+  }
+
+  /**
+   * End a signal its test no longer waits for: `cancelled` (final, no dead
+   * letter; an active claim ends). Again → the same view; a signal that
+   * ended otherwise rejects with `NotCancellable`.
+   */
+  async cancel(signalId: string, reason = "cancelled"): Promise<SignalView> {
+    const path = idPath("/v1/signals/{}/cancel", ["signal", signalId]);
+    return this.body<SignalView>({ method: "POST", path, json: { reason }, retry: true });
   }
 
   /** One attachment's decoded bytes. */

@@ -154,6 +154,24 @@ export class SignalExpired extends SignalboxError {
   }
 }
 
+/** Only a waiting, found or claimed signal can be cancelled (409 `not_cancellable`). */
+export class NotCancellable extends Conflict {}
+
+/** The signal was cancelled (its test ended or failed): nothing will match it. */
+export class SignalCancelled extends SignalboxError {
+  readonly view: SignalView;
+
+  constructor(message: string, details: ErrorDetails & { view: SignalView }) {
+    super(message, details);
+    this.view = details.view;
+  }
+
+  /** The reason it was cancelled with (`test_failed`, `test_ended`, …). */
+  get reason(): string | null {
+    return this.view.cancellation?.reason ?? null;
+  }
+}
+
 /** A signal with `expect: "none"` saw a matching message before its deadline (`arrived`). */
 export class UnexpectedMessage extends SignalboxError {
   readonly view: SignalView;

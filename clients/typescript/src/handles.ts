@@ -3,7 +3,8 @@
  * act through the client that made them (`client.ts`).
  */
 import type { ClaimOptions, Signalbox, WaitOptions } from "./client.js";
-import type { ClaimBody, MessageView, Receipt, SignalView } from "./types.js";
+import type { Message } from "./message.js";
+import type { ClaimBody, Receipt, SignalView } from "./types.js";
 
 /** A created signal: `wait()` for it, then `claim()` its message. */
 export class SignalHandle {
@@ -39,6 +40,12 @@ export class SignalHandle {
       if (seen) this.view = seen;
       throw error;
     }
+  }
+
+  /** Cancel the signal (see `Signalbox.cancel`); keeps the cancelled view. */
+  async cancel(reason = "cancelled"): Promise<SignalView> {
+    this.view = await this.client.cancel(this.signalId, reason);
+    return this.view;
   }
 
   /** Lease the message (see `Signalbox.claim`); the run is the signal's. */
@@ -87,8 +94,11 @@ export class Claim {
     this.owner = raw.owner ?? null;
   }
 
-  /** The whole message (headers, text, HTML, links with their text, attachments). */
-  message(): Promise<MessageView> {
+  /**
+   * The whole message (headers, text, HTML, links with their text,
+   * attachments); `header(name)` and `attachment(filename)` find one.
+   */
+  message(): Promise<Message> {
     return this.client.message(this.claimId);
   }
 

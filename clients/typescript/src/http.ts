@@ -12,6 +12,7 @@ import {
   InvalidId,
   InvalidRequest,
   LeaseExpired,
+  NotCancellable,
   NotClaimable,
   NotFound,
   RateLimited,
@@ -280,6 +281,7 @@ const CONFLICTS: Record<string, new (message: string, details: ErrorDetails) => 
   run_mismatch: RunMismatch,
   idempotency_conflict: IdempotencyConflict,
   not_claimable: NotClaimable,
+  not_cancellable: NotCancellable,
 };
 
 /** Map a non-2xx answer to the client's error (both body shapes accepted). */

@@ -29,6 +29,8 @@ export {
   RunMismatch,
   IdempotencyConflict,
   NotClaimable,
+  NotCancellable,
+  SignalCancelled,
   SignalNotReady,
   RateLimited,
   SignalExpired,
@@ -37,5 +39,6 @@ export {
   ServiceUnavailable,
   diagnosisText,
 } from "./errors.js";
+export { Message, Attachment } from "./message.js";
 export { checkedId, checkedRunId, segment, ID_PREFIXES } from "./http.js";
 export type * from "./types.js";

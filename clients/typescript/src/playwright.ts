@@ -1,8 +1,12 @@
 /**
  * Playwright fixtures: `signalbox` (a client bound to this test's own run id)
- * and `mailbox` (a fresh address per test, deleted after it). The receipts,
- * the diagnosis of every dead letter and the run's evidence are attached to
- * the test's report, so a red test says why the email did not come.
+ * and `mailbox` (a fresh address per test, deleted after it when the test
+ * passed; a failed test's is kept, its mail readable in the inbox and the
+ * console). The receipts, the diagnosis of every dead letter and the run's
+ * evidence are attached to the test's report, so a red test says why the
+ * email did not come. At the end of the test, every signal it watched that
+ * has not ended is cancelled (reason `test_failed` or `test_ended`): a
+ * failed test leaves no dead letter behind it.
  *
  * ```ts
  * import { test, expect } from "signalbox-client/playwright";
@@ -23,7 +27,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { test as base, type TestInfo } from "@playwright/test";
 
 import { Signalbox, type SignalHandle, type SignalboxOptions, type WatchOptions } from "./client.js";
-import type { SignalExpired, UnexpectedMessage } from "./errors.js";
+import { NotCancellable, type SignalExpired, type UnexpectedMessage } from "./errors.js";
 import type { Mailbox, Receipt } from "./types.js";
 
 export { expect } from "@playwright/test";
@@ -39,7 +43,7 @@ export interface SignalboxFixtureOptions {
 export interface SignalboxFixtures {
   /** A client whose `runId` is this test attempt's and whose `testCase` is its title. */
   signalbox: TestSignalbox;
-  /** A fresh address for this test attempt alone, deleted after the test. */
+  /** A fresh address for this test attempt alone, deleted after the test unless it failed. */
   mailbox: Mailbox;
 }
 
@@ -101,6 +105,14 @@ interface Record_ {
   arrived: UnexpectedMessage[];
 }
 
+/** The results of a signal that has not ended: the fixture cancels these at the test's end. */
+const UNENDED = new Set(["waiting", "provider_error", "found", "claimed"]);
+
+/** Whether the test failed (or timed out, or passed though expected to fail). */
+function failed(testInfo: TestInfo): boolean {
+  return testInfo.status !== undefined && testInfo.status !== "skipped" && testInfo.status !== testInfo.expectedStatus;
+}
+
 async function attachJson(testInfo: TestInfo, name: string, value: unknown): Promise<void> {
   await testInfo.attach(name, { body: JSON.stringify(value, null, 2), contentType: "application/json" });
 }
@@ -124,16 +136,23 @@ async function report(sb: TestSignalbox, seen: Record_, testInfo: TestInfo): Pro
   }
   if (seen.signals.size === 0) return;
   try {
-    // Signals the test left waiting (it failed or timed out first): say where they stand.
+    // Signals the test left unended (it failed, timed out, or never claimed):
+    // say where they stand, then cancel them so none becomes a dead letter.
+    const reason = failed(testInfo) ? "test_failed" : "test_ended";
     for (const view of await sb.signals()) {
-      if (view.result === "waiting" || view.result === "provider_error") {
-        await testInfo.attach(`signalbox still ${view.result} ${view.signal_id}`, {
-          body:
-            `signal ${view.signal_id} (${view.test_case}, to ${view.recipient}) was still ${view.result} ` +
-            `when the test ended; it expires at ${view.expires_at}. checks: ${view.checks}, ` +
-            `last check: ${view.last_check ? `${view.last_check.outcome} at ${view.last_check.at}` : "none yet"}`,
-          contentType: "text/plain",
-        });
+      if (!UNENDED.has(view.result) || !seen.signals.has(view.signal_id)) continue;
+      await testInfo.attach(`signalbox still ${view.result} ${view.signal_id}`, {
+        body:
+          `signal ${view.signal_id} (${view.test_case}, to ${view.recipient}) was still ${view.result} ` +
+          `when the test ended (it would have expired at ${view.expires_at}); cancelled: ${reason}. ` +
+          `checks: ${view.checks}, ` +
+          `last check: ${view.last_check ? `${view.last_check.outcome} at ${view.last_check.at}` : "none yet"}`,
+        contentType: "text/plain",
+      });
+      try {
+        await sb.cancel(view.signal_id, reason);
+      } catch (error) {
+        if (!(error instanceof NotCancellable)) throw error; // it ended meanwhile
       }
     }
     await attachJson(testInfo, `signalbox evidence ${sb.runId}`, await sb.evidence());
@@ -169,10 +188,15 @@ export const test = base.extend<SignalboxFixtures & SignalboxFixtureOptions>({
     try {
       await use(box);
     } finally {
-      try {
-        await signalbox.deleteMailbox(box.mailbox_id);
-      } catch (error) {
-        testInfo.annotations.push({ type: "signalbox", description: `could not delete mailbox ${box.mailbox_id}: ${String(error)}` });
+      if (failed(testInfo)) {
+        // The evidence of the failure: its mail stays readable until the mailbox expires.
+        testInfo.annotations.push({ type: "signalbox mailbox kept", description: box.address });
+      } else {
+        try {
+          await signalbox.deleteMailbox(box.mailbox_id);
+        } catch (error) {
+          testInfo.annotations.push({ type: "signalbox", description: `could not delete mailbox ${box.mailbox_id}: ${String(error)}` });
+        }
       }
     }
   },

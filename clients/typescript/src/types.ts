@@ -17,7 +17,8 @@ export type SignalStatus =
   | "consumed"
   | "expired"
   | "absent"
-  | "arrived";
+  | "arrived"
+  | "cancelled";
 
 /** What to act on: the status, except `provider_error` while the latest check failed. */
 export type SignalResult = SignalStatus | "provider_error";
@@ -132,6 +133,8 @@ export interface SignalView {
   warnings?: Warning[];
   /** Once expired: the dead letter's recommendation. */
   recommendation?: string | null;
+  /** A `cancelled` signal's reason and when (`POST /v1/signals/{id}/cancel`). */
+  cancellation?: { reason: string; cancelled_at: string } | null;
 }
 
 export interface ReceiptEvidence {

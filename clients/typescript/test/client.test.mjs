@@ -6,6 +6,9 @@ import { describe, it } from "node:test";
 import {
   AlreadyClaimed,
   IdempotencyConflict,
+  NotCancellable,
+  NotClaimable,
+  SignalCancelled,
   InvalidId,
   ServiceUnavailable,
   Signalbox,
@@ -92,6 +95,41 @@ describe("one signal's life", () => {
       assert.match(e.message, /still waiting after 1s; it expires at /);
       return true;
     });
+  });
+});
+
+describe("cancel", () => {
+  it("cancels a claimed signal: the claim ends, a wait rejects with SignalCancelled, no dead letter", async () => {
+    const run = runId("cancel");
+    const sb = new Signalbox({ runId: run, testCase: "cancel" });
+    const box = await sb.mailbox();
+    const handle = await sb.watch({ recipient: box.address, subjectContains: SUBJECT });
+    await signupMail(box.address, run);
+    await handle.wait();
+    const claim = await handle.claim();
+    const view = await handle.cancel("test_failed");
+    assert.equal(view.status, "cancelled");
+    assert.deepEqual(view.cancellation?.reason, "test_failed");
+    assert.equal(handle.view.status, "cancelled");
+    // Again: the same view. The ended claim cannot consume; the signal cannot be claimed.
+    assert.deepEqual(await sb.cancel(handle.signalId, "other"), view);
+    await assert.rejects(claim.consume(), (e) => e.code === "lease_expired");
+    await assert.rejects(handle.claim(), NotClaimable);
+    const error = await handle.wait().catch((e) => e);
+    assert.ok(error instanceof SignalCancelled, String(error));
+    assert.equal(error.reason, "test_failed");
+    assert.deepEqual((await sb.deadLetters({ runId: run })).items, []);
+  });
+
+  it("a consumed signal is NotCancellable", async () => {
+    const run = runId("cancel-ended");
+    const sb = new Signalbox({ runId: run, testCase: "cancel-ended" });
+    const box = await sb.mailbox();
+    const handle = await sb.watch({ recipient: box.address, subjectContains: SUBJECT });
+    await signupMail(box.address, run);
+    await handle.wait();
+    await (await handle.claim()).consume();
+    await assert.rejects(handle.cancel(), NotCancellable);
   });
 });
 

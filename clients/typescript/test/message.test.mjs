@@ -86,3 +86,28 @@ describe("claim.message()", { skip }, () => {
     await assert.rejects(claim.message(), (e) => e.status === 410);
   });
 });
+
+describe("message.header() and message.attachment()", { skip }, () => {
+  it("find a header case-insensitively and an attachment by file name, whose read() checks its sha256", async () => {
+    const run = runId("message-find");
+    const sb = new Signalbox({ runId: run, testCase: "invoice-find" });
+    const box = await sb.mailbox();
+    const handle = await sb.watch({ recipient: box.address, subjectContains: "invoice" });
+    await sendMail({ to: box.address, raw: multipart(box.address, run) });
+    await handle.wait();
+    const claim = await handle.claim();
+    const message = await claim.message();
+    assert.equal(message.header("x-SIGNALBOX-run"), run);
+    assert.equal(message.header("Reply-To"), "help@example.test");
+    assert.deepEqual(message.headerValues("subject"), ["Your invoice"]);
+    assert.equal(message.header("X-Not-There"), null);
+    const pdf = message.attachment("invoice.pdf");
+    assert.ok(pdf, JSON.stringify(message.attachments));
+    assert.equal(pdf.content_type, "application/pdf");
+    assert.equal(message.attachment("other.pdf"), null);
+    if (routes.attachment) assert.deepEqual(Buffer.from(await pdf.read()), PDF);
+    // The view's fields survive JSON as before.
+    assert.equal(JSON.parse(JSON.stringify(message)).attachments[0].filename, "invoice.pdf");
+    await claim.consume();
+  });
+});

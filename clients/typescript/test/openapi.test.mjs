@@ -50,6 +50,7 @@ const ROUTES = [
   "GET /v1/signals",
   "GET /v1/signals/{signal_id}",
   "POST /v1/signals/{signal_id}/claim",
+  "POST /v1/signals/{signal_id}/cancel",
   "GET /v1/claims/{claim_id}",
   "POST /v1/claims/{claim_id}/consume",
   "POST /v1/claims/{claim_id}/release",

@@ -62,8 +62,13 @@ it("the fixtures' Playwright tests pass, and their reports carry the receipt and
   assert.match(body.receipt_id, /^rcp_/);
   const [evidence] = attachment(consumed, "signalbox evidence ");
   assert.equal(JSON.parse(evidence.text).run_id, body.run_id);
-  // The second watch of that test was left waiting: the report says so.
-  assert.equal(attachment(consumed, "signalbox still waiting ").length, 1);
+  // The second watch of that test was left waiting: the report says so, and
+  // the passed test cancelled it (test_ended) rather than leave a dead letter.
+  const [still] = attachment(consumed, "signalbox still waiting ");
+  assert.match(still.text, /cancelled: test_ended/);
+  const [evidenceAfter] = attachment(consumed, "signalbox evidence ");
+  const cancelled = JSON.parse(evidenceAfter.text).signals.filter((s) => s.status === "cancelled");
+  assert.deepEqual(cancelled.map((s) => s.cancellation.reason), ["test_ended"]);
 
   const expired = byTitle.get("an expired signal puts its diagnosis in the report").tests[0];
   assert.equal(expired.expectedStatus, "failed");
@@ -76,7 +81,11 @@ it("the fixtures' Playwright tests pass, and their reports carry the receipt and
   const [deadLetter] = attachment(expired.results[0], "signalbox dead letter dlq_");
   assert.equal(JSON.parse(deadLetter.text).reason, "deadline");
 
-  const retried = byTitle.get("gets a new run id and a new mailbox, the old one deleted").tests[0];
+  const retried = byTitle.get("gets a new run id and a new mailbox; the failed attempt's is kept, its signal cancelled").tests[0];
+  const keptNote = [...(retried.results[0].annotations ?? []), ...retried.annotations].find(
+    (a) => a.type === "signalbox mailbox kept",
+  );
+  assert.match(keptNote?.description ?? "", /@/, "the failed attempt's report names the kept mailbox");
   assert.equal(retried.status, "flaky", "failed once on purpose, then passed on its retry");
   const runs = retried.results.map((r) => r.annotations?.find((a) => a.type === "signalbox run")?.description ?? null);
   const annotations = retried.annotations.filter((a) => a.type === "signalbox run").map((a) => a.description);

@@ -55,8 +55,17 @@ import pytest
 
 from signalbox._core import TOKEN_ENV, URL_ENV
 from signalbox.client import Signalbox, SignalHandle
-from signalbox.errors import NotCancellable, ServiceUnavailable, SignalboxError, SignalExpired
+from signalbox.errors import (
+    NotCancellable,
+    ServiceUnavailable,
+    SignalboxError,
+    SignalExpired,
+    hide_client_frames,
+)
 from signalbox.models import Mailbox, Receipt, Signal
+
+# pytest: a Signalbox error's traceback leaves the plugin's frames out too.
+__tracebackhide__ = hide_client_frames
 
 RUN_ID_ENV = "SIGNALBOX_RUN_ID"
 #: pytest-xdist's id of one test run, the same in the controller and every worker.
@@ -354,6 +363,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     excinfo = call.excinfo
     if excinfo is not None and isinstance(excinfo.value, SignalboxError):
         error = excinfo.value
+        # Its message names the cause ("cannot reach Signalbox at URL:
+        # ConnectError: …"): the chained httpx exception and its frames
+        # would only bury that one line.
+        error.__cause__ = None
+        error.__suppress_context__ = True
         if isinstance(error, SignalExpired) and error.dead_letter and error.signal:
             state = item.config.stash.get(_STATE, None)
             if state is not None and error.dead_letter.dead_letter_id:
