@@ -403,23 +403,33 @@ class Watch:
 
     The first call in a test uses the server's default idempotency key
     (``run_id:test_case``); later calls get ``run_id:test_case#N`` so a test can
-    expect several emails.
+    expect several emails. A rerun of a failed test in the same session
+    (pytest-rerunfailures' ``execution_count`` > 1) gets keys of its own
+    (``…@rerunN``): the failed attempt's signals were cancelled.
     """
 
     def __init__(
-        self, client: Signalbox, run_id: str, test_case: str, defaults: Mapping[str, Any]
+        self,
+        client: Signalbox,
+        run_id: str,
+        test_case: str,
+        defaults: Mapping[str, Any],
+        attempt: int = 1,
     ) -> None:
         self.client = client
         self.run_id = run_id
         self.test_case = test_case
         self.defaults = dict(defaults)
         self.calls = 0
+        self.attempt = attempt
 
     def __call__(self, recipient: str, **kwargs: Any) -> SignalHandle:
         self.calls += 1
         options = {**self.defaults, **kwargs}
-        if self.calls > 1 and "idempotency_key" not in options:
-            options["idempotency_key"] = f"{self.run_id}:{self.test_case}#{self.calls}"
+        rerun = f"@rerun{self.attempt}" if self.attempt > 1 else ""
+        if (self.calls > 1 or rerun) and "idempotency_key" not in options:
+            number = f"#{self.calls}" if self.calls > 1 else ""
+            options["idempotency_key"] = f"{self.run_id}:{self.test_case}{number}{rerun}"
         return self.client.watch(self.run_id, self.test_case, recipient, **options)
 
     def none(self, recipient: str, **kwargs: Any) -> SignalHandle:
@@ -443,7 +453,10 @@ def signalbox_watch(
     request: pytest.FixtureRequest,
 ) -> Watch:
     """Create signals for this test: ``signalbox_watch(address, subject_contains=...)``."""
-    return Watch(signalbox, signalbox_run_id, signalbox_test_case, _marker_defaults(request.node))
+    attempt = int(getattr(request.node, "execution_count", 1) or 1)  # pytest-rerunfailures
+    return Watch(
+        signalbox, signalbox_run_id, signalbox_test_case, _marker_defaults(request.node), attempt
+    )
 
 
 @pytest.fixture
