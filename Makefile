@@ -36,7 +36,7 @@ lint: install ## ruff and mypy
 	$(UV) run ruff check app workers tests clients/python bench
 	$(UV) run mypy
 
-bench: install ## Benchmarks (each prints its machine and figures): lifecycles, ingest, idle, CPU per request, time to found, coalescing, matching cost, disk per message, the machine's floor, a unit of work, the API without its server, where delivery-to-found goes
+bench: install ## Benchmarks (each prints its machine and figures): lifecycles, ingest, idle, CPU per request, time to found, coalescing, matching cost, disk per message, the machine's floor, a unit of work, the API without its server, where delivery-to-found goes, the inbox at 100,000 messages
 	$(UV) run python bench/lifecycle.py
 	$(UV) run python bench/floor.py
 	$(UV) run python bench/ingest.py
@@ -49,6 +49,7 @@ bench: install ## Benchmarks (each prints its machine and figures): lifecycles, 
 	$(UV) run python bench/units_of_work.py
 	$(UV) run python bench/api_inprocess.py
 	$(UV) run python bench/found_path.py
+	$(UV) run python bench/inbox.py
 
 soak: install test-deps ## The full soak and chaos run (thousands of signals, every fault) and its invariant table
 	$(UV) run python bench/soak.py --signals 2000 --duration 300

@@ -140,6 +140,10 @@ class Settings(BaseSettings):
     address_hold_hours: float = Field(24.0, ge=0)
     # `addr@x,@domain,…`: addresses every namespace may watch at once (no privacy).
     shared_addresses: str = ""
+    # Proxies (addresses or CIDR networks, comma-separated) whose
+    # X-Forwarded-For the API believes: the client address the auth-failure
+    # throttle counts by. Anyone else's X-Forwarded-For is ignored.
+    trusted_proxies: str = "127.0.0.1,::1"
     # Live mailboxes a namespace may have at once; the next create gets 429.
     max_mailboxes_per_namespace: int = Field(1000, ge=1)
     # The text `body_contains` searches: the first this many bytes of a
@@ -196,6 +200,16 @@ class Settings(BaseSettings):
     @classmethod
     def _shared_are_addresses(cls, value: str) -> str:
         _shared_entries(value)
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_are_networks(cls, value: str) -> str:
+        for item in _items(value):
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address or CIDR network") from None
         return value
 
     @field_validator("flower_basic_auth")

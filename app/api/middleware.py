@@ -82,8 +82,8 @@ def _has_body(scope: Scope) -> bool:
 
 
 def client_address(scope: Scope) -> str:
-    """The client's address as uvicorn gives it (X-Forwarded-For is trusted
-    from FORWARDED_ALLOW_IPS only, uvicorn's setting)."""
+    """The client's address as uvicorn gives it (X-Forwarded-For is believed
+    from SIGNALBOX_TRUSTED_PROXIES only: app/cli/serve.py)."""
     client = scope.get("client")
     return str(client[0]) if client else "unknown"
 

@@ -18,6 +18,7 @@ import sys
 
 from app.cli.ports import check_ports
 from app.cli.services import resolve_services
+from app.infra.embedded import private_dir
 from app.settings import get_settings
 
 CELERY_APP = "workers.celery_app"
@@ -98,7 +99,8 @@ def cmd_beat(args: argparse.Namespace) -> int:
     settings, _ = resolve_services(get_settings())
     import app.observability.metrics  # noqa: F401  # before Celery's plugins (module docstring)
 
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    # Private from creation: beat's schedule files are made with the umask's mode.
+    private_dir(settings.data_dir, tighten=False)
     _celery(
         # --quiet: no plain-text banner; beat logs JSON lines (workers.logging_setup).
         [

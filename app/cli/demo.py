@@ -101,6 +101,12 @@ def _demo(settings: Settings, base: str, token: str) -> int:
         view = call("GET", f"/v1/signals/{signal['signal_id']}", params={"wait": 30})
         print(f"result {view['result']} after {time.monotonic() - started:.2f} s")
         if view["result"] != "found":
+            print(
+                f"demo: the email went to the sink at {settings.smtp_host}:{settings.smtp_port}"
+                f" and did not reach this stack's signal: is that this stack's sink? Export"
+                f" SIGNALBOX_SMTP_HOST/_PORT as `up`'s banner prints them",
+                file=sys.stderr,
+            )
             return 1
         claim = call("POST", f"/v1/signals/{signal['signal_id']}/claim", json={"run_id": run_id})
         links, codes = len(claim["links"]), len(claim["codes"])

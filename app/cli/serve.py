@@ -45,6 +45,11 @@ def cmd_api(args: argparse.Namespace) -> int:
         "access_log": False,
         "timeout_graceful_shutdown": 5,
         "http": HTTP_PROTOCOL,
+        # X-Forwarded-For is believed from SIGNALBOX_TRUSTED_PROXIES only (never
+        # from uvicorn's FORWARDED_ALLOW_IPS): the client address the
+        # auth-failure throttle counts by.
+        "proxy_headers": bool(settings.trusted_proxies.strip()),
+        "forwarded_allow_ips": settings.trusted_proxies.strip() or "",
     }
     if workers > 1:
         from uvicorn.supervisors import Multiprocess

@@ -127,7 +127,12 @@ def _banner(settings: Settings, ready: bool, flower: bool, token: str | None) ->
     if token:
         lines.append(f"  Dev token  {token}   (namespace '{DEV_NAMESPACE}')")
         url = f"http://{settings.api_host}:{settings.api_port}"
-        lines.append(f"  export SIGNALBOX_URL={url} SIGNALBOX_TOKEN={token}")
+        # The SMTP address too: a client (or `demo`) of a second stack must
+        # not send to the first stack's sink.
+        lines.append(
+            f"  export SIGNALBOX_URL={url} SIGNALBOX_TOKEN={token}"
+            f" SIGNALBOX_SMTP_HOST={settings.smtp_host} SIGNALBOX_SMTP_PORT={settings.smtp_port}"
+        )
     cli = Path(sys.executable).parent / "signalbox"
     if cli.exists():
         lines.append(f"  CLI        {cli}   (signalbox dlq list, signalbox evidence RUN_ID, …)")

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping
+from sqlalchemy import Connection, RowMapping, text
 
 from app.db import raw
 from app.db.rows import Row, by_column, every, first
@@ -286,6 +286,21 @@ def near_misses_record(
             )
     rows = raw.rows(session, _NEAR_MISSES, {"misses": json.dumps(kept)})
     return [(r["signal_id"], r["why"]) for r in rows]
+
+
+def near_miss_typo_of_namespace(session: Connection, namespace: str, message_id: str) -> bool:
+    """Whether the message is a `recipient_typo` near miss of one of `namespace`'s signals."""
+    return (
+        session.execute(
+            text(
+                "SELECT 1 FROM near_misses n JOIN signals s ON s.id = n.signal_id"
+                " WHERE n.message_id = :m AND n.why = 'recipient_typo' AND s.namespace = :ns"
+                " LIMIT 1"
+            ),
+            {"m": message_id, "ns": namespace},
+        ).first()
+        is not None
+    )
 
 
 def near_miss_list(session: Connection, signal_id: str) -> Sequence[Row]:

@@ -101,6 +101,8 @@ def parse_query(text: str) -> InboxQuery:
     """The query object of a search; QueryError naming the bad term otherwise."""
     if len(text) > MAX_LENGTH:
         raise QueryError(text[:40] + "…", f"a search is at most {MAX_LENGTH} characters")
+    if "\x00" in text:
+        raise QueryError(text[:40], "a search holds no NUL character")
     terms = tuple(_term(raw) for raw in _split(text))
     if len(terms) > MAX_TERMS:
         raise QueryError(text[:40] + "…", f"a search has at most {MAX_TERMS} terms")

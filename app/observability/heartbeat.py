@@ -27,10 +27,15 @@ def heartbeat_dir(data_dir: Path) -> Path:
 
 def touch(data_dir: Path, kind: str) -> None:
     """Record that this process of `kind` is alive now (best effort)."""
+    from app.infra.embedded import private_dir
+
     path = heartbeat_dir(data_dir)
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        (path / f"{kind}-{os.getpid()}").touch()
+        # Private from creation (0700), the data dir too when missing: the
+        # files (heartbeats, beat's schedule) are made with the umask's mode.
+        private_dir(Path(data_dir), tighten=False)
+        private_dir(path)
+        (path / f"{kind}-{os.getpid()}").touch(mode=0o600)
     except OSError:
         pass  # a full or read-only disk must not stop the worker; the probe will say it
 

@@ -12,7 +12,8 @@ The message itself is scrubbed too, as a second line of defence for
 third-party loggers (aiosmtpd, Celery, uvicorn) whose text we do not write:
 an email address becomes `<addr:HASH>` (the keyed recipient hash of docs/api.md
 "Evidence"; `<addr>` when this process has no key), an http(s) URL becomes
-`<url>`, a bearer token becomes `<token>`.
+`<url>` (but a bare listening address such as `http://127.0.0.1:8040`, which
+`Uvicorn running on …` names), a bearer token becomes `<token>`.
 """
 
 from __future__ import annotations
@@ -81,6 +82,18 @@ _ADDRESS = re.compile(
 )
 _URL = re.compile(r"https?://[^\s'\"<>]+", re.IGNORECASE)
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+")
+# A server's own listening address (`Uvicorn running on http://127.0.0.1:8040`):
+# an IP literal or localhost, a port, no path, query or credentials. It names
+# no message and no token, so it is kept; every other URL is redacted.
+_LISTEN_ORIGIN = re.compile(
+    r"https?://(?:localhost|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?/?",
+    re.IGNORECASE,
+)
+
+
+def _url_or_origin(match: re.Match[str]) -> str:
+    url = match.group(0)
+    return url if _LISTEN_ORIGIN.fullmatch(url) else "<url>"
 
 
 def _process_key() -> bytes | None:
@@ -94,7 +107,8 @@ def _process_key() -> bytes | None:
 
 def scrub(text: str, key: bytes | None = None) -> str:
     """Replace addresses (by their recipient hash with ``key``, else this
-    process's key), http(s) URLs and bearer tokens in free text."""
+    process's key), http(s) URLs (but a bare listening address) and bearer
+    tokens in free text."""
     if "@" in text and _ADDRESS.search(text):
         hash_key = key if key is not None else _process_key()
         text = _ADDRESS.sub(
@@ -102,7 +116,7 @@ def scrub(text: str, key: bytes | None = None) -> str:
             text,
         )
     if "://" in text:
-        text = _URL.sub("<url>", text)
+        text = _URL.sub(_url_or_origin, text)
     if "earer" in text:
         text = _BEARER.sub(r"\1<token>", text)
     return text

@@ -155,8 +155,8 @@ def failure_record(settings: Settings, address: str) -> float | None:
     seconds until one frees (this attempt is not counted).
 
     Shared through Redis when one is configured (every API replica and worker
-    process sees the same count); if Redis cannot be reached the failure is
-    let through uncounted (fail open). Without Redis, per process."""
+    process sees the same count); if Redis cannot be reached, or without
+    Redis, it is counted in this process."""
     url = redis_url(settings)
     if not is_redis_url(url):
         return _memory_record(address, time.monotonic())
@@ -170,8 +170,8 @@ def failure_record(settings: Settings, address: str) -> float | None:
             secrets.token_hex(8),
         )
     except (RedisError, OSError):
-        _log.warning("auth failure throttle: Redis unavailable, failure not counted")
-        return None
+        _log.warning("auth failure throttle: Redis unavailable, counted in this process")
+        return _memory_record(address, time.monotonic())
     return None if answer is None else max(0.0, float(answer))
 
 

@@ -260,3 +260,34 @@ def event_items(
         ]
         for ns in namespaces
     }
+
+
+def offset_rows(namespace: str, filters: InboxFilter, *, start: int, limit: int) -> list[Any]:
+    """Rows `start` to `start + limit` of the namespace's messages matching
+    `filters`, newest first (Mailpit's offset pages, read by keyset)."""
+    settings = get_settings()
+    wanted = start + limit
+    kept: list[Any] = []
+    after: tuple[datetime, str] | None = None
+    with transaction() as session:
+        while len(kept) < wanted:
+            chunk = inbox_db.inbox_page(session, filters, after=after, limit=CHUNK_ROWS)
+            kept += visible_rows(session, settings, namespace, chunk)
+            if len(chunk) < CHUNK_ROWS:
+                break
+            after = (chunk[-1]["received_at"], chunk[-1]["id"])
+    return kept[start:wanted]
+
+
+def mark_matching(namespace: str, filters: InboxFilter, *, read: bool) -> int:
+    """Set or clear the read flag of every message of the namespace `filters` match."""
+    settings = get_settings()
+    total, after = 0, None
+    while True:
+        with transaction() as session:
+            chunk = inbox_db.inbox_page(session, filters, after=after, limit=CHUNK_ROWS)
+            ids = [r["id"] for r in visible_rows(session, settings, namespace, chunk)]
+            total += inbox_db.inbox_mark_read(session, ids, read=read) if ids else 0
+        if len(chunk) < CHUNK_ROWS:
+            return total
+        after = (chunk[-1]["received_at"], chunk[-1]["id"])

@@ -23,7 +23,7 @@ from app.errors import NotFound
 from app.settings import get_settings
 from app.usecases import inbox, views
 from app.usecases.claims import Answer, claim_live_or_ended
-from app.usecases.visibility import may_see
+from app.usecases.visibility import may_see, visible_ids
 
 
 class ContentPurged(NotFound):
@@ -126,10 +126,26 @@ def claim_raw(namespace: str, claim_id: str) -> Loaded | Answer:
 
 def visible_message(namespace: str, message_id: str) -> Loaded:
     """A message `namespace` may see (as its inbox lists it), for the console
-    and the inbox routes (NotFound otherwise)."""
-    inbox.message_row(namespace, message_id)
+    and the inbox routes (NotFound otherwise). So is the mis-addressed mail
+    a dead letter of the namespace names as its `recipient_typo` near miss,
+    while it still belongs to nobody else (the one a developer opens to see
+    the typo)."""
+    try:
+        inbox.message_row(namespace, message_id)
+    except NotFound:
+        if not _typo_near_miss(namespace, message_id):
+            raise
     with transaction() as session:
         return _load(session, namespace, message_id, seen=True)
+
+
+def _typo_near_miss(namespace: str, message_id: str) -> bool:
+    with transaction() as session:
+        return messages_db.near_miss_typo_of_namespace(
+            session, namespace, message_id
+        ) and message_id in visible_ids(
+            session, get_settings(), namespace, [message_id], unclaimed=True
+        )
 
 
 def visible_attachment(namespace: str, message_id: str, attachment_id: str) -> AttachmentBody:

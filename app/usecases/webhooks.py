@@ -13,6 +13,7 @@ be sent once more when its lease lapses (at least once: receivers dedupe on
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from datetime import timedelta
@@ -134,17 +135,32 @@ def _post(settings: Settings, body: str, dead_letter_id: str) -> tuple[int | Non
             body, settings.dead_letter_webhook_secret, int(time.time())
         )
     try:
-        response = httpx.post(
-            settings.dead_letter_webhook_url,
-            content=body.encode(),
-            headers=headers,
-            timeout=settings.webhook_timeout_seconds,
-            follow_redirects=False,
+        status = asyncio.run(
+            _post_within(
+                settings.dead_letter_webhook_url,
+                body.encode(),
+                headers,
+                settings.webhook_timeout_seconds,
+            )
         )
+    except TimeoutError:
+        return None, "DeadlineExceeded"
     except httpx.HTTPError as exc:
         # The kind of failure only: the URL may carry a secret.
         return None, type(exc).__name__
-    return response.status_code, None
+    return status, None
+
+
+async def _post_within(url: str, body: bytes, headers: dict[str, str], seconds: float) -> int:
+    """POST and read the answer within `seconds` in all, whatever the
+    receiver does: httpx's timeouts bound each read, so a receiver that
+    trickles its answer a byte at a time would outlive the delivery's lease
+    (`seconds` + 30) and the attempt would be sent twice. The request is
+    cancelled at the deadline (TimeoutError)."""
+    async with httpx.AsyncClient(timeout=seconds, follow_redirects=False) as client:
+        async with asyncio.timeout(seconds):
+            response = await client.post(url, content=body, headers=headers)
+            return response.status_code
 
 
 _warned = False

@@ -99,8 +99,9 @@ def test_up_runs_the_whole_stack_on_the_embedded_default_and_keeps_data(tmp_path
             **{k: v for k, v in os.environ.items() if not k.startswith("SIGNALBOX_")},
             **dict(pair.split("=", 1) for pair in exported),
             "SIGNALBOX_DATA_DIR": str(tmp_path / "elsewhere"),
-            "SIGNALBOX_SMTP_PORT": str(ports["smtp"]),
         }
+        # The SMTP port comes from the banner's export line too (not the default 2525).
+        assert f"SIGNALBOX_SMTP_PORT={ports['smtp']}" in exported
         demo = subprocess.run(
             [sys.executable, "-m", "app.cli", "demo"],
             cwd=ROOT,

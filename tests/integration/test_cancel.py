@@ -151,3 +151,16 @@ def test_evidence_shows_the_cancellation_with_its_reason(stack: Stack) -> None:
     assert entry["timings"]["cancelled_at"] == entry["cancellation"]["cancelled_at"]
     assert entry["dead_letter"] is None
     assert evidence["summary"]["by_status"] == {"cancelled": 1}
+
+
+def test_the_console_timeline_ends_with_the_cancellation_and_its_reason(stack: Stack) -> None:
+    from tests.integration.test_triage_console import sign_in
+
+    view = found(stack)
+    with stack.client() as api:
+        api.post(f"/v1/signals/{view['signal_id']}/claim", json={"run_id": view["run_id"]})
+    cancel(stack, view["signal_id"], "test_failed")
+    with sign_in(stack.api_url, TOKENS["default"]) as console:
+        page = console.get(f"/console/signals/{view['signal_id']}").text
+    timeline = page.split("claim cancelled")[1] if "claim cancelled" in page else ""
+    assert "reason test_failed; no dead letter" in timeline, page

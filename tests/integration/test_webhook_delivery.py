@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import socket
 import threading
 import time
 import uuid
@@ -105,3 +106,70 @@ def test_a_delivery_in_flight_is_not_taken_twice(configured: Receiver) -> None:
     worker.join(timeout=30)
     assert first == ["delivered"]
     assert len(configured.requests) == 1
+
+
+@pytest.fixture
+def trickler() -> Iterator[tuple[str, list[float]]]:
+    """A real loopback HTTP server that reads a request, then trickles its
+    answer one byte every 0.2 s (each read is quick, the answer never ends
+    in time); the URL and when each connection was closed by the client."""
+    server = socket.create_server(("127.0.0.1", 0))
+    closed: list[float] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.5)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.recv(65536)
+                answer = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 200 + b"\r\n\r\n"
+                try:
+                    for byte in answer:
+                        if stop.is_set():
+                            break
+                        conn.sendall(bytes([byte]))
+                        time.sleep(0.2)
+                except OSError:
+                    closed.append(time.monotonic())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}/hooks", closed
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        server.close()
+
+
+def test_a_receiver_that_trickles_its_answer_is_cut_off_at_one_overall_deadline(
+    service_env: dict[str, str],
+    trickler: tuple[str, list[float]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """httpx's timeout bounds each read; a receiver that sends a byte every
+    0.2 s under a 1 s timeout would hold the attempt for 40 s, past the
+    lease (timeout + 30 s). One deadline around the POST ends it at 1 s."""
+    url, _ = trickler
+    monkeypatch.setenv("SIGNALBOX_DEAD_LETTER_WEBHOOK_URL", url)
+    monkeypatch.setenv("SIGNALBOX_WEBHOOK_TIMEOUT_SECONDS", "1")
+    get_settings.cache_clear()
+    try:
+        dl = new_dead_letter()
+        began = time.monotonic()
+        outcome = webhooks.deliver(dl)
+        took = time.monotonic() - began
+    finally:
+        get_engine().dispose()
+        get_settings.cache_clear()
+    assert outcome == "failed"
+    assert took < 5, took
+    with psycopg.connect(service_env["SIGNALBOX_DATABASE_URL"]) as conn:
+        row = conn.execute(
+            "SELECT last_error FROM webhook_deliveries WHERE dead_letter_id = %s", (dl,)
+        ).fetchone()
+    assert row == ("DeadlineExceeded",)

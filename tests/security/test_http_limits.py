@@ -149,11 +149,38 @@ def test_retry_after_is_when_the_oldest_failure_leaves_the_minute(redis_url: str
     assert auth.failure_record(settings, address) is None
 
 
-def test_the_throttle_fails_open_when_redis_is_down() -> None:
+def test_the_throttle_counts_in_the_process_when_redis_is_down() -> None:
+    """Redis down (nothing listens on its port): the failures are still
+    counted, in this process, and the 21st is refused."""
     settings = load_settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")
     address = f"down-{uuid.uuid4().hex}"
-    for _ in range(auth.FAILURES_PER_WINDOW + 5):
+    for _ in range(auth.FAILURES_PER_WINDOW):
         assert auth.failure_record(settings, address) is None
+    wait = auth.failure_record(settings, address)
+    assert wait is not None and 0 < wait <= auth.FAILURE_WINDOW_SECONDS
+    # Another address has its own count.
+    assert auth.failure_record(settings, f"down-{uuid.uuid4().hex}") is None
+
+
+def test_x_forwarded_for_is_ignored_from_a_peer_not_in_trusted_proxies(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """SIGNALBOX_TRUSTED_PROXIES names the ingress (here a network the test
+    is not in): a client that makes up a new X-Forwarded-For each time is
+    still counted by its own address, and refused after 20 failures."""
+    stack = stack_factory({"SIGNALBOX_TRUSTED_PROXIES": "192.0.2.0/24"})
+    redis.Redis.from_url(stack.env["SIGNALBOX_BROKER_URL"]).delete(
+        auth.FAILURE_KEY_PREFIX + "127.0.0.1"
+    )
+    stack.start_api()
+    with httpx.Client(base_url=stack.api_url, timeout=30) as client:
+        answers = [
+            client.get(
+                "/v1/signals", headers={**from_address(), "Authorization": "Bearer guess"}
+            ).status_code
+            for _ in range(auth.FAILURES_PER_WINDOW + 1)
+        ]
+    assert answers == [401] * auth.FAILURES_PER_WINDOW + [429]
 
 
 def test_without_redis_the_throttle_counts_in_the_process() -> None:

@@ -255,3 +255,21 @@ def test_embedded_postgres_leaves_the_data_dir_unreadable_to_others() -> None:
         assert _mode(data / "postgres") & 0o077 == 0
     finally:
         services.stop()
+
+
+def test_a_heartbeat_makes_the_data_dir_and_its_heartbeats_private_from_creation(
+    tmp_path: Path,
+) -> None:
+    """Workers and beat write heartbeats (and beat its schedule) at the top
+    of the data dir with the umask's mode: the data dir they create is 0700."""
+    data = tmp_path / "fresh" / "data"
+    script = (
+        "import os, sys; os.umask(0)\n"
+        "from pathlib import Path\n"
+        "from app.observability import heartbeat\n"
+        "heartbeat.touch(Path(sys.argv[1]), 'beat')\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(data)], cwd=ROOT, timeout=120, check=True)
+    assert _mode(data) == _mode(data.parent) == _mode(data / "heartbeats") == 0o700
+    (beat,) = (data / "heartbeats").iterdir()
+    assert _mode(beat) == 0o600

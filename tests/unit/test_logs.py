@@ -143,3 +143,22 @@ def test_a_readable_line_keeps_the_allow_list_and_the_scrubbing() -> None:
     assert "signal_id=sig_1" in line and "second line" in line
     assert "alice@example.test" not in line and "<addr:" in line
     assert "493817" not in line
+
+
+def test_a_servers_listening_address_is_kept_and_every_other_url_redacted() -> None:
+    from app.observability.logs import scrub
+
+    assert scrub("Uvicorn running on http://127.0.0.1:8040 (Press CTRL+C to quit)") == (
+        "Uvicorn running on http://127.0.0.1:8040 (Press CTRL+C to quit)"
+    )
+    assert scrub("listening on http://localhost:8040/ and http://[::1]:80") == (
+        "listening on http://localhost:8040/ and http://[::1]:80"
+    )
+    for secret in (
+        "http://127.0.0.1:8040/verify?token=abc",
+        "https://app.example.test",
+        "http://user:pw@127.0.0.1:80",
+        "http://127.0.0.1:8040?t=1",
+        "http://127.0.0.1:8040#frag",
+    ):
+        assert scrub(f"x {secret} y") == "x <url> y", secret

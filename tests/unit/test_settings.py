@@ -24,6 +24,15 @@ def test_tokens_must_be_namespace_token_pairs(monkeypatch: pytest.MonkeyPatch) -
     assert "SIGNALBOX_API_TOKENS" in err.value.message
 
 
+def test_trusted_proxies_must_be_addresses_or_networks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIGNALBOX_TRUSTED_PROXIES", "10.0.0.0/8, ingress.local")
+    with pytest.raises(ConfigurationError) as err:
+        load_settings()
+    assert "SIGNALBOX_TRUSTED_PROXIES" in err.value.message
+    monkeypatch.setenv("SIGNALBOX_TRUSTED_PROXIES", "10.0.0.0/8, 192.0.2.7, ::1")
+    assert load_settings().trusted_proxies == "10.0.0.0/8, 192.0.2.7, ::1"
+
+
 def test_token_map_reads_every_pair(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SIGNALBOX_API_TOKENS", "team-a:tok1, team-b:tok2")
     assert load_settings().token_map == {"tok1": "team-a", "tok2": "team-b"}

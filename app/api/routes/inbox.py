@@ -19,6 +19,7 @@ from app.api.downloads import attachment_response, raw_response
 from app.api.params import Cursor, RunIdQuery
 from app.api.responses import V1, errors
 from app.domain.whole_message import ATTACHMENT_ID_PATTERN
+from app.errors import InvalidInput
 from app.usecases import inbox, message_content
 from app.usecases.inbox import InboxFilter, query_of
 
@@ -41,6 +42,8 @@ def filters_of(
     until: datetime | None = None,
     q: str | None = None,
 ) -> InboxFilter:
+    if recipient is not None and "\x00" in recipient:
+        raise InvalidInput("recipient holds a NUL character", field="recipient")
     return InboxFilter(
         recipient=recipient,
         run_id=run_id,
@@ -78,8 +81,6 @@ async def delete_messages(
     """Purge the content of the namespace's own messages to `recipient`
     and/or matching `q` (one of them is required): `{"deleted": N}`."""
     if not recipient and not q:
-        from app.errors import InvalidInput
-
         raise InvalidInput("give recipient or q: which messages to delete", field="recipient")
     filters = filters_of(namespace, recipient=recipient, q=q)
     deleted = await run_in_threadpool(inbox.delete_matching, namespace, filters)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from app.console.routes import dead_letters, messages, overview, sign_in, signals
+from app.console.routes import dead_letters, inbox, messages, overview, sign_in, signals
 from app.console.routes.common import STATIC_DIR, install_handlers
 
 __all__ = ["install"]
@@ -22,6 +22,6 @@ __all__ = ["install"]
 def install(app: FastAPI) -> None:
     """Add the console's pages, static files and session answers to `app`."""
     install_handlers(app)
-    for module in (sign_in, overview, dead_letters, signals, messages):
+    for module in (sign_in, overview, inbox, dead_letters, signals, messages):
         app.include_router(module.router)
     app.mount("/console/static", StaticFiles(directory=STATIC_DIR), name="console-static")

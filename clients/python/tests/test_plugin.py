@@ -392,3 +392,52 @@ def test_a_failed_test_keeps_its_mailbox_and_cancels_its_signals_a_passed_one_de
     broken = {p.get("name"): p.get("value") for p in cases["test_broken"].iter("property")}
     assert broken["signalbox_mailbox_kept"].endswith("@sink.test")
     assert broken["signalbox_cancelled_ids"] == "sig_1"
+
+
+def test_an_unreachable_service_fails_with_one_clear_line_and_no_httpx_frames(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_signup="""
+        def test_watch(signalbox_watch):
+            signalbox_watch("a@sink.test", subject_contains="Verify").wait()
+
+        def test_mailbox(mailbox):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "--signalbox-url", "http://127.0.0.1:9", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(failed=1, errors=1)
+    out = result.stdout.str()
+    reports = out.split("= ERRORS =")[1].split("short test summary")[0]
+    assert "httpx" not in reports and "pytest_plugin.py" not in reports, reports
+    assert "The above exception was the direct cause" not in reports
+    assert len(reports.strip().splitlines()) < 30, reports
+    result.stdout.fnmatch_lines(
+        ["E   *signalbox.ServiceUnavailable: cannot reach Signalbox at http://127.0.0.1:9*"]
+    )
+
+
+def test_a_rerun_of_a_failed_test_watches_under_keys_of_its_own() -> None:
+    from signalbox.pytest_plugin import Watch
+
+    sent: list[dict[str, Any]] = []
+
+    class Client:
+        def watch(self, run_id: str, test_case: str, recipient: str, **options: Any) -> None:
+            sent.append(options)
+
+    first = Watch(Client(), "run-7", "t.py::test_a", {})  # type: ignore[arg-type]
+    first("a@sink.test")
+    first("b@sink.test")
+    rerun = Watch(Client(), "run-7", "t.py::test_a", {}, attempt=2)  # type: ignore[arg-type]
+    rerun("a@sink.test")
+    rerun("b@sink.test")
+    assert [o.get("idempotency_key") for o in sent] == [
+        None,
+        "run-7:t.py::test_a#2",
+        "run-7:t.py::test_a@rerun2",
+        "run-7:t.py::test_a#2@rerun2",
+    ]

@@ -55,8 +55,18 @@ import pytest
 
 from signalbox._core import TOKEN_ENV, URL_ENV
 from signalbox.client import Signalbox, SignalHandle
-from signalbox.errors import NotCancellable, ServiceUnavailable, SignalboxError, SignalExpired
+from signalbox.errors import (
+    NotCancellable,
+    ServiceUnavailable,
+    SignalboxError,
+    SignalExpired,
+    hide_client_frames,
+)
 from signalbox.models import Mailbox, Receipt, Signal
+from signalbox.watch import Watch
+
+# pytest: a Signalbox error's traceback leaves the plugin's frames out too.
+__tracebackhide__ = hide_client_frames
 
 RUN_ID_ENV = "SIGNALBOX_RUN_ID"
 #: pytest-xdist's id of one test run, the same in the controller and every worker.
@@ -354,6 +364,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     excinfo = call.excinfo
     if excinfo is not None and isinstance(excinfo.value, SignalboxError):
         error = excinfo.value
+        # Its message names the cause ("cannot reach Signalbox at URL:
+        # ConnectError: …"): the chained httpx exception and its frames
+        # would only bury that one line.
+        error.__cause__ = None
+        error.__suppress_context__ = True
         if isinstance(error, SignalExpired) and error.dead_letter and error.signal:
             state = item.config.stash.get(_STATE, None)
             if state is not None and error.dead_letter.dead_letter_id:
@@ -384,43 +399,6 @@ def _marker_defaults(node: pytest.Item) -> dict[str, Any]:
     return defaults
 
 
-class Watch:
-    """``signalbox_watch(recipient, ...)``: :meth:`Signalbox.watch` with run and test bound.
-
-    The first call in a test uses the server's default idempotency key
-    (``run_id:test_case``); later calls get ``run_id:test_case#N`` so a test can
-    expect several emails.
-    """
-
-    def __init__(
-        self, client: Signalbox, run_id: str, test_case: str, defaults: Mapping[str, Any]
-    ) -> None:
-        self.client = client
-        self.run_id = run_id
-        self.test_case = test_case
-        self.defaults = dict(defaults)
-        self.calls = 0
-
-    def __call__(self, recipient: str, **kwargs: Any) -> SignalHandle:
-        self.calls += 1
-        options = {**self.defaults, **kwargs}
-        if self.calls > 1 and "idempotency_key" not in options:
-            options["idempotency_key"] = f"{self.run_id}:{self.test_case}#{self.calls}"
-        return self.client.watch(self.run_id, self.test_case, recipient, **options)
-
-    def none(self, recipient: str, **kwargs: Any) -> SignalHandle:
-        """Assert that no matching email arrives before the deadline (see
-        :meth:`Signalbox.expect_none`)."""
-        return self(recipient, expect="none", **kwargs)
-
-    def exactly_one(
-        self, recipient: str, settle_seconds: int | None = None, **kwargs: Any
-    ) -> SignalHandle:
-        """Assert that exactly one matching email arrives (see
-        :meth:`Signalbox.expect_exactly_one`)."""
-        return self(recipient, expect="exactly_one", settle_seconds=settle_seconds, **kwargs)
-
-
 @pytest.fixture
 def signalbox_watch(
     signalbox: Signalbox,
@@ -429,7 +407,10 @@ def signalbox_watch(
     request: pytest.FixtureRequest,
 ) -> Watch:
     """Create signals for this test: ``signalbox_watch(address, subject_contains=...)``."""
-    return Watch(signalbox, signalbox_run_id, signalbox_test_case, _marker_defaults(request.node))
+    attempt = int(getattr(request.node, "execution_count", 1) or 1)  # pytest-rerunfailures
+    return Watch(
+        signalbox, signalbox_run_id, signalbox_test_case, _marker_defaults(request.node), attempt
+    )
 
 
 @pytest.fixture
