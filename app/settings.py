@@ -149,6 +149,9 @@ class Settings(BaseSettings):
     # The text `body_contains` searches: the first this many bytes of a
     # message's normalised text.
     match_text_max_bytes: int = Field(1024 * 1024, ge=1024)
+    # Raw mail one look holds at a time, however many messages its window
+    # has: it reads a few messages' bytes, parses them, drops them.
+    look_max_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024)
     # Chaos on the sink: a rule ends this long after it was set, at the latest.
     chaos_max_seconds: int = Field(3600, ge=1, le=7 * 86400)
     # Triage: the dead-letter webhook (empty URL: off) and the SRE console.

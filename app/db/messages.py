@@ -30,6 +30,7 @@ def _with_defaults(row: Mapping[Any, Any]) -> dict[Any, Any]:
         "attachments": 0,
         "words": "",
         "auth_namespace": None,
+        "sink_id": None,
         **row,
     }
 
@@ -62,8 +63,7 @@ def message_record_new(
         key=lambda r: str(r["provider_message_id"]),
     )
     missing: list[str] = []
-    for start in range(0, len(new), INSERT_CHUNK):
-        chunk = new[start : start + INSERT_CHUNK]
+    for chunk in _chunks(new):
         inserted = dict(
             (r["provider_message_id"], r["id"])
             for r in raw.rows(session, _insert_returning(len(chunk)), _numbered(chunk))
@@ -89,9 +89,27 @@ def message_record_new(
     return ids
 
 
-# Messages per INSERT: each row is 18 parameters (psycopg takes at most
+# Messages per INSERT: each row is 19 parameters (psycopg takes at most
 # 65,535 in one statement), and a look at a busy address sees thousands.
 INSERT_CHUNK = 200
+# Raw bytes sent per INSERT, at most (a message larger than that goes alone):
+# psycopg copies each parameter into the statement's buffer.
+INSERT_CHUNK_BYTES = 16 * 1024 * 1024
+
+
+def _chunks(rows: Sequence[Mapping[Any, Any]]) -> list[list[Mapping[Any, Any]]]:
+    chunks: list[list[Mapping[Any, Any]]] = []
+    size = 0
+    for row in rows:
+        length = len(row.get("raw") or b"")
+        if not chunks or len(chunks[-1]) >= INSERT_CHUNK or size + length > INSERT_CHUNK_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(row)
+        size += length
+    return chunks
+
+
 _COLUMNS = (
     "id",
     "provider",
@@ -115,7 +133,13 @@ _COLUMNS = (
 # How a column's parameter becomes its value: the words are made a
 # `tsvector` by the database (the `simple` dictionary: no stemming, no stop
 # words; what the inbox's free-word search looks up in its GIN index).
-_VALUE = {"words": "to_tsvector('simple', CAST(:words{i} AS text))"}
+# A sink message's bytes are copied where they are stored (`sink_id`, its raw
+# None): a look never sends 25 MiB back to the database.
+_VALUE = {
+    "words": "to_tsvector('simple', CAST(:words{i} AS text))",
+    "raw": "coalesce(CAST(:raw{i} AS bytea),"
+    " (SELECT s.raw FROM sink_messages s WHERE s.id = CAST(:sink_id{i} AS bigint)))",
+}
 
 
 def _insert_returning(count: int) -> raw.Query:
@@ -140,7 +164,7 @@ def _numbered(rows: Sequence[Mapping[Any, Any]]) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for i, row in enumerate(rows):
         full = _with_defaults(row)
-        params.update((f"{column}{i}", full[column]) for column in _COLUMNS)
+        params.update((f"{column}{i}", full[column]) for column in (*_COLUMNS, "sink_id"))
     return params
 
 
@@ -319,13 +343,12 @@ def near_miss_list(session: Connection, signal_id: str) -> Sequence[Row]:
 
 _NEAR_ADDRESSES = raw.Query(
     """
-    SELECT w.id, w.provider_message_id, w.received_at, w.recipients, m.raw
-      FROM (SELECT id, provider_message_id, received_at, recipients
+    SELECT w.id, w.provider_message_id, w.received_at, w.recipients, w.size
+      FROM (SELECT id, provider_message_id, received_at, recipients, size
               FROM messages
              WHERE provider = :provider AND received_at >= :since AND received_at <= :until
                AND raw IS NOT NULL
              ORDER BY received_at DESC LIMIT :scan) w
-      JOIN messages m ON m.id = w.id
      WHERE NOT (:rcpt = ANY(w.recipients))
        AND EXISTS (
             SELECT 1 FROM unnest(w.recipients) AS r(a)
@@ -335,6 +358,28 @@ _NEAR_ADDRESSES = raw.Query(
      ORDER BY w.received_at, w.id
      LIMIT :limit
     """
+)
+
+
+def message_raws(
+    session: Connection, provider_ids: Sequence[str], *, provider: str
+) -> dict[str, bytes]:
+    """The raw bytes of `provider`'s recorded messages `provider_ids` (those
+    not purged), by provider message id."""
+    if not provider_ids:
+        return {}
+    rows = raw.rows(
+        session,
+        _RAWS,
+        {"p": provider, "ids": list(provider_ids)},
+        binary=True,  # the bytes as they are, not as hex twice their size
+    )
+    return {str(r["provider_message_id"]): bytes(r["raw"]) for r in rows}
+
+
+_RAWS = raw.Query(
+    "SELECT provider_message_id, raw FROM messages"
+    " WHERE provider = :p AND provider_message_id = ANY(:ids) AND raw IS NOT NULL"
 )
 
 
@@ -350,8 +395,9 @@ def message_near_address(
 ) -> list[Mapping[Any, Any]]:
     """Up to `limit` recorded messages of `provider` received between `since`
     and `until` (among the latest `scan`) not to `recipient` but to an address
-    of its length ± 2 sharing its local part or its domain (with their raw
-    bytes; purged ones are left out): the candidates of a recipient typo."""
+    of its length ± 2 sharing its local part or its domain (with their size,
+    not their bytes: `message_raws`; purged ones are left out): the
+    candidates of a recipient typo."""
     local, _, domain = recipient.lower().rpartition("@")
     return raw.rows(
         session,

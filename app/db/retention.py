@@ -183,6 +183,17 @@ def receipt_delete_old(session: Connection, *, older_than_hours: float, limit: i
     return _count(session, _RECEIPTS_OLD, older_than_hours=older_than_hours, limit=limit)
 
 
+_REFUSALS_OLD = _delete_oldest(
+    "smtp_refusals", "sr.refused_at < now() - make_interval(secs => :secs)", "sr.refused_at"
+)
+
+
+def smtp_refusal_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
+    """Delete the sink's refused deliveries older than the cutoff (kept as
+    long as the mail they explain)."""
+    return _count(session, _REFUSALS_OLD, older_than_hours=older_than_hours, limit=limit)
+
+
 _DEAD_LETTERS_OLD = _delete_oldest(
     "dead_letters",
     "dl.state <> 'open' AND dl.created_at < now() - make_interval(secs => :secs)",

@@ -132,7 +132,7 @@ def _window_params(windows: Sequence[tuple[str, datetime]]) -> dict[str, Any]:
 def _page_sql(after: tuple[datetime, int] | None, limit: int, params: dict[str, Any]) -> str:
     return (
         """
-            SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw, sm.message_id,
+            SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.size, sm.message_id,
                    sm.auth_namespace
               FROM sink_messages sm
              WHERE sm.all_recipients && CAST(:rcpts AS text[])
@@ -145,6 +145,24 @@ def _page_sql(after: tuple[datetime, int] | None, limit: int, params: dict[str, 
         + _BY_RECEIPT.after(after, params)
         + _BY_RECEIPT.page(limit, params)
     )
+
+
+def sink_message_raws(session: Connection, ids: Sequence[int]) -> dict[int, bytes]:
+    """The raw bytes of the sink messages `ids` (those still stored). A look
+    reads a window's rows without them (`size` instead) and asks for a few
+    messages' bytes at a time, only those it must parse."""
+    if not ids:
+        return {}
+    rows = raw.rows(
+        session,
+        _RAWS,
+        {"ids": [int(i) for i in ids]},
+        binary=True,  # the bytes as they are, not as hex twice their size
+    )
+    return {int(r["id"]): bytes(r["raw"]) for r in rows}
+
+
+_RAWS = raw.Query("SELECT id, raw FROM sink_messages WHERE id = ANY(:ids)")
 
 
 def sink_message_first_page(
@@ -178,13 +196,13 @@ def sink_message_first_page(
 
 _BEFORE_WINDOWS = raw.Query(
     """
-                SELECT DISTINCT ON (m.id) m.id, m.received_at, m.envelope_recipients, m.raw,
+                SELECT DISTINCT ON (m.id) m.id, m.received_at, m.envelope_recipients, m.size,
                        m.message_id, m.auth_namespace
                   FROM unnest(CAST(:rcpts AS text[]), CAST(:sinces AS timestamptz[])) AS w(r, s)
                  CROSS JOIN LATERAL (
-                        SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.raw,
+                        SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.size,
                                sm.message_id, sm.auth_namespace
-                          FROM (SELECT id, received_at, envelope_recipients, raw, message_id,
+                          FROM (SELECT id, received_at, envelope_recipients, size, message_id,
                                        auth_namespace
                                   FROM sink_messages
                                  WHERE all_recipients && ARRAY[w.r]
@@ -230,7 +248,7 @@ def sink_message_before_windows(
 # window are looked at, so a busy window costs a bounded read.
 _NEAR_ADDRESSES = raw.Query(
     """
-    SELECT w.id, w.received_at, w.all_recipients, sm.envelope_recipients, sm.raw,
+    SELECT w.id, w.received_at, w.all_recipients, sm.envelope_recipients, sm.size,
            sm.message_id, sm.auth_namespace
       FROM (SELECT id, received_at, all_recipients
               FROM sink_messages

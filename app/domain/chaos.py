@@ -17,6 +17,8 @@ from enum import StrEnum
 __all__ = [
     "ChaosRule",
     "ChaosStage",
+    "data_rules_at_rcpt",
+    "data_rules_whole",
     "is_valid_reply",
     "pattern_matches",
     "rules_for",
@@ -62,6 +64,8 @@ class ChaosRule:
     times: int | None = None
     probability: float | None = None
     exhausted: bool = False
+    # The namespace that set it ("": unknown, then it covers only its own pattern).
+    namespace: str = ""
 
 
 def pattern_matches(pattern: str, address: str) -> bool:
@@ -83,4 +87,44 @@ def rules_for(
         and not r.exhausted
         and r.expires_at > now
         and any(pattern_matches(r.recipient, a) for a in addresses)
+    ]
+
+
+def _namespaces(rules: Iterable[ChaosRule], address: str, now: datetime) -> set[str]:
+    """The namespaces with a live rule (of any stage) covering `address`: a
+    namespace sets rules only on addresses it owns or holds, so they are its."""
+    return {
+        r.namespace for r in rules if r.expires_at > now and pattern_matches(r.recipient, address)
+    }
+
+
+def _whole(
+    rules: Sequence[ChaosRule], rule: ChaosRule, addresses: Sequence[str], now: datetime
+) -> bool:
+    return all(rule.namespace in _namespaces(rules, a, now) for a in addresses)
+
+
+def data_rules_whole(
+    rules: Sequence[ChaosRule], addresses: Sequence[str], now: datetime
+) -> list[ChaosRule]:
+    """The live DATA rules covering one of `addresses` that may refuse the
+    whole transaction: every recipient is their namespace's. One namespace's
+    rule never refuses mail that also goes to another tenant's recipients."""
+    return [
+        r
+        for r in rules_for(rules, ChaosStage.DATA, addresses, now)
+        if _whole(rules, r, addresses, now)
+    ]
+
+
+def data_rules_at_rcpt(
+    rules: Sequence[ChaosRule], address: str, earlier: Sequence[str], now: datetime
+) -> list[ChaosRule]:
+    """The live DATA rules covering `address` that act at its RCPT instead,
+    for their own recipient: the transaction already carries a recipient
+    that is not their namespace's (`earlier`: the recipients accepted so far)."""
+    return [
+        r
+        for r in rules_for(rules, ChaosStage.DATA, [address], now)
+        if not _whole(rules, r, [*earlier, address], now)
     ]

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from app.domain.masking import mask_addresses
+
 SIGNATURE_HEADER = "X-Signalbox-Signature"
 # The fields a receiver gets: never a subject, a code or a link.
 PAYLOAD_FIELDS = (
@@ -36,7 +38,12 @@ def payload_body(dead_letter: Mapping[Any, Any], test_case: str) -> str:
         "test_case": test_case,
         "reason": dead_letter["reason"],
         "provider": dead_letter["provider"],
-        "recommendation": dead_letter["recommendation"],
+        # The webhook goes to operators: addresses masked, as the API masks them for operators.
+        "recommendation": (
+            None
+            if dead_letter["recommendation"] is None
+            else mask_addresses(dead_letter["recommendation"])
+        ),
     }
     return json.dumps({k: values[k] for k in PAYLOAD_FIELDS}, separators=(",", ":"))
 

@@ -52,11 +52,16 @@ class ProviderMessage:
 
     `message_id`: the `msg_` id the message was given when it was stored
     (the sink's), which recording it keeps; None: recording makes one up.
+
+    `raw` is None when the provider left the bytes where they are stored
+    (the sink: its rows in `sink_messages`, `size` long): a look reads them
+    only for a message it must parse, a few at a time
+    (`app.usecases.checks.observed`, SIGNALBOX_LOOK_MAX_BYTES).
     """
 
     provider_message_id: str
     received_at: datetime
-    raw: bytes
+    raw: bytes | None
     envelope_recipients: tuple[str, ...] = field(default_factory=tuple)
     recorded_known: bool = False
     recorded_id: str | None = None
@@ -64,6 +69,12 @@ class ProviderMessage:
     # sink only): the message is that namespace's alone.
     auth_namespace: str | None = None
     message_id: str | None = None
+    size: int | None = None
+
+    @property
+    def raw_size(self) -> int:
+        """The raw message's length in bytes, read or not."""
+        return len(self.raw) if self.raw is not None else int(self.size or 0)
 
 
 class Provider(Protocol):

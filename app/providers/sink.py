@@ -44,7 +44,8 @@ class SinkProvider:
 
     def search(self, query: SearchQuery) -> Sequence[ProviderMessage]:
         """Every message to each recipient at or after its window (paged, so a
-        busy address hides nothing), plus the latest few just before it."""
+        busy address hides nothing), plus the latest few just before it;
+        each without its raw bytes (`ProviderMessage.raw` None, `size` set)."""
         if self.latency:
             time.sleep(self.latency)
         windows = sorted((query.windows or {r: query.since for r in query.recipients}).items())
@@ -91,14 +92,17 @@ class SinkProvider:
             raise ProviderUnavailable(
                 "sink storage unavailable", error_code="sink_unavailable"
             ) from exc
+        # No raw bytes: the window's rows carry their size, and the look
+        # reads the bytes of the messages it must parse, a few at a time.
         found = [
             ProviderMessage(
                 provider_message_id=str(r["id"]),
                 received_at=r["received_at"],
-                raw=bytes(r["raw"]),
+                raw=None,
                 envelope_recipients=tuple(r["envelope_recipients"]),
                 recorded_known=True,
                 recorded_id=r["recorded_id"],
+                size=int(r["size"]),
                 auth_namespace=r["auth_namespace"],
                 message_id=r["message_id"],
             )

@@ -21,6 +21,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
 from app.domain.chaos import ChaosStage
+from app.domain.mail import header_block
 from app.domain.refusals import RefusalReason, too_large_detail
 from app.infra.parse_pool import ParsePool
 from app.settings import Settings
@@ -179,6 +180,12 @@ class SinkHandler:
                 detail=f"recipient domain {domain} not accepted here",
             )
         refused = await self._chaos_reply(envelope, ChaosStage.RCPT, [address])
+        if refused is None and self.chaos is not None and self.chaos.rules:
+            # Another namespace's DATA rule acts here, for its own recipient,
+            # once the transaction carries another tenant's recipient.
+            refused = await asyncio.get_running_loop().run_in_executor(
+                self._chaos_thread, self.chaos.data_reply_at_rcpt, address, list(envelope.rcpt_tos)
+            )
         if refused is not None:
             return self._refused(refused, RefusalReason.CHAOS, session, [address])
         envelope.rcpt_tos.append(address)
@@ -231,11 +238,19 @@ class SinkHandler:
         refused = await self._chaos_reply(envelope, ChaosStage.DATA, list(envelope.rcpt_tos))
         if refused is not None:  # nothing stored
             return self._refused(refused, RefusalReason.CHAOS, session, envelope.rcpt_tos)
+        rcpts = list(envelope.rcpt_tos)
+        if self.chaos is not None and self.chaos.rules:
+            # A mixed transaction: a DATA rule keeps the mail from its own
+            # namespace's recipients only; the others get it.
+            dropped = await asyncio.get_running_loop().run_in_executor(
+                self._chaos_thread, self.chaos.data_own_recipients, rcpts
+            )
+            rcpts = [r for r in rcpts if r not in dropped]
         data = bytes(raw)
         auth = getattr(session, "auth_namespace", None)
         try:
             stored = await self.stores.submit(
-                intake.Received(envelope.mail_from, list(envelope.rcpt_tos), data, auth)
+                intake.Received(envelope.mail_from, rcpts, data, auth)
             )
         except Exception:
             log.exception("message could not be stored", extra={"event": "sink_store_failed"})
@@ -259,11 +274,14 @@ class SinkHandler:
             if scanned and not intake.needs_parse(raw, rcpts):
                 continue  # its To and Cc plainly name only envelope recipients
             if self.parses_waiting >= MAX_PENDING_PARSES:
+                # Not held for a parse, but its To and Cc are not dropped:
+                # its header block alone (64 KiB at most) is read for them.
                 log.warning(
                     "too many messages waiting to be parsed; "
-                    "this one keeps its envelope recipients",
-                    extra={"event": "sink_parse_skipped", "sink_message_id": sink_id},
+                    "this one's To and Cc are read from its header block",
+                    extra={"event": "sink_parse_headers_only", "sink_message_id": sink_id},
                 )
+                self._track(self._header_recipients(sink_id, rcpts, header_block(raw)))
                 continue
             self.parses_waiting += 1
             self._track(self._parse_one(sink_id, rcpts, raw, scanned=scanned))
@@ -309,6 +327,27 @@ class SinkHandler:
             log.warning(
                 "stored messages could not be pushed",
                 extra={"event": "sink_push_failed", "error": type(exc).__name__},
+            )
+
+    async def _header_recipients(self, sink_id: int, rcpts: Sequence[str], head: bytes) -> None:
+        """Add the To and Cc recipients a header block names (and push theirs)."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self._after_threads,
+                partial(intake.add_header_block_recipients, check_here=self.check_here),
+                self.settings,
+                sink_id,
+                rcpts,
+                head,
+            )
+        except Exception as exc:  # the message is stored; its envelope recipients stand
+            log.warning(
+                "header recipients of a stored message could not be added",
+                extra={
+                    "event": "sink_parse_failed",
+                    "sink_message_id": sink_id,
+                    "error": type(exc).__name__,
+                },
             )
 
     async def _parse_one(

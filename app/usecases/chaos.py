@@ -28,7 +28,15 @@ from pydantic import Field, field_validator, model_validator
 
 from app.db import chaos as chaos_db
 from app.db.engine import autocommit, transaction
-from app.domain.chaos import ChaosRule, ChaosStage, is_valid_reply, rules_for
+from app.domain.chaos import (
+    ChaosRule,
+    ChaosStage,
+    data_rules_at_rcpt,
+    data_rules_whole,
+    is_valid_reply,
+    pattern_matches,
+    rules_for,
+)
 from app.domain.ids import new_id
 from app.errors import RecipientNotOwned
 from app.infra.keys import recipient_hash
@@ -252,6 +260,7 @@ class SinkChaos:
                 times=r["times"],
                 probability=r["probability"],
                 exhausted=bool(r["exhausted"]),
+                namespace=r["namespace"],
             )
             for r in rows
         )
@@ -271,8 +280,39 @@ class SinkChaos:
     def reply_for(self, stage: ChaosStage, addresses: Sequence[str]) -> str | None:
         """The reply of the first live rule of `stage` covering one of
         `addresses` that applies now (a `probability` rule when its draw says
-        so, a `times` rule while it has times left), counted applied; else None."""
-        candidates = rules_for(self._rules, stage, addresses, datetime.now(UTC))
+        so, a `times` rule while it has times left), counted applied; else None.
+        A DATA rule answers DATA only when every recipient is its namespace's."""
+        now = datetime.now(UTC)
+        if stage is ChaosStage.DATA:
+            candidates = data_rules_whole(self._rules, addresses, now)
+        else:
+            candidates = rules_for(self._rules, stage, addresses, now)
+        return self._apply_first(candidates, stage)
+
+    def data_reply_at_rcpt(self, address: str, earlier: Sequence[str]) -> str | None:
+        """The reply of a DATA rule covering `address` that acts at its RCPT
+        (the transaction already carries another tenant's recipient), counted
+        applied; else None."""
+        candidates = data_rules_at_rcpt(self._rules, address, earlier, datetime.now(UTC))
+        return self._apply_first(candidates, ChaosStage.RCPT)
+
+    def data_own_recipients(self, addresses: Sequence[str]) -> list[str]:
+        """At DATA of a transaction that also carries other tenants'
+        recipients: the recipients a DATA rule (applied now, counted) keeps
+        the message from, as if it had refused them at RCPT; the message is
+        stored for the others."""
+        now = datetime.now(UTC)
+        whole = {r.rule_id for r in data_rules_whole(self._rules, addresses, now)}
+        dropped: list[str] = []
+        for rule in rules_for(self._rules, ChaosStage.DATA, addresses, now):
+            own = [a for a in addresses if pattern_matches(rule.recipient, a)]
+            if rule.rule_id in whole or not set(own) - set(dropped):
+                continue
+            if self._apply_first([rule], ChaosStage.DATA) is not None:
+                dropped.extend(a for a in own if a not in dropped)
+        return dropped
+
+    def _apply_first(self, candidates: Sequence[ChaosRule], stage: ChaosStage) -> str | None:
         if not candidates:
             return None
         for rule in candidates:

@@ -20,7 +20,12 @@ from typing import NamedTuple
 from app.db import server as server_db
 from app.db import sink_messages as sink_messages_db
 from app.db.engine import autocommit, transaction
-from app.domain.mail import ParsedMail, bounds_exceeded, header_recipients_within
+from app.domain.mail import (
+    ParsedMail,
+    bounds_exceeded,
+    header_block_recipients,
+    header_recipients_within,
+)
 from app.infra import dispatch
 from app.infra.keys import recipient_hash
 from app.observability.logs import warn_unreachable
@@ -170,6 +175,25 @@ def push_many(
         check_here=check_here,
     )
     return [None] * len(stored)
+
+
+def add_header_block_recipients(
+    settings: Settings,
+    sink_id: int,
+    envelope_rcpts: Sequence[str],
+    head: bytes,
+    *,
+    check_here: InProcessCheck | None = None,
+) -> list[str]:
+    """As add_header_recipients, from the message's header block alone (the
+    sink's way under load, when the message is not held for a parse)."""
+    extra = sorted(set(header_block_recipients(head)) - {r.lower() for r in envelope_rcpts})
+    if not extra:
+        return []
+    with autocommit() as session:  # one statement: its own transaction
+        sink_messages_db.sink_message_add_recipients(session, sink_id, extra)
+    push(settings, [sink_id], extra, check_here=check_here)
+    return extra
 
 
 def needs_parse(raw: bytes, envelope_rcpts: Sequence[str]) -> bool:

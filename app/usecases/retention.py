@@ -89,6 +89,7 @@ def purge(
         ("message_bodies", retention_db.message_purge_consumed_raw, content),
         ("messages", retention_db.message_delete_old, content),
         ("sink_messages", retention_db.sink_message_delete_old, content),
+        ("smtp_refusals", retention_db.smtp_refusal_delete_old, content),
     ]
     counts: dict[str, int] = {}
     for name, step, hours in plan:

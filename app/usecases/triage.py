@@ -127,7 +127,8 @@ def signal_read(caller: Principal, signal_id: str) -> dict[str, Any]:
         row = signals_db.signal_get(session, signal_id, caller.scope())
         if row is None:
             raise NotFound(f"no signal {signal_id}")
-        return {**views.signal_views(session, [row])[0], "namespace": row["namespace"]}
+        view = {**views.signal_views(session, [row])[0], "namespace": row["namespace"]}
+    return views.operator_view(view) if caller.is_ops else view
 
 
 def run_signals(
@@ -140,7 +141,8 @@ def run_signals(
     with transaction() as session:
         rows = signals_db.signal_list_by_run(session, scope, run_id, limit=500)
         found = views.signal_views(session, rows)
-    return [{**v, "namespace": r["namespace"]} for v, r in zip(found, rows, strict=True)]
+    out = [{**v, "namespace": r["namespace"]} for v, r in zip(found, rows, strict=True)]
+    return [views.operator_view(v) for v in out] if caller.is_ops else out
 
 
 # ---------------------------------------------------------------- dead letters
@@ -187,7 +189,9 @@ def _dead_letter_get(session: Connection, caller: Principal, dead_letter_id: str
 
 def dead_letter_read(caller: Principal, dead_letter_id: str) -> dict[str, Any]:
     with transaction() as session:
-        return _dead_letter_view(_dead_letter_get(session, caller, dead_letter_id))
+        view = _dead_letter_view(_dead_letter_get(session, caller, dead_letter_id))
+    # The one operator rule (the API's and the console's): no address, subjects masked.
+    return views.operator_dead_letter_view(view) if caller.is_ops else view
 
 
 class _SignalMoved(Exception):

@@ -13,7 +13,8 @@ of the mailbox) are searched here, bounded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Connection
@@ -26,7 +27,7 @@ from app.providers.base import WHOLE_SECONDS, ProviderMessage
 from app.providers.runtime import provider_configs
 from app.settings import Settings
 from app.usecases.checks.criteria import criteria_for
-from app.usecases.checks.observed import record_messages
+from app.usecases.checks.observed import Observed, record_messages
 from app.usecases.visibility import may_watch, visible_ids
 
 # The latest messages of the window looked at, the candidates parsed, and the
@@ -34,6 +35,8 @@ from app.usecases.visibility import may_watch, visible_ids
 SCAN = 2000
 CANDIDATES = 50
 KEPT = 5
+# Candidates recorded (and parsed) at a time.
+SLICE = 10
 
 
 def record_typo_near_misses(
@@ -56,34 +59,33 @@ def record_typo_near_misses(
             ProviderMessage(
                 provider_message_id=str(r["id"]),
                 received_at=r["received_at"],
-                raw=bytes(r["raw"]),
+                raw=None,
                 envelope_recipients=tuple(r["envelope_recipients"]),
+                size=int(r["size"]),
                 auth_namespace=r["auth_namespace"],
                 message_id=r["message_id"],
             )
             for r in sink_messages_db.sink_message_near_address(session, recipient, **bounds)
         ]
     seen = {m.provider_message_id for m in found}
-    found += [
+    # Recorded already (by a polled provider's checks): their bytes are in
+    # `messages`, read only for those this process has not parsed.
+    recorded = [
         ProviderMessage(
             provider_message_id=r["provider_message_id"],
             received_at=r["received_at"],
-            raw=bytes(r["raw"]),
+            raw=None,
             envelope_recipients=tuple(r["recipients"]),
+            recorded_known=True,
+            recorded_id=r["id"],
+            size=int(r["size"]),
         )
         for r in messages_db.message_near_address(session, provider, recipient, **bounds)
         if r["provider_message_id"] not in seen
     ]
-    if not found:
+    if not found and not recorded:
         return []
-    observed = record_messages(session, provider, found)
     namespace = str(signal["namespace"])
-    # Mail the namespace may see, or that nobody owned or held: never mail
-    # another namespace owns or holds.
-    visible = visible_ids(
-        session, settings, namespace, [o.message_id for o in observed], unclaimed=True
-    )
-    taken = messages_db.message_taken(session, [o.message_id for o in observed], namespace)
     usable: dict[str, bool] = {}
 
     def may_use(address: str) -> bool:
@@ -91,9 +93,53 @@ def record_typo_near_misses(
             usable[address] = may_watch(session, settings, namespace, address)
         return usable[address]
 
+    # Candidates come by address from SQL, without their bytes; they are
+    # recorded (and parsed, when this process has not) a slice at a time,
+    # until KEPT typos are found: a candidate after those is never read.
+    read_recorded = partial(messages_db.message_raws, provider=provider)
+    slices = [(found[i : i + SLICE], None) for i in range(0, len(found), SLICE)] + [
+        (recorded[i : i + SLICE], read_recorded) for i in range(0, len(recorded), SLICE)
+    ]
+    typos: list[tuple[str, str]] = []
+    for messages, read in slices:
+        if len(typos) >= KEPT:
+            break
+        observed = (
+            record_messages(session, provider, messages)
+            if read is None
+            else record_messages(session, provider, messages, read)
+        )
+        typos += _typos_among(session, settings, signal, observed, may_use)[: KEPT - len(typos)]
+    if typos:
+        messages_db.near_miss_record_many(
+            session,
+            signal["id"],
+            [(mid, Why.RECIPIENT_TYPO.value, ()) for mid, _ in typos],
+            addresses=[address for _, address in typos],
+        )
+    return [mid for mid, _ in typos]
+
+
+def _typos_among(
+    session: Connection,
+    settings: Settings,
+    signal: Mapping[Any, Any],
+    observed: list[Observed],
+    may_use: Callable[[str], bool],
+) -> list[tuple[str, str]]:
+    """(message id, near address) of each observed message that passes every
+    other rule of `signal` at an address one or two edits from its recipient."""
+    recipient = str(signal["recipient"]).lower()
+    namespace = str(signal["namespace"])
+    # Mail the namespace may see, or that nobody owned or held: never mail
+    # another namespace owns or holds.
+    visible = visible_ids(
+        session, settings, namespace, [o.message_id for o in observed], unclaimed=True
+    )
+    taken = messages_db.message_taken(session, [o.message_id for o in observed], namespace)
     typos: list[tuple[str, str]] = []
     for o in observed:
-        if o.message_id not in visible or o.message.received_at > until:
+        if o.message_id not in visible or o.message.received_at > signal["expires_at"]:
             continue
         addresses = sorted(
             {a.lower() for a in (*o.message.envelope_recipients, *o.mail.to, *o.mail.cc)}
@@ -111,16 +157,7 @@ def record_typo_near_misses(
             if evaluate(criteria, candidate).matched:
                 typos.append((o.message_id, address))
                 break
-        if len(typos) >= KEPT:
-            break
-    if typos:
-        messages_db.near_miss_record_many(
-            session,
-            signal["id"],
-            [(mid, Why.RECIPIENT_TYPO.value, ()) for mid, _ in typos],
-            addresses=[address for _, address in typos],
-        )
-    return [mid for mid, _ in typos]
+    return typos
 
 
 def recipient_warnings(settings: Settings, recipient: str) -> list[dict[str, str]]:

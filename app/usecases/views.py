@@ -68,13 +68,21 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 
 def operator_view(view: dict[str, Any]) -> dict[str, Any]:
-    """A signal view as an operator sees it: the message's subject and the near
-    misses' subjects masked (an operator never reads content)."""
+    """A signal view as an operator sees it, in the API and the console alike:
+    the message's subject and the near misses' subjects masked (an operator
+    never reads content), and no address (the recipient, and any an
+    address-naming recommendation holds, become `<address>`)."""
     out = dict(view)
+    if isinstance(out.get("recipient"), str):
+        out["recipient"] = mask_addresses(out["recipient"])
+    if isinstance(out.get("recommendation"), str):
+        out["recommendation"] = mask_addresses(out["recommendation"])
     if out.get("message"):
         message = dict(out["message"])
         if message.get("subject"):
             message["subject"] = mask_subject(message["subject"])
+        if isinstance(message.get("recipient"), str):
+            message["recipient"] = mask_addresses(message["recipient"])
         out["message"] = message
     if out.get("dead_letter"):
         out["dead_letter"] = operator_dead_letter_view(out["dead_letter"])

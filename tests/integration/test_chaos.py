@@ -143,6 +143,52 @@ def test_a_domain_rule_covers_an_owned_domain_and_no_other_domain_may_be_named(
     assert 599 <= lifetime.total_seconds() <= 601
 
 
+def test_a_data_rule_never_refuses_another_tenants_recipients_in_one_transaction(
+    owned_stack: Stack,
+) -> None:
+    """`default`'s DATA rule on its own addresses: a transaction to its
+    addresses alone is refused at DATA; one that also carries `other`'s
+    recipient is not: the rule acts at RCPT for its own recipient (after the
+    other's) or keeps the mail from it (before), and `other` gets its mail."""
+    reply = "554 5.7.0 Rejected by chaos"
+    rule = {"recipient": "*@chaos.test", "stage": "data", "reply": reply, "times": 10}
+    assert put_rules(owned_stack, [rule]).status_code == 200
+    mine, theirs = address(), address("other.test")
+    # The other tenant's recipient first: the rule answers this RCPT.
+    with smtplib.SMTP(owned_stack.smtp_host, owned_stack.smtp_port, timeout=60) as smtp:
+        refused = smtp.sendmail("app@example.test", [theirs, mine], mail(theirs))
+    assert {k: (c, t.decode()) for k, (c, t) in refused.items()} == {
+        mine: (554, "5.7.0 Rejected by chaos")
+    }
+    assert stored_for(owned_stack, theirs) == 1
+    assert (
+        db_scalar(
+            owned_stack,
+            "SELECT count(*) FROM sink_messages WHERE %s = ANY(envelope_recipients)",
+            mine,
+        )
+        == 0
+    )
+    # Its own recipient first: delivered to the other tenant's alone.
+    mine2, theirs2 = address(), address("other.test")
+    with smtplib.SMTP(owned_stack.smtp_host, owned_stack.smtp_port, timeout=60) as smtp:
+        assert smtp.sendmail("app@example.test", [mine2, theirs2], mail(theirs2)) == {}
+    assert stored_for(owned_stack, theirs2) == 1
+    assert stored_for(owned_stack, mine2) == 0
+    # Its own addresses alone: refused at DATA, nothing stored (the control).
+    mine3 = address()
+    with (
+        pytest.raises(smtplib.SMTPDataError) as data_refused,
+        smtplib.SMTP(owned_stack.smtp_host, owned_stack.smtp_port, timeout=60) as smtp,
+    ):
+        smtp.sendmail("app@example.test", [mine3], mail(mine3))
+    assert data_refused.value.smtp_code == 554
+    assert stored_for(owned_stack, mine3) == 0
+    with owned_stack.client() as api:
+        (after,) = api.get("/v1/chaos").json()["rules"]
+    assert after["applied"] == 3
+
+
 def test_times_hold_across_two_sink_processes_sending_at_once(chaos_stack: Stack) -> None:
     port = free_port()
     chaos_stack.spawn(

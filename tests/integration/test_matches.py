@@ -1,15 +1,20 @@
 """GET /v1/signals/{id}/matches reads the window when asked: for the sink,
 from its store, so messages that arrived after the signal was found are
-listed though no look recorded them; oldest first, with `taken_by`."""
+listed though no look recorded them; oldest first, with `taken_by`. For a
+polled provider, what its looks recorded, and the answer says so."""
 
 from __future__ import annotations
 
+import smtplib
 import time
+from collections.abc import Callable
+from email.message import EmailMessage
 from typing import Any
 
 import pytest
 
 from tests.integration.helpers import create_signal, db_rows, db_scalar, mail, wait_result
+from tests.servers import MaildevServer
 from tests.stack import TOKENS, Stack
 
 pytestmark = pytest.mark.integration
@@ -96,3 +101,37 @@ def test_a_body_filter_reads_each_later_message_and_skips_the_purged(stack: Stac
     db_rows(stack, "UPDATE messages SET raw = NULL WHERE subject = 'Two'")
     again = matches_of(stack, signal["signal_id"]).json()["items"]
     assert [i["subject"] for i in again] == ["One", "Big"]
+
+
+def test_a_polled_provider_lists_what_its_looks_recorded_and_says_so(
+    stack_factory: Callable[..., Stack], maildev: MaildevServer
+) -> None:
+    """MailDev is not asked again: mail that came after the last look is not
+    listed, and the answer's `source` says the window is the looks'."""
+    stack = stack_factory()
+    (stack.logs.parent / "providers.toml").write_text(
+        f'[providers.catcher]\ntype = "maildev"\nurl = "{maildev.url}"\n'
+    )
+    stack.start()
+    signal = create_signal(stack, provider="catcher", subject_contains="Verify")
+    recipient = signal["recipient"]
+
+    def send(subject: str) -> None:
+        msg = EmailMessage()
+        msg["From"], msg["To"], msg["Subject"] = "app@example.test", recipient, subject
+        msg.set_content("Your code is 493817")
+        with smtplib.SMTP(maildev.host, maildev.smtp_port, timeout=10) as smtp:
+            smtp.send_message(msg)
+
+    send("Verify your account")
+    found = wait_result(stack, signal["signal_id"], wait=40)
+    assert found["status"] == "found", found
+    send("Verify again")
+    time.sleep(1.5)
+
+    body = matches_of(stack, signal["signal_id"]).json()
+
+    assert body["source"] == "looks"
+    assert [(i["subject"], i["taken_by"]) for i in body["items"]] == [
+        ("Verify your account", signal["signal_id"])
+    ]

@@ -148,6 +148,11 @@ def test_a_tls_hello_on_the_plain_port_is_closed_with_one_line_naming_smtps_and_
     stack: Stack,
 ) -> None:
     before = _refused_count(stack, "tls_on_plain_port")
+
+    def hello_lines() -> list[str]:
+        return [ln for ln in stack.log_text("smtp").splitlines() if "tls_on_plain_port" in ln]
+
+    earlier = len(hello_lines())
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     with (
@@ -157,11 +162,8 @@ def test_a_tls_hello_on_the_plain_port_is_closed_with_one_line_naming_smtps_and_
     ):
         pass
 
-    def hello_lines() -> list[str]:
-        return [ln for ln in stack.log_text("smtp").splitlines() if "tls_on_plain_port" in ln]
-
     lines = wait_until(
-        hello_lines,
+        lambda: hello_lines()[earlier:],
         10,
         what="the log line",
     )
@@ -209,3 +211,29 @@ def test_a_chaos_refusal_is_named_in_the_dead_letter(stack: Stack) -> None:
     ]
     assert f"tried to deliver to {to}" in sentence
     assert "550 Mailbox unavailable" in sentence and "chaos rule" in sentence
+
+
+def test_refused_deliveries_are_kept_as_long_as_the_mail_they_explain(stack: Stack) -> None:
+    from tests.integration.test_retention import run_retention
+
+    with smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=30) as smtp:
+        smtp.ehlo()
+        smtp.mail("app@example.test", options=[f"SIZE={30 * 1024 * 1024}"])
+        assert smtp.rcpt("old@example.test")[0] == 552
+        assert smtp.rcpt("new@example.test")[0] == 552
+    rows = wait_until(
+        lambda: len(r := db_rows(stack, "SELECT recipients FROM smtp_refusals")) == 2 and r,
+        10,
+        what="both refusals recorded",
+    )
+    assert sorted(r[0] for r in rows) == [["new@example.test"], ["old@example.test"]]
+    hours = int(float(stack.env.get("SIGNALBOX_RETENTION_HOURS", "72"))) + 1
+    db_rows(
+        stack,
+        "UPDATE smtp_refusals SET refused_at = now() - make_interval(hours => %s)"
+        " WHERE 'old@example.test' = ANY(recipients)",
+        hours,
+    )
+    run_retention(stack)
+    left = db_rows(stack, "SELECT recipients FROM smtp_refusals")
+    assert left == [(["new@example.test"],)]

@@ -310,3 +310,39 @@ def test_an_operator_sees_capitals_codes_and_query_links_masked(
     for r in answers:
         for secret in run.secrets:
             assert secret not in r.text
+
+
+@pytest.mark.integration
+def test_one_operator_masking_rule_in_the_api_and_the_console(
+    tenancy_stack: Stack, run: Run
+) -> None:
+    """An operator sees no recipient address anywhere: the API's signal and
+    dead-letter views and the console's signal, dead-letter and run pages
+    follow the same rule; the tenant (the control) sees its own address."""
+    from tests.security.test_console_hardening import sign_in
+
+    pages = (
+        f"/console/signals/{run.doomed_id}",
+        f"/console/signals/{run.found_id}",
+        f"/console/dead-letters/{run.dead_letter_id}",
+        f"/console/runs/{run.run_id}",
+    )
+    with client(tenancy_stack, OPS_TOKEN) as ops:
+        api = [
+            ops.get(f"/v1/signals/{run.found_id}"),
+            ops.get(f"/v1/signals/{run.doomed_id}"),
+            ops.get(f"/v1/dead-letters/{run.dead_letter_id}"),
+            ops.get("/v1/signals", params={"run_id": run.run_id}),
+        ]
+    with httpx.Client(base_url=tenancy_stack.api_url, timeout=60) as console:
+        sign_in(console, OPS_TOKEN)
+        seen = [console.get(p) for p in pages]
+    for r in [*api, *seen]:
+        assert r.status_code == 200, (r.url, r.status_code)
+        for address in (run.recipient, run.doomed_recipient):
+            assert address.lower() not in r.text.lower(), r.url
+    assert api[0].json()["recipient"] == "<address>"
+    with httpx.Client(base_url=tenancy_stack.api_url, timeout=60) as console:
+        sign_in(console, TOKEN_A)
+        own = console.get(pages[0])
+    assert run.doomed_recipient in own.text

@@ -4,6 +4,7 @@ the sink does around it: the memory bound on held messages, the warm start."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -169,7 +170,8 @@ def test_the_sink_holds_at_most_its_bound_of_stored_messages_for_parsing(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A flood while parses (or the broker) are slow: past MAX_PENDING_PARSES
-    a stored message is not held in memory; it keeps its envelope recipients."""
+    a stored message is not held in memory, but its To and Cc are not
+    dropped: they are read from its header block alone and added."""
     from types import SimpleNamespace
 
     from app.smtp import handler as handler_mod
@@ -188,9 +190,17 @@ def test_the_sink_holds_at_most_its_bound_of_stored_messages_for_parsing(
         pushed.extend(i for ids, _ in stored for i in ids)
         return [None] * len(stored)
 
+    added: dict[int, list[str]] = {}
+
+    def add_recipients(session: object, sink_id: int, extra: list[str]) -> None:
+        added[sink_id] = extra
+
     monkeypatch.setattr(intake, "needs_parse", slow_triage)
     monkeypatch.setattr(intake, "push_many", push_many)
     monkeypatch.setattr(intake, "record_stored", lambda *args: None)
+    monkeypatch.setattr(intake, "push", lambda *args, **kwargs: None)
+    monkeypatch.setattr(intake.sink_messages_db, "sink_message_add_recipients", add_recipients)
+    monkeypatch.setattr(intake, "autocommit", contextlib.nullcontext)
     settings = SimpleNamespace(accepted_domains=(), smtp_max_bytes=1024)
     bound = handler_mod.MAX_PENDING_PARSES
 
@@ -199,7 +209,8 @@ def test_the_sink_holds_at_most_its_bound_of_stored_messages_for_parsing(
         try:
             count = bound + 5
             # Larger than a message looked at on the event loop: each is held.
-            raw = b"x" * (handler_mod.INLINE_SCAN_BYTES + 1)
+            head = b"To: a@example.test\r\nCc: Audit <Audit@example.test>\r\n\r\n"
+            raw = head + b"x" * (handler_mod.INLINE_SCAN_BYTES + 1)
             received = [(None, ["a@example.test"], raw) for _ in range(count)]
             sink._after_store(received, stored_as(range(count)))
             held = sink.parses_waiting
@@ -214,8 +225,13 @@ def test_the_sink_holds_at_most_its_bound_of_stored_messages_for_parsing(
         held, after = asyncio.run(scenario())
     assert held == bound
     assert after == 0
-    skipped = [r for r in caplog.records if getattr(r, "event", None) == "sink_parse_skipped"]
-    assert len(skipped) == 5
+    headers_only = [
+        r for r in caplog.records if getattr(r, "event", None) == "sink_parse_headers_only"
+    ]
+    assert len(headers_only) == 5
+    # The five not held for a parse still got their Cc (the held ones are
+    # parsed: their triage, made slow here, says there is nothing to add).
+    assert added == {i: ["audit@example.test"] for i in range(bound, bound + 5)}
     assert sorted(pushed) == list(range(bound + 5))  # every stored message is pushed
 
 

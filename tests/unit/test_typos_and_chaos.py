@@ -266,6 +266,7 @@ def test_with_no_rules_the_sink_asks_the_database_nothing_per_command(
     calls.rows = [
         {
             "id": "chs_1",
+            "namespace": "default",
             "recipient": "a@x.test",
             "stage": "rcpt",
             "reply": "451 4.3.0 Try again later",

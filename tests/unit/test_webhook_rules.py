@@ -36,6 +36,21 @@ def test_body_has_exactly_the_contract_fields_and_nothing_else() -> None:
     assert "493817" not in json.dumps(body) and "secret@" not in json.dumps(body)
 
 
+def test_the_recommendation_goes_out_with_addresses_masked_as_for_operators() -> None:
+    typo = {
+        **DEAD_LETTER,
+        "recommendation": "A message went to secret@example.tset instead of secret@example.test.",
+    }
+    body = json.loads(rules.payload_body(typo, "t"))
+    assert body["recommendation"] == "A message went to <address> instead of <address>"
+    assert (
+        json.loads(rules.payload_body({**DEAD_LETTER, "recommendation": None}, "t"))[
+            "recommendation"
+        ]
+        is None
+    )
+
+
 SECRET = "s3cret"
 NOW = 1_780_000_000
 

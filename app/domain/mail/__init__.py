@@ -47,7 +47,12 @@ bytes), ``parse`` (``parse_mail``), ``mime`` (the guarded stdlib parser),
 (the visible text of an HTML body), ``parsed`` (the result), ``observers``.
 """
 
-from app.domain.mail.addresses import PLAIN_ADDR_SPEC, header_recipients_within
+from app.domain.mail.addresses import (
+    PLAIN_ADDR_SPEC,
+    header_block,
+    header_block_recipients,
+    header_recipients_within,
+)
 from app.domain.mail.bounds import MAX_HEADER_LENGTH, BoundedView, bound_view
 from app.domain.mail.charset import normalize_whitespace
 from app.domain.mail.html import HtmlEvent, html_events, strip_html
@@ -71,6 +76,8 @@ __all__ = [
     "ParsedMail",
     "bound_view",
     "bounds_exceeded",
+    "header_block",
+    "header_block_recipients",
     "header_recipients_within",
     "html_events",
     "normalize_whitespace",

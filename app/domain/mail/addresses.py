@@ -68,6 +68,26 @@ def header_recipients_within(raw: bytes, envelope: Iterator[str] | list[str]) ->
     return True
 
 
+def header_block(raw: bytes) -> bytes:
+    """The header block of `raw`, at most MAX_HEADER_BYTES of it (a copy: the
+    message itself need not be kept)."""
+    head, _, _ = split_header_block(raw[: MAX_HEADER_BYTES + 4])
+    return bytes(head[:MAX_HEADER_BYTES])
+
+
+def header_block_recipients(head: bytes) -> list[str]:
+    """The To and Cc addresses a header block names, lower-cased, read from
+    the header alone (no parse of the message): what the sink adds when it
+    cannot hold a message for its parse."""
+    values = []
+    for match in LOGICAL_HEADER_RE.finditer(head):
+        name, colon, value = match.group(0).partition(b":")
+        if colon and name.strip().lower() in (b"to", b"cc"):
+            unfolded = value.replace(b"\r", b"").replace(b"\n", b" ")
+            values.append(unfolded.decode("utf-8", "replace").strip())
+    return sorted({a for a in map(bare_address, fallback_addresses(values)) if a})
+
+
 _ADDRESS_RE = re.compile(r"[^\s<>,;:\"()\[\]]+@[^\s<>,;:\"()\[\]]+")
 
 

@@ -24,6 +24,7 @@ from app.usecases.checks.call import ask_in_bulkhead, bulkhead_of, provider_or_e
 from app.usecases.checks.criteria import search_query
 from app.usecases.checks.decide import CheckBatch, write_answer
 from app.usecases.checks.heartbeat import LeaseKeeper
+from app.usecases.checks.observed import prepare_messages
 from app.usecases.expiry import publish
 
 log = logging.getLogger("signalbox.checks")
@@ -102,6 +103,8 @@ def run_check(
             bulkhead = None if pushes else bulkhead_of(bulkhead_for, provider_name)
             query = search_query(taken, precision)
             answer = ask_in_bulkhead(bulkhead, keeper, provider, breaker_for, query, final=final)
+            # Parsed here, with no lock held: the write below finds them parsed.
+            _prepare(provider_name, answer.messages)
     report.outcome = answer.outcome.value
     batch = CheckBatch(
         settings=settings,
@@ -161,6 +164,20 @@ class InProcessCheck:
             batch_limit=BATCH_LIMIT,
             coalesce_seconds=self.settings.coalesce_window_seconds,
         )
+
+
+def _prepare(provider_name: str, messages: Sequence[Any]) -> None:
+    """`prepare_messages`; a failure only leaves the parsing to the write."""
+    if not messages:
+        return
+    try:
+        prepare_messages(provider_name, messages)
+    except Exception as exc:
+        log.info(
+            "messages not parsed before the write; it parses them",
+            extra={"event": "prepare_failed", "provider": provider_name,
+                   "error": type(exc).__name__},
+        )  # fmt: skip
 
 
 def in_process_check_for(settings: Settings) -> InProcessCheck:

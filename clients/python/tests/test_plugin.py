@@ -418,3 +418,26 @@ def test_an_unreachable_service_fails_with_one_clear_line_and_no_httpx_frames(
     result.stdout.fnmatch_lines(
         ["E   *signalbox.ServiceUnavailable: cannot reach Signalbox at http://127.0.0.1:9*"]
     )
+
+
+def test_a_rerun_of_a_failed_test_watches_under_keys_of_its_own() -> None:
+    from signalbox.pytest_plugin import Watch
+
+    sent: list[dict[str, Any]] = []
+
+    class Client:
+        def watch(self, run_id: str, test_case: str, recipient: str, **options: Any) -> None:
+            sent.append(options)
+
+    first = Watch(Client(), "run-7", "t.py::test_a", {})  # type: ignore[arg-type]
+    first("a@sink.test")
+    first("b@sink.test")
+    rerun = Watch(Client(), "run-7", "t.py::test_a", {}, attempt=2)  # type: ignore[arg-type]
+    rerun("a@sink.test")
+    rerun("b@sink.test")
+    assert [o.get("idempotency_key") for o in sent] == [
+        None,
+        "run-7:t.py::test_a#2",
+        "run-7:t.py::test_a@rerun2",
+        "run-7:t.py::test_a#2@rerun2",
+    ]

@@ -63,6 +63,7 @@ from signalbox.errors import (
     hide_client_frames,
 )
 from signalbox.models import Mailbox, Receipt, Signal
+from signalbox.watch import Watch
 
 # pytest: a Signalbox error's traceback leaves the plugin's frames out too.
 __tracebackhide__ = hide_client_frames
@@ -398,43 +399,6 @@ def _marker_defaults(node: pytest.Item) -> dict[str, Any]:
     return defaults
 
 
-class Watch:
-    """``signalbox_watch(recipient, ...)``: :meth:`Signalbox.watch` with run and test bound.
-
-    The first call in a test uses the server's default idempotency key
-    (``run_id:test_case``); later calls get ``run_id:test_case#N`` so a test can
-    expect several emails.
-    """
-
-    def __init__(
-        self, client: Signalbox, run_id: str, test_case: str, defaults: Mapping[str, Any]
-    ) -> None:
-        self.client = client
-        self.run_id = run_id
-        self.test_case = test_case
-        self.defaults = dict(defaults)
-        self.calls = 0
-
-    def __call__(self, recipient: str, **kwargs: Any) -> SignalHandle:
-        self.calls += 1
-        options = {**self.defaults, **kwargs}
-        if self.calls > 1 and "idempotency_key" not in options:
-            options["idempotency_key"] = f"{self.run_id}:{self.test_case}#{self.calls}"
-        return self.client.watch(self.run_id, self.test_case, recipient, **options)
-
-    def none(self, recipient: str, **kwargs: Any) -> SignalHandle:
-        """Assert that no matching email arrives before the deadline (see
-        :meth:`Signalbox.expect_none`)."""
-        return self(recipient, expect="none", **kwargs)
-
-    def exactly_one(
-        self, recipient: str, settle_seconds: int | None = None, **kwargs: Any
-    ) -> SignalHandle:
-        """Assert that exactly one matching email arrives (see
-        :meth:`Signalbox.expect_exactly_one`)."""
-        return self(recipient, expect="exactly_one", settle_seconds=settle_seconds, **kwargs)
-
-
 @pytest.fixture
 def signalbox_watch(
     signalbox: Signalbox,
@@ -443,7 +407,10 @@ def signalbox_watch(
     request: pytest.FixtureRequest,
 ) -> Watch:
     """Create signals for this test: ``signalbox_watch(address, subject_contains=...)``."""
-    return Watch(signalbox, signalbox_run_id, signalbox_test_case, _marker_defaults(request.node))
+    attempt = int(getattr(request.node, "execution_count", 1) or 1)  # pytest-rerunfailures
+    return Watch(
+        signalbox, signalbox_run_id, signalbox_test_case, _marker_defaults(request.node), attempt
+    )
 
 
 @pytest.fixture
