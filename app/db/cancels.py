@@ -35,7 +35,7 @@ def signal_cancel(session: Connection, signal_id: str, namespace: str, reason: s
                    check_fence = check_fence + 1, claim_fence = claim_fence + 1,
                    next_check_at = NULL, check_lease_until = NULL, updated_at = now()
              WHERE id = :id AND namespace = :namespace
-               AND status IN (:src0, :src1, :src2)
+               AND status = ANY(:srcs)
              RETURNING *
             """
         ),
@@ -44,7 +44,8 @@ def signal_cancel(session: Connection, signal_id: str, namespace: str, reason: s
             "namespace": namespace,
             "reason": reason,
             "dst": Status.CANCELLED.value,
-            **{f"src{i}": t.src.value for i, t in enumerate(CANCELS)},
+            # Every source the state machine draws an arrow to `cancelled` from.
+            "srcs": [t.src.value for t in CANCELS],
         },
     )
 

@@ -9,8 +9,11 @@ Two horizons:
   resolved dead letters and terminal signals (with what cascades from them),
   and address holds released that long ago.
 
-A mailbox past its ``expires_at`` is deleted on the next run, as
-``DELETE /v1/mailboxes/{id}`` would: its mail is purged.
+A mailbox past its ``expires_at`` is deleted on the next run (its address
+stays its namespace's), but its mail is not purged with it: the mail ages out
+with the content horizon like any other, so a failed test's mailbox, which
+the test clients keep, stays readable until ``SIGNALBOX_RETENTION_HOURS``.
+``DELETE /v1/mailboxes/{id}`` is the purge.
 
 A signal still in play (waiting, found, claimed) loses nothing: not its
 checks, not its message, not the mail it could still match. A `found`
@@ -33,7 +36,6 @@ from app.db import mailboxes as mailboxes_db
 from app.db import retention as retention_db
 from app.db.engine import transaction
 from app.settings import Settings
-from app.usecases.mailboxes import foreign_domains
 
 log = logging.getLogger("signalbox.retention")
 
@@ -54,18 +56,10 @@ def _drain(step: _Step, *, older_than_hours: float, batch_size: int, max_batches
     return total
 
 
-def _expire_mailboxes(settings: Settings) -> _Step:
-    def step(session: Connection, *, older_than_hours: float, limit: int) -> int:
-        """Mailboxes whose expires_at passed: deleted, the mail that is their
-        namespace's alone purged (their addresses stay their namespace's)."""
-        expired = mailboxes_db.mailbox_expire_due(session, limit)
-        for address, namespace in expired:
-            mailboxes_db.mailbox_purge_messages(
-                session, address, namespace, foreign_domains(settings, namespace)
-            )
-        return len(expired)
-
-    return step
+def _expire_mailboxes(session: Connection, *, older_than_hours: float, limit: int) -> int:
+    """Mailboxes whose expires_at passed: deleted; their mail stays until
+    the content horizon (retention purges it by owner, as any sink mail)."""
+    return len(mailboxes_db.mailbox_expire_due(session, limit))
 
 
 def purge(
@@ -77,8 +71,8 @@ def purge(
     evidence = settings.evidence_retention_hours
     # Evidence first: signals deleted here free their messages for the content pass.
     plan: list[tuple[str, _Step, float]] = [
-        # A mailbox past its expires_at is deleted, its mail purged.
-        ("mailboxes", _expire_mailboxes(settings), 0.0),
+        # A mailbox past its expires_at is deleted; its mail keeps to the content horizon.
+        ("mailboxes", _expire_mailboxes, 0.0),
         ("receipts", retention_db.receipt_delete_old, evidence),
         ("dead_letters", retention_db.dead_letter_delete_old, evidence),
         ("signals", retention_db.signal_delete_old, evidence),

@@ -26,6 +26,8 @@ def server_env(data: Path, ports: dict[str, int]) -> dict[str, str]:
             "SIGNALBOX_DATA_DIR": str(data),
             "SIGNALBOX_API_PORT": str(ports["api"]),
             "SIGNALBOX_SMTP_PORT": str(ports["smtp"]),
+            # Never the default 2465: another `up` on this machine may hold it.
+            "SIGNALBOX_SMTPS_PORT": str(ports.get("smtps") or free_port()),
             "SIGNALBOX_EMBEDDED_REDIS_PORT": str(ports["redis"]),
             "SIGNALBOX_FLOWER_PORT": str(ports["flower"]),
             # One uvicorn process instead of one per core: lighter on a busy CI
@@ -76,11 +78,14 @@ def stop(proc: subprocess.Popen[str]) -> int:
 @pytest.mark.timeout(480)
 def test_up_runs_the_whole_stack_on_the_embedded_default_and_keeps_data(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    ports = {name: free_port() for name in ("api", "smtp", "redis", "flower")}
+    ports = {name: free_port() for name in ("api", "smtp", "smtps", "redis", "flower")}
     proc = up(data, ports)
     try:
         banner = read_banner(proc)
         assert "Signalbox is up." in banner
+        # Both SMTP ports: STARTTLS on the plain one, implicit TLS on the other.
+        assert f"SMTP sink  127.0.0.1:{ports['smtp']}  (STARTTLS, AUTH optional)" in banner
+        assert f"SMTPS      127.0.0.1:{ports['smtps']}  (implicit TLS)" in banner
         # "up" means ready: /readyz answers 200 by the time the banner says so.
         assert ready(f"http://127.0.0.1:{ports['api']}")
         assert f"http://127.0.0.1:{ports['api']}" in banner

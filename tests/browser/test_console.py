@@ -86,7 +86,8 @@ def test_an_sre_triages_a_dead_letter_in_the_browser(
     page.screenshot(path=shots / "01-login.png", full_page=True)
     page.get_by_label("Token").fill(TOKENS["default"])
     page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url(f"{base}/console")
+    page.wait_for_url(f"{base}/console/inbox")  # a tenant lands on its inbox
+    page.goto(f"{base}/console")
     assert "Signed in as namespace default" in page.content()
     assert page.get_by_role("heading", name="Open dead letters", exact=True).is_visible()
     cookie = next(c for c in page.context.cookies() if c["name"] == "signalbox_console")
@@ -171,7 +172,7 @@ def test_a_tenant_console_never_shows_another_namespace(stack: Stack, browser: A
     page.goto(f"{stack.api_url}/console/login")
     page.get_by_label("Token").fill(TOKENS["default"])
     page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url(f"{stack.api_url}/console")
+    page.wait_for_url(f"{stack.api_url}/console/inbox")
     dl_id = theirs["dead_letter"]["dead_letter_id"]
     response = page.goto(f"{stack.api_url}/console/dead-letters/{dl_id}")
     assert response is not None and response.status == 404

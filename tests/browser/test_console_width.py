@@ -64,12 +64,13 @@ def test_console_tables_fit_a_1280_px_window(stack: Stack, browser: Any) -> None
     page.goto(f"{base}/console/login")
     page.get_by_label("Token").fill(TOKENS["default"])
     page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url(f"{base}/console")
+    page.wait_for_url(f"{base}/console/inbox")
     page.goto(f"{base}/console/dead-letters?run_id={run_id}")
     assert case in page.content()  # the list shows the test case (and must fit)
     wide: dict[str, list[str]] = {}
     for path in (
         "/console",
+        "/console/inbox",
         "/console/dead-letters",
         f"/console/dead-letters?run_id={run_id}",
         f"/console/dead-letters/{dl['dead_letter_id']}",

@@ -39,7 +39,7 @@ def sign_in(page: Any, base: str) -> None:
     page.goto(f"{base}/console/login")
     page.get_by_label("Token").fill(TOKENS["default"])
     page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url(f"{base}/console")
+    page.wait_for_url(f"{base}/console/inbox")  # a tenant's landing page
 
 
 def test_new_mail_appears_live_and_another_namespaces_never(

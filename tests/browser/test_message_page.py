@@ -74,7 +74,7 @@ def test_the_message_page_renders_the_html_without_its_script_or_remote_image(
     page.goto(f"{base}/console/login")
     page.get_by_label("Token").fill(TOKENS["default"])
     page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url(f"{base}/console")
+    page.wait_for_url(f"{base}/console/inbox")
 
     page.goto(f"{base}/console/signals/{signal['signal_id']}")
     page.get_by_role("link", name=message_id).click()
@@ -166,7 +166,7 @@ def test_the_frame_opened_as_a_top_level_page_neither_refreshes_nor_submits_form
     page.goto(f"{base}/console/login")
     page.get_by_label("Token").fill(TOKENS["default"])
     page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url(f"{base}/console")
+    page.wait_for_url(f"{base}/console/inbox")
     page.goto(f"{base}/console/messages/{message_id}/html")
     page.locator("#go").click()
     page.wait_for_timeout(2500)  # past the refresh's second, and the form's navigation

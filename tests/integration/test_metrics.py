@@ -34,6 +34,7 @@ DOCUMENTED_METRICS = {
     "signalbox_oldest_due_signal_age_seconds": ("gauge", set()),
     "signalbox_dead_letters": ("gauge", {"reason", "state", "namespace"}),
     "signalbox_circuit_state": ("gauge", {"provider"}),
+    "signalbox_smtp_refused": ("counter", {"reason"}),
 }
 
 

@@ -145,6 +145,6 @@ def test_failed_logins_are_throttled_like_http_sign_ins(strict: Stack) -> None:
                 codes.append(exc.smtp_code)
                 if exc.smtp_code == 421:
                     break
-    # This module's earlier test failed twice (PLAIN, then LOGIN) from here too.
-    assert set(codes[:-1]) == {535} and len(codes) <= 19, codes
+    # Earlier failures from this address in the last minute count too.
+    assert set(codes[:-1]) == {535} and len(codes) <= 21, codes
     assert codes[-1] == 421, codes

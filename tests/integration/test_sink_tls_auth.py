@@ -148,6 +148,11 @@ def test_a_tls_hello_on_the_plain_port_is_closed_with_one_line_naming_smtps_and_
     stack: Stack,
 ) -> None:
     before = _refused_count(stack, "tls_on_plain_port")
+
+    def hello_lines() -> list[str]:
+        return [ln for ln in stack.log_text("smtp").splitlines() if "tls_on_plain_port" in ln]
+
+    earlier = len(hello_lines())
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     with (
@@ -157,11 +162,8 @@ def test_a_tls_hello_on_the_plain_port_is_closed_with_one_line_naming_smtps_and_
     ):
         pass
 
-    def hello_lines() -> list[str]:
-        return [ln for ln in stack.log_text("smtp").splitlines() if "tls_on_plain_port" in ln]
-
     lines = wait_until(
-        hello_lines,
+        lambda: hello_lines()[earlier:],
         10,
         what="the log line",
     )

@@ -207,6 +207,7 @@ def test_retention_deletes_aged_sink_mail_and_reports_every_kind(
         "message_bodies",
         "messages",
         "sink_messages",
+        "smtp_refusals",
     }
     assert report["sink_messages"] == 1
     assert sql("SELECT count(*) FROM sink_messages") == [(0,)]

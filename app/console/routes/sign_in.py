@@ -83,7 +83,8 @@ async def login(request: Request) -> Response:
         )
     hours = settings_of(request).console_session_hours
     new = sessions.new_session(key, principal, token_hash(token), hours)
-    response = redirect("/console")
+    # A tenant lands on its inbox; an operator (no content) on the overview.
+    response = redirect("/console" if principal.is_ops else "/console/inbox")
     set_cookie(
         request,
         response,
