@@ -90,8 +90,8 @@ class SinkMessage(Base):
     size: Mapped[int] = mapped_column(Integer)
     # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes] = mapped_column(LargeBinary)
-    auth_namespace: Mapped[str | None] = mapped_column(String(128))  # SMTP AUTH's (0020)
-    message_id: Mapped[str | None] = mapped_column(String(40), unique=True)  # msg_: 0022
+    auth_namespace: Mapped[str | None] = mapped_column(String(128))  # SMTP AUTH's (0019)
+    message_id: Mapped[str | None] = mapped_column(String(40), unique=True)  # msg_: 0021
     __table_args__ = (
         # No pending list: every look searches it, and searches read a
         # pending list in full (migration 0006).
@@ -120,10 +120,10 @@ class Message(Base):
     delivered_to: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     # A line of the raw message ended in a bare LF (kept as received).
     bare_lf: Mapped[bool] = mapped_column(Boolean, server_default="false")
-    auth_namespace: Mapped[str | None] = mapped_column(String(128))  # SMTP AUTH's (0020)
+    auth_namespace: Mapped[str | None] = mapped_column(String(128))  # SMTP AUTH's (0019)
     # Purged (NULL) with its mailbox or by the inbox; compressed as above (0016).
     raw: Mapped[bytes | None] = mapped_column(LargeBinary)
-    from_addr: Mapped[str | None] = mapped_column(Text)  # to read_at: the inbox's (0022)
+    from_addr: Mapped[str | None] = mapped_column(Text)  # to read_at: the inbox's (0021)
     to_addrs: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     cc_addrs: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     header_message_id: Mapped[str | None] = mapped_column(Text)
@@ -194,7 +194,7 @@ class Signal(Base):
     # `exactly_one`, how long a second match is waited for (migration 0013).
     expect: Mapped[str] = mapped_column(String(16), server_default="first")
     settle_seconds: Mapped[int | None] = mapped_column(SmallInteger)
-    cancel_reason: Mapped[str | None] = mapped_column(String(200))  # 1-200 chars (0021)
+    cancel_reason: Mapped[str | None] = mapped_column(String(200))  # 1-200 chars (0020)
     cancelled_at: Mapped[datetime | None] = mapped_column(TS)
     __table_args__ = (
         # One message per signal within a namespace; namespaces match shared

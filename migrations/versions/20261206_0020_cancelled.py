@@ -13,8 +13,8 @@ change that leaves `waiting`, and a cancelled view is read again by id.
 `ENUMERATED` freezes the values of the columns whose CHECK this revision
 writes (a test composes every revision's and compares the models').
 
-Revision ID: 0021
-Revises: 0020
+Revision ID: 0020
+Revises: 0019
 Create Date: 2026-12-06 18:30:00
 """
 
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0021"
-down_revision: str | None = "0020"
+revision: str = "0020"
+down_revision: str | None = "0019"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -6,8 +6,8 @@ namespace's alone). `smtp_refusals`: each delivery attempt the sink refused
 (when, envelope recipients, reply code and text, why), for dead letters'
 recommendations.
 
-Revision ID: 0020
-Revises: 0019
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-12-06 18:30:00
 """
 
@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0020"
-down_revision: str | None = "0019"
+revision: str = "0019"
+down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -9,8 +9,8 @@ runs on: newest first by (received_at, id), Message-ID, From, and a GIN index
 of the words. A trigger notifies `signalbox_message` with each recorded
 message's id (the inbox's live events).
 
-Revision ID: 0022
-Revises: 0021
+Revision ID: 0021
+Revises: 0020
 Create Date: 2026-12-06 18:30:00
 """
 
@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0022"
-down_revision: str | None = "0021"
+revision: str = "0021"
+down_revision: str | None = "0020"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
