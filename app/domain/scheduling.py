@@ -67,7 +67,7 @@ def spends_budget(reason: CheckReason, outcome: CheckOutcome, retry_after: float
 
 def keeps_for_deadline(counters: Counters, looked_at: datetime) -> bool:
     """Whether a look that began at `looked_at` would spend the last check
-    of the budget before the deadline: it must not (CONTRACT "max_checks":
+    of the budget before the deadline: it must not (docs/api.md, `max_checks`:
     with a budget of one, the one counted look is the deadline's)."""
     return looked_at < counters.expires_at and counters.max_checks - counters.checks_count <= 1
 

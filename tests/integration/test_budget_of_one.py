@@ -1,4 +1,4 @@
-"""`max_checks: 1` on a polled provider (CONTRACT "max_checks"): the one
+"""`max_checks: 1` on a polled provider (docs/api.md, `max_checks`): the one
 provider call is made at the deadline, not at the first look, and it finds a
 mail sent before the deadline."""
 

@@ -127,11 +127,11 @@ def _pids_with(metrics_dir: Path, key_part: str) -> set[str]:
     return pids
 
 
-def _one_check_each(stack: Stack, count: int, expires_in: int = 30) -> list[str]:
-    """`count` signals of one check each (max_checks 1: the first check spends
-    the budget) of the polled provider `md`, whose checks the worker makes,
-    waited for until every signal of the database has used its check: their ids.
-    Those whose check comes at the deadline expire `expires_in` seconds after."""
+def _one_check_each(stack: Stack, count: int, expires_in: int = 6) -> list[str]:
+    """`count` signals of one check each (max_checks 1: the one check is the
+    deadline's) of the polled provider `md`, whose checks the worker makes,
+    waited for until every signal of the database has used its check and
+    expired `expires_in` seconds after its creation: their ids."""
     ids = [
         create_signal(stack, provider="md", expires_in_seconds=expires_in, max_checks=1)[
             "signal_id"
@@ -202,7 +202,9 @@ def test_checks_of_every_worker_child_are_counted_and_survive_a_worker_restart(
     families = scrape(stack)
     counted = sample_sum(families, "signalbox_checks", "signalbox_checks_total")
 
-    assert counted == check_rows == len(ids)
+    # Every check row is counted once; a check the bulkhead refused (the
+    # signals of a round share one deadline) is a row too, and is made again.
+    assert counted == check_rows >= len(ids)
     # Both prefork children did checks, each in its own file: the scrape summed them.
     assert {str(first), str(second)} <= _pids_with(metrics_dir, '"signalbox_checks_total"')
     assert sample_sum(families, "signalbox_signals", "signalbox_signals", status="expired") == len(
@@ -212,7 +214,7 @@ def test_checks_of_every_worker_child_are_counted_and_survive_a_worker_restart(
         families,
         "signalbox_dead_letters",
         "signalbox_dead_letters",
-        reason="check_budget",
+        reason="deadline",
         state="open",
     ) == len(ids)
 
