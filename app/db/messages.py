@@ -40,9 +40,12 @@ def message_record_new(
     provider: str,
     rows: Sequence[Mapping[Any, Any]],
     known: Mapping[str, str | None] | None = None,
+    recorded: set[str] | None = None,
 ) -> dict[str, str]:
     """Record the observed messages not recorded yet, once each, and return
-    provider id → our id for all of `rows`.
+    provider id → our id for all of `rows`; `recorded` (when given) gets the
+    provider ids this call's inserts recorded. (Comparing ids cannot tell: a
+    sink message keeps the id it was stored with, whoever records it.)
 
     Raw bytes already stored are never sent again: the known ids are read
     first, except those in `known` (provider id → our id, or None: not
@@ -69,6 +72,8 @@ def message_record_new(
             for r in raw.rows(session, _insert_returning(len(chunk)), _numbered(chunk))
         )
         ids.update(inserted)
+        if recorded is not None:
+            recorded.update(inserted)
         # Not returned: another check recorded it first (its transaction
         # committed while this insert waited); its id is read below.
         missing += [
@@ -83,6 +88,8 @@ def message_record_new(
     if again:
         for r in raw.rows(session, _insert_returning(len(again)), _numbered(again)):
             ids[r["provider_message_id"]] = r["id"]
+            if recorded is not None:
+                recorded.add(r["provider_message_id"])
         rest = [r["provider_message_id"] for r in again if r["provider_message_id"] not in ids]
         if rest:
             ids.update(message_ids_by_provider_id(session, provider, rest))
@@ -204,6 +211,18 @@ def message_ids_by_provider_id(
 ) -> dict[str, str]:
     rows = raw.rows(session, _IDS_BY_PROVIDER_ID, {"p": provider, "ids": list(provider_ids)})
     return {r["provider_message_id"]: r["id"] for r in rows}
+
+
+# Looks that would take the same recorded messages go one after the other:
+# the second asks who took them once the first has committed. (A message a
+# look records itself is serialised by its INSERT; one the sink recorded for
+# the inbox at its 250 is not, and two pushed looks read it untaken at once.)
+_LOCK = raw.Query("SELECT id FROM messages WHERE id = ANY(:ids) ORDER BY id FOR NO KEY UPDATE")
+
+
+def message_lock_many(session: Connection, message_ids: Sequence[str]) -> None:
+    """Lock `message_ids`' rows (in id order) until the transaction ends."""
+    raw.rows(session, _LOCK, {"ids": sorted(message_ids)})
 
 
 def message_taken(

@@ -197,6 +197,8 @@ class _Writer:
             # A message this transaction recorded is no signal's yet: only
             # the others are asked after (the usual push look asks nothing).
             ids = [o.message_id for o in observed if not o.recorded_now]
+            if ids:
+                messages_db.message_lock_many(session, ids)
             for namespace in sorted({r["namespace"] for r in taken}):
                 taken_by[namespace] = (
                     messages_db.message_taken(session, ids, namespace) if ids else {}

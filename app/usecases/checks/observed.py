@@ -278,6 +278,7 @@ def record_messages(
             parsed.append((m, facts, m.message_id or new_id("msg"), m.raw))
             raw = None
         del raws
+        recorded: set[str] = set()
         ids = messages_db.message_record_new(
             session,
             provider,
@@ -304,15 +305,16 @@ def record_messages(
                 for m, f, our_id, given in parsed
             ],
             known={m.provider_message_id: m.recorded_id for m in batch if m.recorded_known},
+            recorded=recorded,
         )
-        # The id this call made up is the one recorded only if this call's
-        # insert recorded the message (ids are unique, never reused).
+        # Recorded now only if this call's insert recorded it: a sink
+        # message the sink recorded at its 250 has the same id.
         observed += [
             Observed(
                 ids[m.provider_message_id],
                 replace(m, raw=None, size=m.raw_size),
                 f.mail,
-                ids[m.provider_message_id] == our_id,
+                m.provider_message_id in recorded,
             )
             for m, f, our_id, _ in parsed
             if m.provider_message_id in ids
