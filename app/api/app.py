@@ -41,14 +41,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         notifier = SignalNotifier(settings.database_url or "", on_message=feed.notified)
         notifier.start()
         app.state.notifier = notifier
-        # The first looks made here parse what they match in a spawned process,
-        # where the parse's CPU budget applies (started on the first parse).
-        parser = ParsePool(workers=1)
-        previous = checks.parse_with(parser.parse_blocking)
         try:
             yield
         finally:
-            checks.parse_with(previous)
             parser.close(wait_if_idle=True)
             notifier.stop()
             feed.stop()
@@ -61,9 +56,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.long_polls = LongPollGate(settings.max_long_polls)
-    # A sink signal's first look is made by the API that created it.
-    app.state.look_here = checks.in_process_check_for(settings)
-    app.state.quick_first_look = checks.quick_first_look_for(settings)
+    # A sink signal's first look is made by the API that created it. The
+    # first looks made here parse what they match in a spawned process,
+    # where the parse's CPU budget applies (started on the first parse).
+    parser = ParsePool(workers=1)
+    app.state.check_runner = checks.process_runner(settings, parse=parser.parse_blocking)
     errors.install(app)
     app.add_middleware(GateMiddleware, settings=settings)
     for module in (
