@@ -92,7 +92,7 @@ def api_processes() -> int:
     """The API's uvicorn processes under `up`: half the usable cores, at least
     one. `up` runs the whole stack on one machine, and the sink, the workers
     and PostgreSQL need the other half: on 2 cores one API process spent a
-    sixth less CPU per lifecycle than two, with a lower p99 (bench/README.md)."""
+    sixth less CPU per lifecycle than two, with a lower p99 (bench/HISTORY.md)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -205,7 +205,7 @@ def _start(name: str, args: argparse.Namespace, settings: Settings) -> subproces
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from app.db.migrate import upgrade
+    from app.usecases import schema
 
     wanted = [c for c in CHILDREN if not (c == "flower" and args.no_flower)]
     warning = unsigned_webhook_warning(get_settings())
@@ -213,7 +213,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(warning, file=sys.stderr, flush=True)
     check_ports(get_settings(), [c for c in ("api", "smtp", "flower") if c in wanted] + ["metrics"])
     settings, handles = resolve_services(get_settings())
-    upgrade(settings.database_url or "")
+    schema.upgrade(settings.database_url or "")
     from app.observability.metrics import compact_dead_processes
 
     # Before the children start: fold the metric files a previous run left.
