@@ -32,6 +32,7 @@ from app.usecases.checks.call import ProviderAnswer
 from app.usecases.checks.criteria import candidates_for, criteria_for
 from app.usecases.checks.expectations import write_expectation
 from app.usecases.checks.observed import Observed, record_messages
+from app.usecases.checks.recipient_typos import record_typo_near_misses
 from app.usecases.checks.step import next_step
 from app.usecases.expiry import expire_signal
 from app.usecases.visibility import belonging
@@ -331,7 +332,12 @@ class _Writer:
                 effects.pushed.append(signal_id)
             return
         dead_letter = expire_signal(
-            session, signal_id, expected=Status.WAITING, reason=step.expiry.value, fence=fence
+            session,
+            signal_id,
+            expected=Status.WAITING,
+            reason=step.expiry.value,
+            fence=fence,
+            typo_look=record_typo_near_misses,
         )
         if dead_letter:
             effects.dead_letters.append(dead_letter)

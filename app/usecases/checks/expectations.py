@@ -43,6 +43,7 @@ from app.domain.states import ARRIVAL, CheckOutcome, CheckReason, ExpiryReason, 
 from app.usecases import views
 from app.usecases.checks.criteria import candidates_for, criteria_for
 from app.usecases.checks.observed import Observed
+from app.usecases.checks.recipient_typos import record_typo_near_misses
 from app.usecases.expiry import expire_signal
 
 # A signal as its check took it (`takes_db.signal_lock_for_check`).
@@ -172,6 +173,7 @@ def write_expectation(
             reason=ExpiryReason.DUPLICATE_MESSAGES.value,
             fence=row["check_fence"],
             duplicates=_duplicates(decision, by_id),
+            typo_look=record_typo_near_misses,
         )
         out = Written(
             outcome=CheckOutcome.MATCHED,
