@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Connection
@@ -26,12 +27,13 @@ from app.domain.ownership import sees
 from app.domain.scheduling import spends_budget
 from app.domain.states import CheckOutcome, CheckReason, Status
 from app.infra.keys import recipient_hash
+from app.infra.parse_budget import parse_on_budget
 from app.observability import metrics
 from app.settings import Settings
 from app.usecases.checks.call import ProviderAnswer
 from app.usecases.checks.criteria import candidates_for, criteria_for
 from app.usecases.checks.expectations import write_expectation
-from app.usecases.checks.observed import Observed, record_messages
+from app.usecases.checks.observed import Observed, Parser, record_messages
 from app.usecases.checks.recipient_typos import record_typo_near_misses
 from app.usecases.checks.step import next_step
 from app.usecases.expiry import expire_signal
@@ -63,6 +65,8 @@ class CheckBatch:
     # `time.monotonic()` when the lock statement that stamped `started_at`
     # answered: the server's now is estimated from the two (`now`).
     started_monotonic: float
+    # How this check parses a message it matches (the runner's parser).
+    parse: Parser = parse_on_budget
 
     def now(self) -> datetime:
         """The server's clock now, without asking it: `started_at` (its
@@ -182,7 +186,9 @@ class _Writer:
         written by one fenced statement: no row is held locked while Python
         decides."""
         session, taken = self.session, self.batch.taken
-        observed = record_messages(session, taken[0]["provider"], self.batch.answer.messages)
+        observed = record_messages(
+            session, taken[0]["provider"], self.batch.answer.messages, parse=self.batch.parse
+        )
         now = self.batch.now()
         belongs: dict[str, frozenset[str]] = {}
         taken_by: dict[str, dict[str, str]] = {}
@@ -337,7 +343,7 @@ class _Writer:
             expected=Status.WAITING,
             reason=step.expiry.value,
             fence=fence,
-            typo_look=record_typo_near_misses,
+            typo_look=partial(record_typo_near_misses, parse=self.batch.parse),
         )
         if dead_letter:
             effects.dead_letters.append(dead_letter)
@@ -363,6 +369,7 @@ class _Writer:
             precision=self.batch.precision,
             looked_at=self.batch.started_at,
             record=lambda outcome, counted: check_record(outcome, None, counted),
+            parse=self.batch.parse,
         )
         effects.mismatches.extend((provider, why) for why in written.near_misses)
         if not written.decided:

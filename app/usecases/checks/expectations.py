@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Connection
@@ -40,9 +41,10 @@ from app.domain.masking import mask_subject
 from app.domain.matching import evaluate, pick
 from app.domain.scheduling import spends_budget
 from app.domain.states import ARRIVAL, CheckOutcome, CheckReason, ExpiryReason, Status
+from app.infra.parse_budget import parse_on_budget
 from app.usecases import views
 from app.usecases.checks.criteria import candidates_for, criteria_for
-from app.usecases.checks.observed import Observed
+from app.usecases.checks.observed import Observed, Parser
 from app.usecases.checks.recipient_typos import record_typo_near_misses
 from app.usecases.expiry import expire_signal
 
@@ -73,6 +75,7 @@ def write_expectation(
     precision: timedelta,
     looked_at: datetime,
     record: Callable[[CheckOutcome, bool], CheckRecord],
+    parse: Parser = parse_on_budget,
 ) -> Written:
     """Decide and write one `exactly_one` or `none` signal after a look that
     saw the provider. `decided` False when the look decided nothing
@@ -173,7 +176,7 @@ def write_expectation(
             reason=ExpiryReason.DUPLICATE_MESSAGES.value,
             fence=row["check_fence"],
             duplicates=_duplicates(decision, by_id),
-            typo_look=record_typo_near_misses,
+            typo_look=partial(record_typo_near_misses, parse=parse),
         )
         out = Written(
             outcome=CheckOutcome.MATCHED,

@@ -25,11 +25,12 @@ from app.db import messages as messages_db
 from app.db import sink_messages as sink_messages_db
 from app.domain.matching import Candidate, Why, evaluate
 from app.domain.typos import address_edits
+from app.infra.parse_budget import parse_on_budget
 from app.providers.base import WHOLE_SECONDS, ProviderMessage
 from app.providers.runtime import provider_configs
 from app.settings import Settings
 from app.usecases.checks.criteria import criteria_for
-from app.usecases.checks.observed import Observed, record_messages
+from app.usecases.checks.observed import Observed, Parser, record_messages
 from app.usecases.visibility import may_watch, visible_ids
 
 # The latest messages of the window looked at, the candidates parsed, and the
@@ -42,7 +43,10 @@ SLICE = 10
 
 
 def record_typo_near_misses(
-    session: Connection, settings: Settings, signal: Mapping[Any, Any]
+    session: Connection,
+    settings: Settings,
+    signal: Mapping[Any, Any],
+    parse: Parser = parse_on_budget,
 ) -> list[str]:
     """Record the recipient typos of the expired `signal` (a row of `signals`)
     as its near misses; return the ids of the messages recorded."""
@@ -107,9 +111,9 @@ def record_typo_near_misses(
         if len(typos) >= KEPT:
             break
         observed = (
-            record_messages(session, provider, messages)
+            record_messages(session, provider, messages, parse=parse)
             if read is None
-            else record_messages(session, provider, messages, read)
+            else record_messages(session, provider, messages, read, parse)
         )
         typos += _typos_among(session, settings, signal, observed, may_use)[: KEPT - len(typos)]
     if typos:
