@@ -18,7 +18,17 @@ fire all along. Meanwhile it injects faults:
 - restart_broker: Redis stopped (it saves, like a packaged Redis) and started;
 - restart_postgres: PostgreSQL stopped (fast) and started;
 - stop_provider: MailDev or Dovecot stopped for a while, then started;
-- slow_provider: MailDev or Dovecot answering later than a check lease.
+- slow_provider: MailDev or Dovecot answering later than a check lease;
+- idle_in_transaction: a snapshot held open for minutes (the xmin horizon
+  pinned: dead rows pile up in the hot tables), sampled during and after;
+- terminate_backends: `pg_terminate_backend` of random backends of the API,
+  the sink, the workers and beat, several rounds;
+- exhaust_connections: another client holds every free connection for a
+  while; readiness and creates are probed meanwhile (503, never 500).
+
+After the invariants it prints what each database fault observed and the
+recovery time after every fault: from its end to the first create answered
+and the first signal found.
 
 At the end it checks the invariants (bench/soak_invariants.py) on the
 database and prints the table, the faults and the machine. Exit status 1 if
@@ -61,12 +71,22 @@ if str(ROOT) not in sys.path:
 
 from bench._machine import describe, render  # noqa: E402
 from bench.soak_invariants import Report, check  # noqa: E402
+from bench.soak_pgfaults import PgFaults, recovery, render_faults_observed  # noqa: E402
 from bench.soak_plan import Plan, PlannedMail, PlannedSignal, make_plan  # noqa: E402
 from bench.soak_scheduler import Scheduler  # noqa: E402
 from bench.soak_world import NAMESPACES, PROVIDER_NAMES, Tuning, World, token_of  # noqa: E402
 from tests.servers import imap_append  # noqa: E402
 
-FAULTS = ("kill_worker", "restart_broker", "restart_postgres", "stop_provider", "slow_provider")
+FAULTS = (
+    "kill_worker",
+    "restart_broker",
+    "restart_postgres",
+    "stop_provider",
+    "slow_provider",
+    "idle_in_transaction",
+    "terminate_backends",
+    "exhaust_connections",
+)
 CREATE_RETRY_SECONDS = 60.0
 DELIVERY_RETRY_SECONDS = 90.0
 # A slowed provider answers each round trip this share of the check lease
@@ -91,6 +111,10 @@ class Options:
     broker_outage: float = 2.0
     postgres_outage: float = 3.0
     slow_for: float = 30.0
+    idle_for: float = 60.0
+    idle_after: float = 15.0
+    terminate_rounds: int = 5
+    exhaust_for: float = 60.0
     push_interval: float = 2.0
     busy_messages: int = 0
     busy_maildev: int = 0
@@ -136,6 +160,7 @@ class Outcome:
                 "",
                 "  faults injected (seconds after start)",
                 *fault_lines,
+                *render_faults_observed(self.record),
                 "machine",
                 render(self.machine),
             ]
@@ -155,6 +180,13 @@ class Soak:
         self.stopping = threading.Event()
         self.clock_offset = self._clock_offset()
         self.http = httpx.Client(base_url=world.stack.api_url, timeout=30)
+        self.pg = PgFaults(
+            connect=world.postgres.connect,
+            dbname=world.postgres.dbname,
+            api=httpx.Client(base_url=world.stack.api_url, timeout=10),
+            probe_token=token_of(NAMESPACES[-1]),
+            log=log,
+        )
 
     # -- clocks ---------------------------------------------------------------------------
 
@@ -404,6 +436,12 @@ class Soak:
             return w.slow_provider(
                 self.rng, o.tuning.check_lease * SLOW_ROUND_TRIP_SHARE, o.slow_for
             )
+        if kind == "idle_in_transaction":
+            return self.pg.idle_in_transaction(o.idle_for, after=o.idle_after)
+        if kind == "terminate_backends":
+            return self.pg.terminate_backends(self.rng, rounds=o.terminate_rounds)
+        if kind == "exhaust_connections":
+            return self.pg.exhaust_connections(o.exhaust_for)
         raise ValueError(f"unknown fault {kind}")
 
     # -- the run ------------------------------------------------------------------------------
@@ -524,6 +562,7 @@ class Soak:
             "faults": self.faults,
             "outages": [asdict(x) for x in self.world.outages],
             "pushes": self.pushes,
+            "observations": self.pg.observations,
             "harness_errors": self.scheduler.errors,
             "crashes": [
                 {"at": at - self.t0, "process": name, "code": code}
@@ -579,10 +618,12 @@ def run_soak(
             record = soak.run()
         finally:
             soak.http.close()
+            soak.pg.api.close()
         alerts = wait_dead_letters(world, opts.dlq_drain)
         record["alerts"] = alerts
         with world.postgres.connect() as conn:
             report = check(conn, record, alerts)
+            record["recovery"] = recovery(conn, record)
         machine = describe(world.postgres.url, world.broker.url)
         (root / "soak-record.json").write_text(json.dumps(record, default=str, indent=1))
         if record["harness_errors"]:
@@ -638,6 +679,10 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--window", default="20-60", help="signal windows, seconds MIN-MAX")
     parser.add_argument("--provider-outage", type=float, default=60.0)
     parser.add_argument("--slow-for", type=float, default=30.0)
+    parser.add_argument("--idle-for", type=float, default=60.0, help="idle_in_transaction: s")
+    parser.add_argument("--idle-after", type=float, default=15.0, help="dead rows read again after")
+    parser.add_argument("--terminate-rounds", type=int, default=5)
+    parser.add_argument("--exhaust-for", type=float, default=60.0, help="exhaust_connections: s")
     parser.add_argument("--push-interval", type=float, default=2.0)
     parser.add_argument(
         "--busy-messages", type=int, default=600, help="older messages to the sink's busy address"
@@ -670,6 +715,10 @@ def parse_args(argv: list[str] | None = None) -> Options:
         window_max=int(wmax or wmin),
         provider_outage=a.provider_outage,
         slow_for=a.slow_for,
+        idle_for=a.idle_for,
+        idle_after=a.idle_after,
+        terminate_rounds=a.terminate_rounds,
+        exhaust_for=a.exhaust_for,
         push_interval=a.push_interval,
         busy_messages=a.busy_messages,
         busy_maildev=a.busy_maildev,

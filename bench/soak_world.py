@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from typing import Any
 import psycopg
 import redis
 
+from bench.soak_pgfaults import APP_PREFIX
 from tests.servers import (
     DelayingProxy,
     DovecotServer,
@@ -55,6 +56,17 @@ PROVIDER_NAMES = {"sink": "sink", "maildev": "catcher", "imap": "corp-imap"}
 NAMESPACES = ("alpha", "beta", "gamma")
 WORKERS = ("worker-1", "worker-2")
 DLQ_WORKER = "dlq-worker"
+
+
+class SoakStack(Stack):
+    """The test tiers' stack, each process's database connections named after it
+    (`application_name`, through libpq's PGAPPNAME): what `pg_stat_activity`
+    shows an SRE, and how the soak picks backends to terminate."""
+
+    def spawn(
+        self, name: str, args: list[str], extra_env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        return super().spawn(name, args, {"PGAPPNAME": f"{APP_PREFIX}{name}", **(extra_env or {})})
 
 
 def token_of(namespace: str) -> str:
@@ -365,7 +377,7 @@ class World:
             env["SIGNALBOX_API_TOKENS"] = ",".join(f"{ns}:{token_of(ns)}" for ns in NAMESPACES)
             if dovecot is not None:
                 env["SOAK_IMAP_PASSWORD"] = dovecot.password
-            stack = Stack(env=env, logs=data / "logs")
+            stack = SoakStack(env=env, logs=data / "logs")
             world = cls(
                 root=root,
                 tuning=tuning,
