@@ -92,6 +92,39 @@ def test_soak_under_every_kind_of_fault_loses_nothing_and_keeps_every_invariant(
     recovered = [r for r in outcome.record["recovery"] if r["ended"] < CI_SOAK.duration - 2]
     assert recovered, outcome.render()
     assert all(r["first_create"] is not None for r in recovered), outcome.render()
+
+
+def _signal_row(conn: psycopg.Connection[Any], sid: str, **cols: Any) -> None:
+    values = {
+        "id": sid,
+        "namespace": "alpha",
+        "idempotency_key": f"run-1:{sid}",
+        "run_id": "run-1",
+        "test_case": sid,
+        "recipient": f"{sid}@soak.test",
+        "received_after": "2026-11-29T10:00:00Z",
+        "expires_at": "2026-11-29T10:00:30Z",
+        "max_checks": 20,
+        "provider": "sink",
+        **cols,
+    }
+    names = ", ".join(values)
+    marks = ", ".join(f"%({k})s" for k in values)
+    conn.execute(f"INSERT INTO signals ({names}) VALUES ({marks})", values)
+
+
+def test_invariant_checker_counts_each_kind_of_violation(database_url: str) -> None:
+    """The checker is not vacuous: rows that break each invariant are counted."""
+    t0 = datetime(2026, 11, 29, 10, 0, 0, tzinfo=UTC).timestamp()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        # Lost: its mail came 10 s before the deadline, yet it expired.
+        _signal_row(conn, "sig_lost", status="expired", expiry_reason="deadline")
+        # Found with another run's message.
+        conn.execute(
+            "INSERT INTO messages (id, provider, provider_message_id, received_at, subject,"
+            " recipients, run_marker) VALUES ('msg_1', 'sink', '1', '2026-11-29T10:00:05Z',"
+            " 'Welcome #m000002', ARRAY['sig_wrong@soak.test'], 'run-2')"
+        )
         _signal_row(conn, "sig_wrong", status="found", message_id="msg_1", checks_count=1)
         conn.execute(
             "INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,"
