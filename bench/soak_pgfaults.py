@@ -105,7 +105,7 @@ class PgFaults:
             conn.rollback()
         time.sleep(after)
         released = self.sample()
-        peak_age = max((s.oldest_xact for s in samples), default=held.oldest_xact)
+        peak_age = max(s.oldest_xact for s in [*samples, held])
         self.observations.append(
             {
                 "fault": "idle_in_transaction",
@@ -188,6 +188,7 @@ class PgFaults:
                         "/v1/signals",
                         json={
                             "run_id": f"exhaust-{int(time.time())}-{n}",
+                            "test_case": "exhaust-probe",
                             "recipient": f"probe-{n}@exhaust.test",
                             "provider": "sink",
                             "expires_in_seconds": 5,
