@@ -71,6 +71,7 @@ if str(ROOT) not in sys.path:
 
 from bench._machine import describe, render  # noqa: E402
 from bench.soak_invariants import Report, check  # noqa: E402
+from bench.soak_netns import PARTITIONS  # noqa: E402
 from bench.soak_pgfaults import PgFaults, recovery, render_faults_observed  # noqa: E402
 from bench.soak_plan import Plan, PlannedMail, PlannedSignal, make_plan  # noqa: E402
 from bench.soak_scheduler import Scheduler  # noqa: E402
@@ -87,6 +88,8 @@ FAULTS = (
     "terminate_backends",
     "exhaust_connections",
 )
+# With --partition: one worker, the sink and Redis in network namespaces of their own.
+ALL_FAULTS = (*FAULTS, *PARTITIONS)
 CREATE_RETRY_SECONDS = 60.0
 DELIVERY_RETRY_SECONDS = 90.0
 # A slowed provider answers each round trip this share of the check lease
@@ -115,6 +118,8 @@ class Options:
     idle_after: float = 15.0
     terminate_rounds: int = 5
     exhaust_for: float = 60.0
+    partition: bool = False
+    partition_for: float = 30.0
     push_interval: float = 2.0
     busy_messages: int = 0
     busy_maildev: int = 0
@@ -223,15 +228,15 @@ class Soak:
     def _send_once(self, mail: PlannedMail) -> None:
         raw = self._raw(mail)
         if mail.provider == "sink":
-            port = self.world.stack.smtp_port
+            port, host = self.world.stack.smtp_port, self.world.smtp_host
         elif mail.provider == PROVIDER_NAMES["maildev"]:
             assert self.world.maildev is not None
-            port = self.world.maildev.smtp_port
+            port, host = self.world.maildev.smtp_port, "127.0.0.1"
         else:
             assert self.world.dovecot is not None
             imap_append(self.world.dovecot, raw)
             return
-        with smtplib.SMTP("127.0.0.1", port, timeout=15) as smtp:
+        with smtplib.SMTP(host, port, timeout=15) as smtp:
             smtp.sendmail("app@example.test", [mail.recipient], raw)
 
     def deliver(
@@ -442,6 +447,8 @@ class Soak:
             return self.pg.terminate_backends(self.rng, rounds=o.terminate_rounds)
         if kind == "exhaust_connections":
             return self.pg.exhaust_connections(o.exhaust_for)
+        if kind in PARTITIONS:
+            return w.partition(kind, o.partition_for)
         raise ValueError(f"unknown fault {kind}")
 
     # -- the run ------------------------------------------------------------------------------
@@ -609,7 +616,8 @@ def run_soak(
         busy_maildev=opts.busy_maildev,
     )
     say(f"plan: {len(plan.signals)} signals, seed {opts.seed}; starting the world in {root}")
-    world = World.start(root, opts.providers, opts.tuning, log=say)
+    partitions = opts.partition or any(f in PARTITIONS for f in opts.faults)
+    world = World.start(root, opts.providers, opts.tuning, log=say, partitions=partitions)
     try:
         say("world up: PostgreSQL, Redis, providers, api, smtp, 2 workers, dlq worker, beat")
         world.supervise()
@@ -683,6 +691,12 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--idle-after", type=float, default=15.0, help="dead rows read again after")
     parser.add_argument("--terminate-rounds", type=int, default=5)
     parser.add_argument("--exhaust-for", type=float, default=60.0, help="exhaust_connections: s")
+    parser.add_argument(
+        "--partition",
+        action="store_true",
+        help="also partition a worker, the sink and the broker (network namespaces; root)",
+    )
+    parser.add_argument("--partition-for", type=float, default=30.0, help="seconds each")
     parser.add_argument("--push-interval", type=float, default=2.0)
     parser.add_argument(
         "--busy-messages", type=int, default=600, help="older messages to the sink's busy address"
@@ -701,9 +715,11 @@ def parse_args(argv: list[str] | None = None) -> Options:
         if p not in PROVIDER_NAMES:
             parser.error(f"unknown provider {p!r} (sink, maildev, imap)")
     faults = [f for f in a.faults.split(",") if f]
+    if a.partition:
+        faults += [p for p in PARTITIONS if p not in faults]
     for f in faults:
-        if f not in FAULTS:
-            parser.error(f"unknown fault {f!r} ({', '.join(FAULTS)})")
+        if f not in ALL_FAULTS:
+            parser.error(f"unknown fault {f!r} ({', '.join(ALL_FAULTS)})")
     return Options(
         signals=a.signals,
         duration=a.duration,
@@ -719,6 +735,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
         idle_after=a.idle_after,
         terminate_rounds=a.terminate_rounds,
         exhaust_for=a.exhaust_for,
+        partition=a.partition,
+        partition_for=a.partition_for,
         push_interval=a.push_interval,
         busy_messages=a.busy_messages,
         busy_maildev=a.busy_maildev,
