@@ -1,5 +1,6 @@
 """The soak harness, CI-sized: ~90 short-lived signals on the three providers under
-one fault of each kind; every invariant must hold (nothing lost, nothing taken
+one fault of each kind (network partitions and database faults included, each
+a few seconds long); every invariant must hold (nothing lost, nothing taken
 twice, checks and dead letters accounted for, nothing left waiting).
 
 It runs the whole of bench/soak.py: its own PostgreSQL (restarted), Redis
@@ -17,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from bench.soak import FAULTS, Options, run_soak
+from bench.soak import ALL_FAULTS, Options, run_soak
 from bench.soak_invariants import check
 from bench.soak_world import Tuning
 
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.providers]
 
 CI_SOAK = Options(
     signals=90,
-    duration=20.0,
+    duration=28.0,
     providers=["sink", "maildev", "imap"],
     # The quick faults first: a stopped MailDev takes a while to start again.
     faults=[
@@ -35,10 +36,13 @@ CI_SOAK = Options(
         "terminate_backends",
         "exhaust_connections",
         "idle_in_transaction",
+        "partition_worker_db",
+        "partition_sink_db",
+        "partition_broker",
         "slow_provider",
         "stop_provider",
     ],
-    fault_count=len(FAULTS),
+    fault_count=len(ALL_FAULTS),
     shuffle_faults=False,
     seed=20261130,
     window_min=12,
@@ -50,7 +54,9 @@ CI_SOAK = Options(
     idle_for=5.0,
     idle_after=1.0,
     terminate_rounds=2,
-    exhaust_for=4.0,
+    exhaust_for=3.0,
+    partition=True,  # one worker, the sink and Redis in network namespaces (root, iproute2)
+    partition_for=3.0,
     push_interval=2.0,
     busy_messages=520,  # the sink's busy address: more than one page of older mail
     busy_maildev=150,
@@ -72,7 +78,7 @@ def test_soak_under_every_kind_of_fault_loses_nothing_and_keeps_every_invariant(
 ) -> None:
     outcome = run_soak(CI_SOAK, root=tmp_path / "soak", log=print)
 
-    assert set(outcome.faults) == set(FAULTS), outcome.render()
+    assert set(outcome.faults) == set(ALL_FAULTS), outcome.render()
     assert outcome.report.violations == 0, "\n" + outcome.render()
     observed = {o["fault"]: o for o in outcome.record["observations"]}
     # Backends of the Signalbox processes were found by name and terminated.
