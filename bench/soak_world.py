@@ -416,11 +416,15 @@ class World:
             step("Redis up")
             maildev = dovecot = None
             proxies: dict[str, DelayingProxy] = {}
+            # The providers' proxies listen where the worker's cell reaches them
+            # too (a host address on its `net` link); the host's processes
+            # reach that address as their own.
+            proxy_host = cells.worker.links["n"].host_ip if cells else "127.0.0.1"
             toml = ""
             if "maildev" in providers:
                 maildev = exits.enter_context(maildev_server(root / "maildev"))
                 proxies["maildev"] = exits.enter_context(
-                    DelayingProxy(maildev.host, maildev.web_port)
+                    DelayingProxy(maildev.host, maildev.web_port, host=proxy_host)
                 )
                 toml += (
                     f'[providers.{PROVIDER_NAMES["maildev"]}]\ntype = "maildev"\n'
@@ -431,10 +435,12 @@ class World:
                 short = Path(tempfile.mkdtemp(prefix="sbxsoak-dc-"))
                 exits.callback(shutil.rmtree, short, ignore_errors=True)
                 dovecot = exits.enter_context(dovecot_server(short))
-                proxies["imap"] = exits.enter_context(DelayingProxy(dovecot.host, dovecot.port))
+                proxies["imap"] = exits.enter_context(
+                    DelayingProxy(dovecot.host, dovecot.port, host=proxy_host)
+                )
                 toml += (
                     f'[providers.{PROVIDER_NAMES["imap"]}]\ntype = "imap"\n'
-                    f'host = "127.0.0.1"\nport = {proxies["imap"].port}\ntls = false\n'
+                    f'host = "{proxy_host}"\nport = {proxies["imap"].port}\ntls = false\n'
                     f'username = "{dovecot.username}"\npassword_env = "SOAK_IMAP_PASSWORD"\n'
                     "timeout = 60.0\n\n"
                 )
