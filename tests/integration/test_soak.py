@@ -39,6 +39,7 @@ CI_SOAK = Options(
         "partition_worker_db",
         "partition_sink_db",
         "partition_broker",
+        "overload",
         "slow_provider",
         "stop_provider",
     ],
@@ -57,6 +58,9 @@ CI_SOAK = Options(
     exhaust_for=3.0,
     partition=True,  # one worker, the sink and Redis in network namespaces (root, iproute2)
     partition_for=3.0,
+    overload_for=4.0,
+    overload_step=2.0,
+    overload_steps=3,
     push_interval=2.0,
     busy_messages=520,  # the sink's busy address: more than one page of older mail
     busy_maildev=150,
@@ -91,6 +95,13 @@ def test_soak_under_every_kind_of_fault_loses_nothing_and_keeps_every_invariant(
         code.split("+")[0] in ("201", "429") or code == "503+Retry-After"
         for code in exhausted["creates"]
     ), outcome.render()
+    # Overloaded at 1.5 x the rate found first; the backlog drained.
+    overload = observed["overload"]
+    assert overload["sustained_per_second"] > 0 and overload["signals"] > 0, outcome.render()
+    assert overload["time_to_drain"] is not None, outcome.render()
+    # The consumers claimed and consumed what was found (one receipt per
+    # message: an invariant of the table above).
+    assert outcome.record["consumes"].get("consume 200", 0) > 0, outcome.render()
     # The held snapshot was seen as the oldest transaction.
     assert observed["idle_in_transaction"]["oldest_transaction_peak"] >= 3.0, outcome.render()
     # Every fault that ended while signals were still being created was
