@@ -248,9 +248,13 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
         (grace,),
     ).fetchall()
 
-    # 6. A message is consumed at most once (the soak's consumers race for claims).
+    # 6. A message is consumed at most once per namespace, and a signal at most
+    # once (the soak's consumers race for claims; one mail to a shared address
+    # may be each namespace's).
     consumed_twice = conn.execute(
-        "SELECT message_id, count(*) FROM receipts GROUP BY 1 HAVING count(*) > 1"
+        "SELECT namespace || ' ' || message_id, count(*) FROM receipts GROUP BY 1"
+        " HAVING count(*) > 1 UNION ALL"
+        " SELECT 'signal ' || signal_id, count(*) FROM receipts GROUP BY 1 HAVING count(*) > 1"
     ).fetchall()
 
     not_created = [s["key"] for s in record["signals"] if not s.get("signal_id")]
@@ -295,7 +299,7 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
         ),
         Row("signal the API never created (retried 60 s)", len(not_created), not_created),
         Row(
-            "a message consumed more than once",
+            "a message consumed more than once in a namespace, or a signal twice",
             len(consumed_twice),
             [f"{m}: {n} receipts" for m, n in consumed_twice],
         ),

@@ -107,6 +107,8 @@ class Overload:
         return peak
 
     def run(self, seconds: float, stop: Callable[[], bool]) -> dict[str, Any]:
+        # Start from a settled stack: a fault just before may have left a backlog.
+        self._drain(stop, limit=30.0)
         rate, sustained = self.start_rate, 0.0
         steps: list[tuple[float, float]] = []
         for step in range(self.max_steps):

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.providers]
 
 CI_SOAK = Options(
     signals=90,
-    duration=28.0,
+    duration=34.0,
     providers=["sink", "maildev", "imap"],
     # The quick faults first: a stopped MailDev takes a while to start again.
     faults=[
