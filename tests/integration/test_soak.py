@@ -192,6 +192,14 @@ def test_invariant_checker_counts_each_kind_of_violation(database_url: str) -> N
         )
         # Still waiting long after its deadline.
         _signal_row(conn, "sig_stuck", status="waiting")
+        # One message consumed by two signals of one namespace.
+        for n, sid in enumerate(("sig_wrong", "sig_slow_ack")):
+            conn.execute(
+                "INSERT INTO receipts (id, signal_id, claim_id, namespace, run_id, message_id,"
+                " claimed_at, evidence) VALUES (%s, %s, %s, 'alpha', 'run-1', 'msg_1', now(),"
+                " '{}')",
+                (f"rcpt_{n}", sid, f"clm_{n}"),
+            )
         # A dead letter handled twice by the queue's consumer.
         conn.execute(
             "INSERT INTO dead_letters (id, signal_id, generation, namespace, run_id, provider,"
@@ -293,6 +301,7 @@ def test_invariant_checker_counts_each_kind_of_violation(database_url: str) -> N
         "dead letter not handled exactly once by the dead_letter queue consumer": 1,
         "signal still waiting more than 5 s after its deadline": 1,
         "signal the API never created (retried 60 s)": 1,
+        "a message consumed more than once in a namespace, or a signal twice": 1,
     }, report.render()
     wrong = next(r for r in report.rows if r.name.startswith("a signal found with"))
     assert any("sig_late" in e and "sent 2.0 s after the deadline" in e for e in wrong.examples)
