@@ -19,7 +19,16 @@ from app.domain.states import CLAIM, CONSUME, GIVE_BACK
 
 _CLAIM_TAKE = raw.Query(
     """
-                WITH taken AS (
+                WITH seen AS (
+                    SELECT s.run_id = :run_id AS run_matches, s.status, s.expect,
+                           s.message_id IS NOT NULL AS has_message,
+                           s.claims_used < s.max_claims AS claims_left,
+                           a.id AS lapsed_claim_id, a.fence AS lapsed_fence
+                      FROM signals s
+                      LEFT JOIN claims a ON a.signal_id = s.id AND a.state = 'active'
+                                        AND a.lease_until <= now()
+                     WHERE s.id = :id AND s.namespace = :namespace
+                ), taken AS (
                     UPDATE signals
                        SET status = :dst, claim_fence = claim_fence + 1,
                            claims_used = claims_used + 1, updated_at = now()
@@ -36,12 +45,21 @@ _CLAIM_TAKE = raw.Query(
                            :owner
                       FROM taken
                     RETURNING id, lease_until, owner
+                ), took AS (
+                    SELECT t.id AS signal_id, t.run_id, t.recipient, t.max_claims,
+                           t.claims_used, c.id AS claim_id, c.lease_until, c.owner,
+                           m.id AS message_id, m.subject, m.received_at, m.raw
+                      FROM taken t CROSS JOIN claim c
+                      LEFT JOIN messages m ON m.id = t.message_id
                 )
-                SELECT t.id AS signal_id, t.run_id, t.recipient, t.max_claims, t.claims_used,
-                       c.id AS claim_id, c.lease_until, c.owner,
-                       m.id AS message_id, m.subject, m.received_at, m.raw
-                  FROM taken t CROSS JOIN claim c
-                  LEFT JOIN messages m ON m.id = t.message_id
+                SELECT took.*, seen.status IS NOT NULL AS seen_exists,
+                       seen.run_matches AS seen_run_matches, seen.status AS seen_status,
+                       seen.expect AS seen_expect, seen.has_message AS seen_has_message,
+                       seen.claims_left AS seen_claims_left,
+                       seen.lapsed_claim_id, seen.lapsed_fence
+                  FROM (SELECT 1) AS one
+                  LEFT JOIN seen ON true
+                  LEFT JOIN took ON true
 """
 )
 
@@ -55,18 +73,21 @@ def claim_take(
     claim_id: str,
     lease_seconds: float,
     owner: str | None = None,
-) -> Row | None:
+) -> Row:
     """found → claimed, the claim row (held by `owner`) and the claimed
-    message, in one statement.
+    message, in one statement; one row always.
 
     The guarded UPDATE bumps the claim fence and the claims used; the claim is
     inserted from what it returned, and the message (raw bytes included, None
-    once purged) read with it. None when the signal is not this namespace's
-    and run's, not `found` (someone moved first), has no claim left or no
-    message (deleted by hand): the caller then reads why. Taking nothing it
-    writes nothing, so it may run committed on its own; what it takes has its
-    message (the foreign key holds it), raw bytes None once purged."""
-    return raw.row(
+    once purged) read with it. `claim_id` is NULL when it took nothing: the
+    signal is not this namespace's and run's, not `found` (someone moved
+    first), has no claim left or no message (deleted by hand). The row then
+    holds the facts the statement saw (`seen_*`: whether the signal exists,
+    its run matches, its status, expect, whether it has a message and claims
+    left; `lapsed_claim_id` and `lapsed_fence`: its active claim whose lease
+    has lapsed), for `app.domain.claiming.claim_refusal` to decide on.
+    Taking nothing it writes nothing, so it may run committed on its own."""
+    row = raw.row(
         session,
         _CLAIM_TAKE,
         {
@@ -80,6 +101,8 @@ def claim_take(
         },
         binary=True,  # the raw bytes cross once, not as hex twice their size
     )
+    assert row is not None  # one row always
+    return row
 
 
 def claim_get(session: Connection, claim_id: str) -> RowMapping | None:
