@@ -198,7 +198,12 @@ def signal_release_claim(session: Connection, signal_id: str, fence: int) -> boo
 
 _CLAIM_CONSUME = raw.Query(
     """
-                WITH ended AS (
+                WITH seen AS (
+                    SELECT c.state AS seen_state, c.lease_until > now() AS seen_live,
+                           c.fence = s.claim_fence AS seen_current
+                      FROM claims c JOIN signals s ON s.id = c.signal_id
+                     WHERE c.id = :claim_id
+                ), ended AS (
                     UPDATE claims SET state = 'consumed', ended_at = now()
                      WHERE id = :claim_id AND fence = :fence AND state = 'active'
                        AND lease_until > now()
@@ -211,20 +216,21 @@ _CLAIM_CONSUME = raw.Query(
                      WHERE id = :signal_id AND status = :src AND claim_fence = :fence
                        AND EXISTS (SELECT 1 FROM ended)
                      RETURNING id, run_id
+                ), receipt AS (
+                    INSERT INTO receipts (id, signal_id, claim_id, namespace, run_id, message_id,
+                                          claimed_at, evidence, owner)
+                    SELECT :id, sig.id, ended.id, :namespace, sig.run_id, ended.message_id,
+                           ended.claimed_at, :evidence, ended.owner
+                      FROM sig CROSS JOIN ended
+                    RETURNING *
                 )
-                INSERT INTO receipts (id, signal_id, claim_id, namespace, run_id, message_id,
-                                      claimed_at, evidence, owner)
-                SELECT :id, sig.id, ended.id, :namespace, sig.run_id, ended.message_id,
-                       ended.claimed_at, :evidence, ended.owner
-                  FROM sig CROSS JOIN ended
-                RETURNING *
+                SELECT r.*, seen.* FROM (SELECT 1) AS one
+                  LEFT JOIN seen ON true LEFT JOIN receipt r ON true
 """
 )
 
 
-def claim_consume(
-    session: Connection, claim: Mapping[Any, Any], receipt: Mapping[str, Any]
-) -> Row | None:
+def claim_consume(session: Connection, claim: Mapping[Any, Any], receipt: Mapping[str, Any]) -> Row:
     """claimed → consumed, the claim ended and its receipt written, in one
     statement, guarded by the claim's fence, its live lease and the signal
     still claimed under that fence. ``claim`` is a row of
@@ -233,8 +239,11 @@ def claim_consume(
     the signal moved only if it was, so a guard that fails on either row
     writes nothing (a writer that ends the claim also moves the signal, and
     must wait for the claim's lock). ``receipt`` holds the receipt's id and
-    evidence. None when a guard failed (nothing written)."""
-    return raw.row(
+    evidence. One row always: the receipt's (`id` NULL when a guard failed
+    and nothing was written), with the facts the guards saw of the claim
+    (`seen_state`, `seen_live`: its lease, `seen_current`: its fence is the
+    signal's) for `app.domain.claiming.consume_refusal`."""
+    row = raw.row(
         session,
         _CLAIM_CONSUME,
         {
@@ -247,6 +256,8 @@ def claim_consume(
             **CONSUME.params,
         },
     )
+    assert row is not None  # one row always
+    return row
 
 
 def claim_lapsed_ids(session: Connection, limit: int) -> list[str]:

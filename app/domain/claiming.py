@@ -86,3 +86,24 @@ _BY_STATUS = {
     Status.EXPIRED: Refusal.EXPIRED,
     Status.CONSUMED: Refusal.ALREADY_CONSUMED,
 }
+
+
+class ConsumeRefusal(StrEnum):
+    """Why the consume statement wrote nothing, from the facts it saw."""
+
+    # Consumed already (this claim): its receipt is the answer again.
+    CONSUMED = "consumed"
+    # Released, lapsed, or another claim took over: it can never act.
+    LAPSED = "lapsed"
+    # Live when it looked: another writer held the rows; the statement runs again.
+    RACED = "raced"
+
+
+def consume_refusal(state: str | None, live: bool, current: bool) -> ConsumeRefusal:
+    """Why a consume wrote nothing: the claim's `state`, whether its lease
+    is `live` and its fence `current` (still the signal's)."""
+    if state == "consumed":
+        return ConsumeRefusal.CONSUMED
+    if state != "active" or not live or not current:
+        return ConsumeRefusal.LAPSED
+    return ConsumeRefusal.RACED

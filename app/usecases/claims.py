@@ -22,7 +22,14 @@ from app.db import signals as signals_db
 from app.db.engine import autocommit, retryable, transaction
 from app.db.rows import Row
 from app.domain import whole_message
-from app.domain.claiming import ClaimFacts, ClaimOutcome, Refusal, claim_refusal
+from app.domain.claiming import (
+    ClaimFacts,
+    ClaimOutcome,
+    ConsumeRefusal,
+    Refusal,
+    claim_refusal,
+    consume_refusal,
+)
 from app.domain.expectations import Expect
 from app.domain.ids import new_id
 from app.domain.masking import mask_subject
@@ -254,65 +261,63 @@ def _require_live(claim_row: Mapping[Any, Any]) -> None:
 def consume(namespace: str, claim_id: str) -> dict[str, Any]:
     """Consume the claimed message; consuming again returns the same receipt.
 
-    The common case, a live claim, is two statements committed alone: the
-    claim and its message read unlocked (hashing a large message holds no
-    lock), then the consume, guarded by the fence, the state and the lease.
-    Anything else, or a guard that failed meanwhile (a concurrent consume,
-    a release, a lapse), is decided on the locked rows as before."""
-    with autocommit() as session:  # one connection for both statements
+    Two statements committed alone: the claim and its message read unlocked
+    (hashing a large message holds no lock), then the consume, guarded by
+    the fence, the state and the lease. When a guard fails it writes
+    nothing and says what it saw, and `consume_refusal` decides: the kept
+    receipt, LeaseExpired, or the same statement again (a concurrent writer
+    held the rows, or PostgreSQL aborted it for a deadlock)."""
+    with autocommit() as session:  # one connection for every statement
         unlocked = claims_db.claim_message_raw(session, claim_id)
         if unlocked is None or unlocked["namespace"] != namespace:
             raise NotFound(f"no claim {claim_id}")
-        receipt = None
         pinned: dict[str, Any] = {}
-        if unlocked["state"] == "active":
+        if unlocked["state"] == "active":  # the evidence of a claim that can be consumed
             pinned = _message_digest(unlocked["raw"], unlocked["message_id"])
-        if pinned and unlocked["live"] and unlocked["fence"] == unlocked["claim_fence"]:
+        for _ in range(CLAIM_ATTEMPTS):
             try:
-                receipt = _consume_row(session, unlocked, pinned)
+                row = _consume_row(session, unlocked, pinned)
             except OperationalError as exc:
                 # Aborted for a deadlock or a lock wait (with a release or a
                 # lapse at the same moment): nothing was written.
                 if not retryable(exc):
                     raise
-    # Released first: the locked path takes a connection of its own.
-    return receipt if receipt is not None else _consume_locked(namespace, claim_id, pinned)
-
-
-def _consume_locked(namespace: str, claim_id: str, pinned: dict[str, Any]) -> dict[str, Any]:
-    with transaction() as session:
-        claim_row = _live_claim(session, namespace, claim_id)
-        if claim_row["state"] == "consumed":
-            kept = claims_db.receipt_by_claim(session, claim_id)
-            assert kept is not None
-            return views.receipt_view(kept)
-        _require_live(claim_row)  # so `pinned` was read while it was active
-        receipt = _consume_row(session, claim_row, pinned)
-        if receipt is None:  # a guard failed: the transaction rolls back
-            raise LeaseExpired(claim_id=claim_id)
-        return receipt
+                continue
+            if row["id"] is not None:
+                return views.receipt_view(row)
+            refusal = consume_refusal(row["seen_state"], row["seen_live"], row["seen_current"])
+            if refusal is ConsumeRefusal.CONSUMED:
+                kept = claims_db.receipt_by_claim(session, claim_id)
+                assert kept is not None
+                return views.receipt_view(kept)
+            if refusal is ConsumeRefusal.LAPSED:
+                raise LeaseExpired(
+                    "this claim's lease lapsed or it was ended; claim the signal again",
+                    claim_id=claim_id,
+                )
+    raise LeaseExpired(claim_id=claim_id)
 
 
 def _consume_row(
     session: Connection, claim_row: Mapping[Any, Any], pinned: dict[str, Any]
-) -> dict[str, Any] | None:
-    """The consume's one statement; the receipt's view, or None if a guard failed."""
-    receipt = claims_db.claim_consume(
+) -> Mapping[Any, Any]:
+    """The consume's one statement: its row (the receipt's columns, `id`
+    NULL when a guard failed, and the facts the guards saw)."""
+    row = claims_db.claim_consume(
         session,
         claim_row,
         {"id": new_id("rcp"), "evidence": {**_evidence(claim_row), **pinned}},
     )
-    if receipt is None:
-        return None
-    _log_claim_event(
-        "signal consumed",
-        "signal_consumed",
-        run_id=claim_row["run_id"],
-        signal_id=claim_row["signal_id"],
-        claim_id=claim_row["id"],
-        recipient=claim_row["recipient"],
-    )
-    return views.receipt_view(receipt)
+    if row["id"] is not None:
+        _log_claim_event(
+            "signal consumed",
+            "signal_consumed",
+            run_id=claim_row["run_id"],
+            signal_id=claim_row["signal_id"],
+            claim_id=claim_row["id"],
+            recipient=claim_row["recipient"],
+        )
+    return row
 
 
 def _log_claim_event(

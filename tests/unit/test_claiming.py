@@ -8,7 +8,13 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.claiming import ClaimFacts, Refusal, claim_refusal
+from app.domain.claiming import (
+    ClaimFacts,
+    ConsumeRefusal,
+    Refusal,
+    claim_refusal,
+    consume_refusal,
+)
 from app.domain.expectations import Expect
 from app.domain.states import Status
 
@@ -78,3 +84,16 @@ def test_a_refusal_retries_only_when_the_signal_could_still_be_claimed_now(
         )
     )
     assert retries == claimable_now
+
+
+def test_a_consume_that_wrote_nothing_returns_the_receipt_refuses_or_runs_again() -> None:
+    assert consume_refusal("consumed", False, False) is ConsumeRefusal.CONSUMED
+    assert consume_refusal("active", True, True) is ConsumeRefusal.RACED
+    for state, live, current in (
+        ("active", False, True),
+        ("active", True, False),
+        ("released", True, True),
+        ("lapsed", False, True),
+        (None, False, False),
+    ):
+        assert consume_refusal(state, live, current) is ConsumeRefusal.LAPSED
