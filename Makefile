@@ -5,7 +5,7 @@ PYTHON ?= python3
 UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 PYTEST_ARGS ?=
 
-.PHONY: help install test-deps run test test-unit test-ts test-deploy lint typecheck bench soak clean
+.PHONY: help install test-deps run test test-fast test-unit test-ts test-deploy lint typecheck bench soak clean
 
 help: ## Show the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -23,6 +23,9 @@ run: install ## Start the whole stack (API, SMTP sink, worker, beat, Flower) on 
 test: install test-deps ## Run the whole test suite on real PostgreSQL, Redis, workers and mail servers
 	$(UV) run pytest $(PYTEST_ARGS)
 
+test-fast: install ## The inner loop: unit and architecture tests, and the integration tests needing no server beyond PostgreSQL and Redis
+	$(UV) run pytest tests/unit tests/integration tests/security clients/python/tests -m "not servers and not providers" $(PYTEST_ARGS)
+
 test-unit: install ## Run the unit tests only (no I/O)
 	$(UV) run pytest tests/unit clients/python/tests -m "not integration and not acceptance" $(PYTEST_ARGS)
 
@@ -32,8 +35,11 @@ test-ts: install test-deps ## The TypeScript client's Node tests and the Playwri
 test-deploy: install ## Render and validate deploy/kubernetes and docker-compose.yml (kubectl needed)
 	$(UV) run pytest tests/deploy/test_kubernetes.py tests/deploy/test_compose.py $(PYTEST_ARGS)
 
-lint: install ## ruff and mypy
-	$(UV) run ruff check app workers tests clients/python bench
+LINT_PATHS := app workers tests clients/python bench
+
+lint: install ## ruff (rules and a complexity limit), ruff format --check, mypy (app/, workers/); CI runs it first
+	$(UV) run ruff check $(LINT_PATHS)
+	$(UV) run ruff format --check $(LINT_PATHS)
 	$(UV) run mypy
 
 bench: install ## Benchmarks (each prints its machine and figures): lifecycles, ingest, idle, CPU per request, time to found, coalescing, matching cost, disk per message, the machine's floor, a unit of work, the API without its server, where delivery-to-found goes, the inbox at 100,000 messages
