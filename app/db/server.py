@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
+
+from app.db import runner
+from app.db.runner import Statement
+
+_NOW: Statement = Statement("db_now", "SELECT clock_timestamp()")
+_PING: Statement = Statement("db_ping", "SELECT 1")
 
 
 def db_now(session: Connection) -> datetime:
     """The server's clock: the authority for every timestamp."""
-    return session.execute(text("SELECT clock_timestamp()")).scalar_one()
+    row = runner.one(session, _NOW)
+    assert row is not None
+    now: datetime = row["clock_timestamp"]
+    return now
 
 
 def ping(session: Connection) -> None:
     """One round trip: the session's connection is open and answers."""
-    session.execute(text("SELECT 1"))
+    runner.exec(session, _PING)
