@@ -135,7 +135,7 @@ def main() -> int:
                 os.environ[key] = value
         os.environ["SIGNALBOX_DATABASE_URL"] = stack.database_url()
         os.environ["SIGNALBOX_BROKER_URL"] = stack.redis_url  # the breakers' Redis
-        from app.api.app import create_app
+        from app.server import create_app
         from app.settings import get_settings
 
         app = create_app(get_settings())

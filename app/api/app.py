@@ -1,16 +1,15 @@
-"""The HTTP API: `create_app()` wires routes, errors and the long-poll notifier."""
+"""The HTTP API's part of the server (`app.server` mounts it beside the
+console): its routes, what they read from `app.state`, and the lifespan that
+runs the long-poll notifier and the inbox's live feed."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import errors
-from app.api.inbox_feed import InboxFeed
 from app.api.limits import LongPollGate
-from app.api.middleware import GateMiddleware
 from app.api.notify import SignalNotifier
 from app.api.routes import (
     chaos,
@@ -24,14 +23,17 @@ from app.api.routes import (
     signals,
     triage,
 )
-from app.console import routes as console
 from app.infra.parse_pool import ParsePool
-from app.settings import Settings, get_settings
+from app.settings import Settings
 from app.usecases import checks
+from app.web.inbox_feed import InboxFeed
+
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or get_settings()
+def lifespan_for(settings: Settings) -> Lifespan:
+    """The server's lifespan: the inbox feed (the API's and the console's live
+    events), the long-poll notifier and the first looks' parse pool."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -53,19 +55,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             notifier.stop()
             feed.stop()
 
-    app = FastAPI(
-        title="Signalbox",
-        version="0.1.0",
-        summary="Wait for an expected email as a contract.",
-        lifespan=lifespan,
-    )
-    app.state.settings = settings
+    return lifespan
+
+
+def install(app: FastAPI, settings: Settings) -> None:
+    """Add the API's routes to `app`, and what they read from its state."""
     app.state.long_polls = LongPollGate(settings.max_long_polls)
     # A sink signal's first look is made by the API that created it.
     app.state.look_here = checks.in_process_check_for(settings)
     app.state.quick_first_look = checks.quick_first_look_for(settings)
-    errors.install(app)
-    app.add_middleware(GateMiddleware, settings=settings)
     for module in (
         signals,
         claims,
@@ -79,5 +77,3 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ops,
     ):
         app.include_router(module.router)
-    console.install(app)
-    return app

@@ -24,7 +24,7 @@ log = logging.getLogger("signalbox.api.notify")
 
 CHANNEL = "signalbox_signal"
 # A trigger on `messages` notifies each recorded message's id (migration 0021):
-# the inbox's live events (`app/api/inbox_feed.py`).
+# the inbox's live events (`app/web/inbox_feed.py`).
 MESSAGE_CHANNEL = "signalbox_message"
 
 

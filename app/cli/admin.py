@@ -10,10 +10,10 @@ from app.settings import get_settings
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
-    from app.db.migrate import upgrade
+    from app.usecases import schema
 
     settings, _ = resolve_services(get_settings())
-    upgrade(settings.database_url or "", args.revision)
+    schema.upgrade(settings.database_url or "", args.revision)
     print(f"database at {args.revision}")
     return 0
 

@@ -20,8 +20,8 @@ HTTP_PROTOCOL = "app.cli.http_protocol:HeaderLimitedProtocol"
 
 def api_factory() -> Any:
     """The ASGI app of one uvicorn worker process (SIGNALBOX_API_WORKERS > 1)."""
-    from app.api.app import create_app
     from app.observability.logs import configure_logging
+    from app.server import create_app
 
     settings = get_settings()
     configure_logging("api", settings.log_level, settings.log_format)

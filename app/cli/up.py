@@ -205,7 +205,7 @@ def _start(name: str, args: argparse.Namespace, settings: Settings) -> subproces
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from app.db.migrate import upgrade
+    from app.usecases import schema
 
     wanted = [c for c in CHILDREN if not (c == "flower" and args.no_flower)]
     warning = unsigned_webhook_warning(get_settings())
@@ -213,7 +213,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(warning, file=sys.stderr, flush=True)
     check_ports(get_settings(), [c for c in ("api", "smtp", "flower") if c in wanted] + ["metrics"])
     settings, handles = resolve_services(get_settings())
-    upgrade(settings.database_url or "")
+    schema.upgrade(settings.database_url or "")
     from app.observability.metrics import compact_dead_processes
 
     # Before the children start: fold the metric files a previous run left.

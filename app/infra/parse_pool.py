@@ -4,10 +4,11 @@
 The sink's event loop never parses: a hostile message (huge folded headers,
 tens of thousands of MIME parts) would hold it, and with it every other SMTP
 session. ``parse_mail`` runs instead in a small pool of spawned processes.
-There it runs in the process's main thread, so its own CPU-time budget
-(``signal.setitimer``) interrupts a slow parse. The sink also stops waiting
-after ``HARD_TIMEOUT_SECONDS`` of wall time (a parse stuck inside C code) and
-replaces the pool, so a stuck process cannot hold a slot.
+There it runs in the process's main thread, so its CPU-time budget
+(``app/infra/parse_budget.py``, ``signal.setitimer``) interrupts a slow parse.
+The sink also stops waiting after ``HARD_TIMEOUT_SECONDS`` of wall time (a
+parse stuck inside C code) and replaces the pool, so a stuck process cannot
+hold a slot.
 
 The pool's processes are started (``warm``) before any parse is timed: on a
 loaded machine starting Python takes seconds, and that is not the parse's fault.
@@ -33,6 +34,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from app.domain.mail import PARSE_TIME_BUDGET_SECONDS, ParsedMail, parse_mail, report_bounds
+from app.infra.parse_budget import parse_on_budget
 
 log = logging.getLogger("signalbox.sink")
 
@@ -101,7 +103,7 @@ class ParsePool:
             except BrokenProcessPool:
                 self._discard(self._executor)
                 return None
-            job = functools.partial(parse_mail, raw, time_budget=self.budget)
+            job = functools.partial(parse_on_budget, raw, time_budget=self.budget)
             with self._count:
                 self._in_flight += 1
             try:
@@ -133,9 +135,9 @@ class ParsePool:
         BrokenProcessPool) when the pool could not parse it: the look fails
         and is made again."""
         if len(raw) <= INLINE_PARSE_BYTES:
-            return parse_mail(raw, time_budget=None)  # counts its bounds itself
+            return parse_mail(raw)  # no timer in a thread; counts its bounds itself
         executor = self._pool()
-        future = executor.submit(parse_mail, raw, time_budget=self.budget)
+        future = executor.submit(parse_on_budget, raw, time_budget=self.budget)
         with self._count:
             self._in_flight += 1
         try:

@@ -32,9 +32,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from app.domain.states import DeadLetterState, ExpiryReason, Status
-from app.infra.redis import READ_TIMEOUT_SECONDS, client_for, is_redis_url, redis_url
 from app.observability.logs import warn_unreachable
 from app.settings import Settings
+from app.usecases import gauges
 
 log = logging.getLogger("signalbox.metrics")
 
@@ -65,21 +65,14 @@ class StateCollector(Collector):
         yield source_up
 
     def _database(self) -> list[GaugeMetricFamily] | None:
-        from app.db import dead_letters as dead_letters_db
-        from app.db import due as due_db
-        from app.db import signals as signals_db
-        from app.db.engine import transaction
-
         try:
-            with transaction() as session:
-                by_status = signals_db.signal_count_by_status(session)
-                oldest = due_db.signal_oldest_due_age(session)
-                dead = dead_letters_db.dead_letter_count_by_reason_state_namespace(session)
+            stored = gauges.stored_state()
         except Exception as exc:  # an outage is reported as a gauge, not a failed scrape
             warn_unreachable(
                 log, "metrics could not read PostgreSQL", "metrics_source_down", "postgresql", exc
             )
             return None
+        by_status, dead = stored.signals_by_status, stored.dead_letters
         signals = GaugeMetricFamily("signalbox_signals", "Signals by status.", labels=["status"])
         # Every status is present, zeros included, so alerts need no `absent()`.
         for status in [*Status, *sorted(set(by_status) - set(Status))]:
@@ -87,7 +80,7 @@ class StateCollector(Collector):
         oldest_due = GaugeMetricFamily(
             "signalbox_oldest_due_signal_age_seconds",
             "How long the oldest waiting signal has been due for a check (0 when none is due).",
-            value=oldest,
+            value=stored.oldest_due_seconds,
         )
         dead_letters = GaugeMetricFamily(
             "signalbox_dead_letters",
@@ -107,35 +100,23 @@ class StateCollector(Collector):
         return [signals, oldest_due, dead_letters]
 
     def _circuits(self) -> GaugeMetricFamily | None:
-        from app.providers.breaker import snapshot_all
-
-        url = redis_url(self.settings)
-        if not is_redis_url(url):
-            return None
         try:
-            states = snapshot_all(client_for(url, timeout=READ_TIMEOUT_SECONDS))
+            states = gauges.circuit_states(self.settings)
         except Exception as exc:
             warn_unreachable(
                 log, "metrics could not read Redis", "metrics_source_down", "redis", exc
             )
+            return None
+        if states is None:
             return None
         gauge = GaugeMetricFamily(
             "signalbox_circuit_state",
             "Circuit breaker per provider: 0 closed, 1 half-open, 2 open.",
             labels=["provider"],
         )
-        for name in sorted(set(states) | set(_configured_providers(self.settings))):
+        for name in sorted(set(states) | set(gauges.configured_providers(self.settings))):
             gauge.add_metric([name], float(CIRCUIT_VALUES.get(states.get(name, "closed"), 0)))
         return gauge
-
-
-def _configured_providers(settings: Settings) -> list[str]:
-    from app.providers.runtime import provider_configs
-
-    try:
-        return list(provider_configs(settings))
-    except Exception:  # a broken providers file is reported at start-up, not here
-        return ["sink"]
 
 
 def serves_db_gauges(settings: Settings, component: str) -> bool:

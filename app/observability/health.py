@@ -23,6 +23,7 @@ from typing import Any
 
 from app.observability import heartbeat
 from app.settings import Settings
+from app.usecases import readiness
 
 log = logging.getLogger("signalbox.health")
 
@@ -33,15 +34,7 @@ PARTS = ("smtp", "worker", "beat")
 
 def database_ok(settings: Settings) -> bool:
     """PostgreSQL answers a query on a pooled connection (pre-pinged)."""
-    from app.db import server as server_db
-    from app.db.engine import get_engine, transaction
-
-    try:
-        with transaction(get_engine(settings)) as session:
-            server_db.db_now(session)
-        return True
-    except Exception:  # any database error means "not ready"
-        return False
+    return readiness.database_answers(settings)
 
 
 class _Broker:

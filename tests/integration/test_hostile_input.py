@@ -187,7 +187,8 @@ def test_the_sinks_own_looks_parse_in_the_pool_where_the_cpu_budget_applies() ->
     parse short (bound `time`)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from app.domain.mail import bounds_exceeded, parse_mail
+    from app.domain.mail import bounds_exceeded
+    from app.infra.parse_budget import parse_on_budget
     from app.settings import load_settings
     from app.smtp.server import make_controller
     from app.usecases.checks import observed
@@ -196,7 +197,7 @@ def test_the_sinks_own_looks_parse_in_the_pool_where_the_cpu_budget_applies() ->
     raw = hostile("cc@example.test", parts=0, subject_kb=1).removesuffix(b"--B--\r\n")
     raw += slow_part_lines(90) + b"--B--\r\n"
     with ThreadPoolExecutor(1) as thread:
-        in_a_thread = thread.submit(parse_mail, raw, time_budget=0.01).result()
+        in_a_thread = thread.submit(parse_on_budget, raw, time_budget=0.01).result()
     assert "time" not in bounds_exceeded(in_a_thread)  # the budget could not apply
 
     controller = make_controller(load_settings())
@@ -206,7 +207,7 @@ def test_the_sinks_own_looks_parse_in_the_pool_where_the_cpu_budget_applies() ->
         with ThreadPoolExecutor(1) as thread:
             in_the_pool = thread.submit(observed._parse, raw).result()
     finally:
-        observed.parse_with(parse_mail)
+        observed.parse_with(parse_on_budget)
         controller.sink.close()
         controller.loop.close()  # never started: close what __init__ opened
     assert "time" in bounds_exceeded(in_the_pool)
@@ -244,7 +245,7 @@ def test_a_look_parses_a_small_message_in_its_own_thread_and_a_larger_one_in_the
         assert pool._executor is not None
     finally:
         pool.close()
-    assert here == parse_mail(small, time_budget=None)
+    assert here == parse_mail(small)
     assert "time" not in bounds_exceeded(here) and here.subject == "many parts"
     assert "time" in bounds_exceeded(there) and there.subject == "many parts"
 

@@ -25,11 +25,11 @@ from fastapi.testclient import TestClient
 from psycopg.rows import dict_row
 from sqlalchemy import text
 
-from app.api.app import create_app
 from app.db import takes as takes_db
 from app.db.engine import transaction
 from app.domain.ids import new_id
 from app.providers.breaker import KEY_PREFIX
+from app.server import create_app
 from app.settings import get_settings
 from app.usecases.checks import in_process_check_for
 from app.usecases.checks.criteria import NEAR_MISS_LOOKBACK

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from app.api.app import create_app
+from app.server import create_app
 from app.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from app.domain import mail as mail_mod
 from app.domain.mail import bound_view, bounds_exceeded, on_bound_exceeded, parse_mail
 from app.domain.mail import observers as mail_observers
-from app.domain.mail.bounds import ParseTimeout, cpu_budget
+from app.infra.parse_budget import ParseTimeout, cpu_budget, parse_on_budget
 from tests.hostile_mail import HEAD, slow_parts
 
 CRLF = b"\r\n"
@@ -60,7 +60,7 @@ def nested(depth: int, text: bytes = b"deep text") -> bytes:
 
 def test_400_kb_folded_subject_is_cut_and_the_rest_still_parses() -> None:
     raw = HEAD + folded_subject(400 * 1024) + b"X-Signalbox-Run: run-1\r\n\r\nhello body\r\n"
-    mail = parse_mail(raw, time_budget=None)
+    mail = parse_mail(raw)
     assert "BoundExceeded:header_length" in mail.defects
     assert mail.subject.startswith("Your report is ready word0 word1")
     assert len(mail.subject) <= mail_mod.MAX_HEADER_LENGTH
@@ -70,7 +70,7 @@ def test_400_kb_folded_subject_is_cut_and_the_rest_still_parses() -> None:
 
 
 def test_10000_flat_parts_parse_on_the_first_parts_only() -> None:
-    mail = parse_mail(flat_parts(10_000), time_budget=None)
+    mail = parse_mail(flat_parts(10_000))
     assert "BoundExceeded:parts" in mail.defects
     assert bounds_exceeded(mail) == ("parts",)
     assert mail.text.strip() == "the first part"
@@ -87,19 +87,19 @@ def test_parts_hidden_inside_an_attached_message_are_counted() -> None:
         + inner
         + b"--OUT--\r\n"
     )
-    mail = parse_mail(raw, time_budget=None)
+    mail = parse_mail(raw)
     assert "BoundExceeded:parts" in mail.defects
     assert mail.text.strip() == "outer text"
 
 
 def test_deep_nesting_is_cut_at_the_depth_bound() -> None:
-    mail = parse_mail(nested(1_000), time_budget=None)
+    mail = parse_mail(nested(1_000))
     assert "BoundExceeded:depth" in mail.defects
     assert mail.subject == "nested"
 
 
 def test_nesting_within_the_bound_keeps_the_deep_text() -> None:
-    mail = parse_mail(nested(5), time_budget=None)
+    mail = parse_mail(nested(5))
     assert bounds_exceeded(mail) == ()
     assert mail.text.strip() == "deep text"
 
@@ -107,7 +107,7 @@ def test_nesting_within_the_bound_keeps_the_deep_text() -> None:
 def test_headers_after_a_huge_header_block_that_matching_needs_are_kept() -> None:
     junk = b"".join(b"X-Junk-%d: v\r\n" % i for i in range(50_000))
     raw = junk + b"Subject: late subject\r\nTo: Late@Example.com\r\n\r\nbody text\r\n"
-    mail = parse_mail(raw, time_budget=None)
+    mail = parse_mail(raw)
     assert "BoundExceeded:header_bytes" in mail.defects
     assert mail.subject == "late subject"
     assert mail.to == ("late@example.com",)
@@ -116,7 +116,7 @@ def test_headers_after_a_huge_header_block_that_matching_needs_are_kept() -> Non
 
 def test_millions_of_body_lines_are_cut_at_the_line_bound() -> None:
     raw = HEAD + b"Subject: long\r\n\r\nfirst line\r\n" + b"ab\r\n" * 1_000_000
-    mail = parse_mail(raw, time_budget=None)
+    mail = parse_mail(raw)
     assert "BoundExceeded:body_lines" in mail.defects
     assert mail.text.startswith("first line\nab\n")
 
@@ -134,7 +134,7 @@ def test_a_normal_message_is_handed_over_unchanged() -> None:
 
 def test_a_parse_past_its_time_budget_gives_the_headers_and_names_the_bound() -> None:
     raw = slow_parts(90)  # within the bounds, but far slower than a millisecond
-    mail = parse_mail(raw, time_budget=0.001)
+    mail = parse_on_budget(raw, time_budget=0.001)
     assert "BoundExceeded:time" in mail.defects
     assert mail.subject == "many parts"
     assert mail.to == ("b@example.com",)
@@ -143,8 +143,8 @@ def test_a_parse_past_its_time_budget_gives_the_headers_and_names_the_bound() ->
 
 def test_the_time_budget_restores_the_timer_and_handler() -> None:
     handler = signal.getsignal(signal.SIGVTALRM)
-    parse_mail(slow_parts(90), time_budget=0.001)
-    parse_mail(flat_parts(3), time_budget=5.0)
+    parse_on_budget(slow_parts(90), time_budget=0.001)
+    parse_on_budget(flat_parts(3), time_budget=5.0)
     assert signal.getsignal(signal.SIGVTALRM) is handler
     assert signal.getitimer(signal.ITIMER_VIRTUAL) == (0.0, 0.0)
 
@@ -154,7 +154,7 @@ def test_an_outer_cpu_timer_that_fires_later_is_re_armed() -> None:
     previous = signal.signal(signal.SIGVTALRM, lambda signum, frame: fired.append(signum))
     signal.setitimer(signal.ITIMER_VIRTUAL, 100.0)
     try:
-        parse_mail(slow_parts(90), time_budget=0.001)
+        parse_on_budget(slow_parts(90), time_budget=0.001)
         left = signal.getitimer(signal.ITIMER_VIRTUAL)[0]
     finally:
         signal.setitimer(signal.ITIMER_VIRTUAL, 0)
@@ -252,9 +252,11 @@ def test_the_collector_stays_paused_after_the_budget_when_it_was_paused_before()
 
 def test_outside_the_main_thread_the_bounds_alone_apply() -> None:
     results: list[tuple[str, ...]] = []
-    thread = threading.Thread(
-        target=lambda: results.append(parse_mail(flat_parts(10_000), time_budget=0.001).defects)
-    )
+
+    def parse() -> None:
+        results.append(parse_on_budget(flat_parts(10_000), time_budget=0.001).defects)
+
+    thread = threading.Thread(target=parse)
     thread.start()
     thread.join()
     assert "BoundExceeded:parts" in results[0]
@@ -265,8 +267,8 @@ def test_bound_observers_hear_each_bound_hit() -> None:
     heard: list[str] = []
     on_bound_exceeded(heard.append)
     try:
-        parse_mail(flat_parts(10_000), time_budget=None)
-        parse_mail(flat_parts(3), time_budget=None)
+        parse_mail(flat_parts(10_000))
+        parse_mail(flat_parts(3))
     finally:
         mail_observers._BOUND_OBSERVERS.remove(heard.append)
     assert heard == ["parts"]
@@ -318,7 +320,7 @@ def _hostile_messages() -> st.SearchStrategy[bytes]:
 @example(HEAD + b"Subject: s\r\n\r\n" + b"--B\r\n" * 2_000_000)
 def test_hostile_mime_parses_in_bounded_time_without_the_timer(raw: bytes) -> None:
     # No timer: the bounds alone must keep every parse within the deadline.
-    mail = parse_mail(raw, time_budget=None)
+    mail = parse_mail(raw)
     assert len(mail.subject) <= mail_mod.MAX_HEADER_LENGTH
     for value in (mail.subject, mail.text, mail.html, *mail.defects):
         value.encode("utf-8")

@@ -9,10 +9,10 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from app.api.deps import Namespace
-from app.api.params import ClaimId, SignalId
 from app.api.responses import V1, StateBody, errors
 from app.usecases import claims
 from app.usecases.inputs import ClaimCreate, ClaimExtend
+from app.web.params import ClaimId, SignalId
 
 router = APIRouter(prefix="/v1")
 

@@ -12,13 +12,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 
 from app.api.deps import AppSettings, Caller
-from app.api.params import Cursor, DeadLetterId, Limit, NamespaceQuery
 from app.api.responses import V1, errors
 from app.errors import InvalidInput
 from app.usecases import triage, views
 from app.usecases.auth import Principal
 from app.usecases.inputs import Discard, Redrive
 from app.usecases.triage import BulkDiscard, BulkRedrive, DeadLetterFilter
+from app.web.params import Cursor, DeadLetterId, Limit, NamespaceQuery
 
 router = APIRouter(prefix="/v1/dead-letters")
 

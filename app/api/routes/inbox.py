@@ -15,13 +15,13 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import Caller, Namespace
-from app.api.downloads import attachment_response, raw_response
-from app.api.params import Cursor, RunIdQuery
 from app.api.responses import V1, errors
 from app.domain.whole_message import ATTACHMENT_ID_PATTERN
 from app.errors import InvalidInput
 from app.usecases import inbox, message_content
 from app.usecases.inbox import InboxFilter, query_of
+from app.web.downloads import attachment_response, raw_response
+from app.web.params import Cursor, RunIdQuery
 
 router = APIRouter(prefix="/v1")
 

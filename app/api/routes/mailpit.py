@@ -17,12 +17,12 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.api.downloads import DOWNLOAD_HEADERS, attachment_response
 from app.api.responses import errors
 from app.errors import InvalidInput, OpsForbidden, Unauthorized
 from app.settings import Settings
 from app.usecases import mailpit
 from app.usecases.auth import TooManyFailures, failure_record, principal_for_token
+from app.web.downloads import DOWNLOAD_HEADERS, attachment_response
 
 router = APIRouter(tags=["mailpit"])
 

@@ -9,12 +9,12 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.api.deps import Namespace
-from app.api.downloads import attachment_response, raw_response
-from app.api.params import ClaimId
 from app.api.responses import V1, errors
 from app.domain.whole_message import ATTACHMENT_ID_PATTERN
 from app.usecases import message_content
 from app.usecases.claims import Answer
+from app.web.downloads import attachment_response, raw_response
+from app.web.params import ClaimId
 
 router = APIRouter(prefix="/v1")
 

@@ -15,7 +15,10 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import AppSettings, Caller, Namespace
 from app.api.notify import Wake
-from app.api.params import (
+from app.api.responses import V1, errors
+from app.usecases import cancel, evidence, mailboxes, signals, typos
+from app.usecases.inputs import Cancel, MailboxCreate, SignalCreate
+from app.web.params import (
     Cursor,
     Limit,
     MailboxId,
@@ -25,9 +28,6 @@ from app.api.params import (
     RunIdQuery,
     SignalId,
 )
-from app.api.responses import V1, errors
-from app.usecases import cancel, evidence, mailboxes, signals, typos
-from app.usecases.inputs import Cancel, MailboxCreate, SignalCreate
 
 router = APIRouter(prefix="/v1")
 

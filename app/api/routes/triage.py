@@ -8,9 +8,9 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from app.api.deps import AppSettings, Caller, Namespace
-from app.api.params import ClaimId, Cursor, Limit, SignalId
 from app.api.responses import V1, errors
 from app.usecases import claims, matches, triage
+from app.web.params import ClaimId, Cursor, Limit, SignalId
 
 router = APIRouter(prefix="/v1")
 

@@ -14,7 +14,6 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from app.api.routes.inbox_events import event_stream, sse_response
 from app.console import session as sessions
 from app.console.routes.common import (
     SECURITY_HEADERS,
@@ -29,6 +28,7 @@ from app.console.routes.common import (
 from app.errors import InvalidInput
 from app.usecases import inbox
 from app.usecases.inbox import InboxFilter, query_of
+from app.web.events import event_stream, sse_response
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 

@@ -21,8 +21,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.api.downloads import attachment_response, raw_response
-from app.api.params import ID_PATTERN
 from app.console import session as sessions
 from app.console.routes.common import (
     SECURITY_HEADERS,
@@ -35,6 +33,8 @@ from app.console.routes.common import (
 from app.domain import whole_message
 from app.domain.whole_message import ATTACHMENT_ID_PATTERN
 from app.usecases import message_content
+from app.web.downloads import attachment_response, raw_response
+from app.web.params import ID_PATTERN
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 

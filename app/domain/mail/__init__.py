@@ -27,7 +27,9 @@ cut legitimate mail short), enforced where it can be:
 
 - in a process's main thread (a Celery prefork child runs its tasks there, and
   so does a ``ProcessPoolExecutor`` worker), ``signal.setitimer(ITIMER_VIRTUAL)``
-  interrupts the parse; the result then holds the headers read by a linear
+  interrupts the parse (the caller passes that budget in: ``parse_on_budget``
+  of ``app/infra/parse_budget.py``; nothing here arms a timer); the result
+  then holds the headers read by a linear
   fallback and ``BoundExceeded:time``. An outer virtual timer that would fire
   sooner is left alone, and one that would fire later is re-armed after;
 - the SMTP sink never parses on its event loop: it stores the raw bytes,

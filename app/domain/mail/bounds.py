@@ -1,19 +1,15 @@
 """Bounds on raw mail, checked before the stdlib parser builds anything.
 
-Pure but for the CPU-time timer of :func:`cpu_budget`. See ``app.domain.mail``
+Pure: the CPU-time budget that interrupts a parse with :class:`ParseTimeout`
+is armed by the caller (``app.infra.parse_budget``). See ``app.domain.mail``
 for why: the stdlib builds the whole MIME tree first, and parts of it are
 superlinear, so the raw bytes are cut to these bounds with linear scans first.
 """
 
 from __future__ import annotations
 
-import gc
 import re
-import signal
-import threading
-import time
 from dataclasses import dataclass
-from types import FrameType
 
 __all__ = [
     "ESSENTIAL_HEADERS",
@@ -28,7 +24,6 @@ __all__ = [
     "BoundedView",
     "ParseTimeout",
     "bound_view",
-    "cpu_budget",
     "split_header_block",
 ]
 
@@ -241,110 +236,6 @@ def _line_start(data: bytes, pos: int) -> int:
 class ParseTimeout(BaseException):
     """Raised by the budget's timer. A BaseException, so the parser's many
     ``except Exception`` guards cannot swallow it."""
-
-
-# The budget counts CPU time this process spends (ITIMER_VIRTUAL), not wall
-# time: on a loaded machine a parse waits for a core without being any more
-# hostile, and a legitimate message must not lose its body for that.
-_TIMER = getattr(signal, "ITIMER_VIRTUAL", None)
-_TIMER_SIGNAL = getattr(signal, "SIGVTALRM", None)
-
-# Python swallows an exception raised where it cannot propagate (a gc
-# callback, a ``__del__``, a weakref callback: it goes to
-# ``sys.unraisablehook``). Before each raise the handler therefore arms the
-# timer again for this much CPU time: a swallowed timeout fires again, in the
-# parser, until one propagates. The cyclic collector, which runs most such
-# callbacks, is paused for the budgeted body (see ``_CpuBudget``).
-RETRY_SECONDS = 0.005
-
-
-class _CpuBudget:
-    """The timer of :func:`cpu_budget`. Its handler never raises inside
-    ``__enter__`` or ``__exit__``: there a raise would leave the timer armed
-    and the handler installed for whatever code runs next.
-
-    The cyclic garbage collector is paused for the body: a collection runs
-    weakref callbacks, ``__del__`` methods and ``gc.callbacks`` of unrelated
-    objects, where the timer's raise would be swallowed (and reported on
-    stderr) rather than end the parse. The body's allocations are bounded by
-    the message bounds, and whatever cycles it leaves are collected after."""
-
-    __slots__ = (
-        "_active",
-        "_gc_was_enabled",
-        "_outer_delay",
-        "_outer_interval",
-        "_previous",
-        "_seconds",
-        "_started",
-    )
-
-    def __init__(self, seconds: float | None) -> None:
-        self._seconds = seconds
-        self._active = False
-        self._gc_was_enabled = False
-        self._outer_delay = 0.0
-        self._outer_interval = 0.0
-        self._previous: object = None
-        self._started = 0.0
-
-    def __enter__(self) -> None:
-        seconds = self._seconds
-        if (
-            seconds is None
-            or seconds <= 0
-            or _TIMER is None
-            or _TIMER_SIGNAL is None
-            or threading.current_thread() is not threading.main_thread()
-        ):
-            return
-        outer_delay, outer_interval = signal.getitimer(_TIMER)
-        if outer_delay and outer_delay <= seconds:
-            return  # the outer timer fires first: it is the tighter budget
-        try:
-            self._previous = signal.signal(_TIMER_SIGNAL, self._on_timer)
-        except ValueError:  # not the main interpreter
-            return
-        self._outer_delay, self._outer_interval = outer_delay, outer_interval
-        self._gc_was_enabled = gc.isenabled()
-        gc.disable()
-        self._started = time.process_time()
-        self._active = True
-        signal.setitimer(_TIMER, seconds)
-
-    def _on_timer(self, signum: int, frame: FrameType | None) -> None:
-        if not self._active or _TIMER is None:
-            return
-        code = frame.f_code if frame is not None else None
-        if code is _EXIT_CODE:
-            return  # being disarmed
-        signal.setitimer(_TIMER, RETRY_SECONDS)
-        if code is _ENTER_CODE:
-            return  # the body has not begun: the retry fires in it
-        raise ParseTimeout
-
-    def __exit__(self, *exc_info: object) -> None:
-        if not self._active or _TIMER is None or _TIMER_SIGNAL is None:
-            return
-        signal.setitimer(_TIMER, 0)
-        self._active = False
-        signal.signal(_TIMER_SIGNAL, self._previous)  # type: ignore[arg-type]
-        if self._gc_was_enabled:
-            gc.enable()
-        if self._outer_delay:
-            left = max(self._outer_delay - (time.process_time() - self._started), 0.001)
-            signal.setitimer(_TIMER, left, self._outer_interval)
-
-
-_ENTER_CODE = _CpuBudget.__enter__.__code__
-_EXIT_CODE = _CpuBudget.__exit__.__code__
-
-
-def cpu_budget(seconds: float | None) -> _CpuBudget:
-    """Interrupt the body with :class:`ParseTimeout` after ``seconds`` of CPU
-    time when this is a main thread whose virtual timer is free or set to fire
-    later; else do nothing. The timer and handler are restored on exit."""
-    return _CpuBudget(seconds)
 
 
 def has_bare_lf(raw: bytes) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import unicodedata
+from contextlib import AbstractContextManager, nullcontext
 
 from app.domain.mail.addresses import bare_address, fallback_addresses
 from app.domain.mail.bounds import (
@@ -14,7 +15,6 @@ from app.domain.mail.bounds import (
     BoundedView,
     ParseTimeout,
     bound_view,
-    cpu_budget,
     split_header_block,
 )
 from app.domain.mail.charset import (
@@ -30,13 +30,13 @@ from app.domain.mail.parsed import BOUND_DEFECT_PREFIX, ParsedMail
 PARSE_TIME_BUDGET_SECONDS = 3.0
 
 
-def parse_mail(raw: bytes, *, time_budget: float | None = PARSE_TIME_BUDGET_SECONDS) -> ParsedMail:
+def parse_mail(raw: bytes, *, budget: AbstractContextManager[object] | None = None) -> ParsedMail:
     """Parse raw RFC 5322 bytes into a :class:`ParsedMail`; never raises.
 
     The bytes are first cut to the bounds (:func:`bound_view`); a parse that
-    still runs past ``time_budget`` seconds (where a timer can interrupt it,
-    see ``app.domain.mail``; ``None`` for no timer) gives the headers read
-    by a linear fallback and ``BoundExceeded:time``.
+    ``budget`` interrupts with :class:`ParseTimeout` (the caller's CPU-time
+    budget, ``app.infra.parse_budget``; ``None`` for none) gives the headers
+    read by a linear fallback and ``BoundExceeded:time``.
 
     Headers are read with the modern ``email.policy.default`` parser and,
     where it raises on a malformed header, again from the raw header text.
@@ -50,7 +50,7 @@ def parse_mail(raw: bytes, *, time_budget: float | None = PARSE_TIME_BUDGET_SECO
     except Exception:  # the scans are plain regex work; this is only a last resort
         view = BoundedView(data[:MAX_HEADER_BYTES], ("header_bytes",))
     try:
-        with cpu_budget(time_budget):
+        with nullcontext() if budget is None else budget:
             mail = _parse_view(view)
     except ParseTimeout:
         mail = _headers_only(view, "time")

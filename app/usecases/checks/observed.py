@@ -17,10 +17,11 @@ from app.db import sink_messages as sink_messages_db
 from app.db.engine import autocommit
 from app.domain.ids import new_id
 from app.domain.inbox_query import normalise_message_id
-from app.domain.mail import ParsedMail, parse_mail
+from app.domain.mail import ParsedMail
 from app.domain.mail.bounds import has_bare_lf
 from app.domain.mail.parsed import HTML_MARKUP_FACTOR
 from app.domain.whole_message import attachment_count
+from app.infra.parse_budget import parse_on_budget
 from app.providers.base import ProviderMessage
 from app.settings import get_settings
 
@@ -73,7 +74,7 @@ _PARSED_LOCK = threading.Lock()
 # main thread, where parse_mail's CPU budget applies; the sink and the API,
 # whose checks run in threads beside their event loops, parse in a parse pool
 # (a message of at most 16 KiB in the check's own thread: app/infra/parse_pool.py).
-_parse: Callable[[bytes], ParsedMail] = parse_mail
+_parse: Callable[[bytes], ParsedMail] = parse_on_budget
 
 
 def parse_with(parse: Callable[[bytes], ParsedMail]) -> Callable[[bytes], ParsedMail]:
