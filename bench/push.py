@@ -87,13 +87,12 @@ def _round(pg: _Postgres, count: int) -> tuple[float, float, float, float, int]:
     from app.db.engine import autocommit
     from app.settings import get_settings
     from app.usecases import intake, signals
-    from app.usecases.checks import in_process_check_for, quick_first_look_for
+    from app.usecases.checks import process_runner
     from app.usecases.inputs import SignalCreate
     from tests.integration.helpers import mail
 
     settings = get_settings()
-    check_here = in_process_check_for(settings)
-    quick = quick_first_look_for(settings)
+    runner = process_runner(settings)
     run = f"push-{uuid.uuid4().hex[:8]}"
     recipients = [f"p{i}-{uuid.uuid4().hex[:8]}@example.test" for i in range(count)]
     ids = []
@@ -101,9 +100,7 @@ def _round(pg: _Postgres, count: int) -> tuple[float, float, float, float, int]:
         req = SignalCreate(
             run_id=run, test_case=recipient, recipient=recipient, expires_in_seconds=600
         )
-        created = signals.signal_create(
-            settings, "default", req, None, look_here=check_here, quick_look=quick
-        )
+        created = signals.signal_create(settings, "default", req, None, runner=runner)
         assert created.first_look is not None
         created.first_look()
         ids.append(str(created.view["signal_id"]))
@@ -113,7 +110,7 @@ def _round(pg: _Postgres, count: int) -> tuple[float, float, float, float, int]:
     cpu, pg_ticks = _cpu(), pg.server_ticks()
     for recipient in recipients:
         began = time.perf_counter()
-        signals.push("sink", [recipient], check_here=check_here)
+        signals.push("sink", [recipient], runner=runner)
         walls.append(time.perf_counter() - began)
     cpu, pg_ticks = _cpu() - cpu, pg.server_ticks() - pg_ticks
     with autocommit() as session:

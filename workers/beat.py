@@ -22,10 +22,10 @@ log = logging.getLogger("signalbox.beat")
 
 def _sweep() -> Any:
     from app.settings import get_settings
-    from app.usecases import checks, sweep
+    from app.usecases import sweep
+    from workers.composition import sweep_runner
 
-    settings = get_settings()
-    return sweep.sweep(settings, check_here=checks.in_process_check_for(settings))
+    return sweep.sweep(get_settings(), runner=sweep_runner())
 
 
 def _heartbeat() -> None:

@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from celery import shared_task
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from app.infra import dispatch
-from app.infra.redis import redis_client
 from app.providers.breaker import breaker_for
-from app.providers.bulkhead import Bulkhead, default_limit
 from app.providers.runtime import provider_for
 from app.settings import get_settings
 from app.usecases import alerts, checks, sweep
-
-
-def bulkhead_for(worker: str, provider: str) -> Bulkhead:
-    """This worker's bulkhead of `provider` (shared by its pool processes)."""
-    return Bulkhead(
-        redis_client(),
-        worker,
-        provider,
-        limit=default_limit(),
-        lease_seconds=get_settings().check_lease_seconds,
-    )
+from workers.composition import sweep_runner, worker_runner
 
 
 @shared_task(name="signalbox.check", acks_late=True, bind=True)
@@ -33,26 +19,15 @@ def check(self: Any, batch_key: str) -> dict[str, Any]:
     """Check one batch: the due signals of `batch_key`'s provider (that
     signal first, while it is due), at most `checks.BATCH_LIMIT`, in one
     provider call. A full batch sends the next task with the same key."""
-    # Before the batch is taken: a create refused the ticket meanwhile is
-    # committed, so this check takes it.
-    dispatch.first_look_started(batch_key)
-    report = checks.run_check(
-        get_settings(),
-        batch_key,
-        provider_for=provider_for,
-        breaker_for=breaker_for,
-        bulkhead_for=partial(bulkhead_for, self.request.hostname or "worker"),
-    )
-    if report.signals >= checks.BATCH_LIMIT:
-        # A full batch: more may be due (a burst of creates shared one task).
-        dispatch.enqueue_check(batch_key)
+    runner = worker_runner(self.request.hostname or "worker")
+    report = runner.check(checks.CheckRequest(batch_key, checks.Why.TASK))
+    assert report is not None  # a task's check raises rather than give none
     return {"signals": report.signals, "outcome": report.outcome, "found": len(report.found)}
 
 
 @shared_task(name="signalbox.sweep", acks_late=True)
 def sweep_task() -> dict[str, int]:
-    settings = get_settings()
-    report = sweep.sweep(settings, check_here=checks.in_process_check_for(settings))
+    report = sweep.sweep(get_settings(), runner=sweep_runner())
     return report.__dict__
 
 

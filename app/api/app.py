@@ -33,7 +33,7 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 def lifespan_for(settings: Settings) -> Lifespan:
     """The server's lifespan: the inbox feed (the API's and the console's live
-    events), the long-poll notifier and the first looks' parse pool."""
+    events) and the long-poll notifier; it closes the first looks' parse pool."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -43,15 +43,12 @@ def lifespan_for(settings: Settings) -> Lifespan:
         notifier = SignalNotifier(settings.database_url or "", on_message=feed.notified)
         notifier.start()
         app.state.notifier = notifier
-        # The first looks made here parse what they match in a spawned process,
-        # where the parse's CPU budget applies (started on the first parse).
-        parser = ParsePool(workers=1)
-        previous = checks.parse_with(parser.parse_blocking)
         try:
             yield
         finally:
-            checks.parse_with(previous)
-            parser.close(wait_if_idle=True)
+            parser = getattr(app.state, "parse_pool", None)
+            if parser is not None:
+                parser.close(wait_if_idle=True)
             notifier.stop()
             feed.stop()
 
@@ -61,9 +58,13 @@ def lifespan_for(settings: Settings) -> Lifespan:
 def install(app: FastAPI, settings: Settings) -> None:
     """Add the API's routes to `app`, and what they read from its state."""
     app.state.long_polls = LongPollGate(settings.max_long_polls)
-    # A sink signal's first look is made by the API that created it.
-    app.state.look_here = checks.in_process_check_for(settings)
-    app.state.quick_first_look = checks.quick_first_look_for(settings)
+    # A sink signal's first look is made by the API that created it. The
+    # first looks made here parse what they match in a spawned process,
+    # where the parse's CPU budget applies (started on the first parse;
+    # closed by the lifespan).
+    parser = ParsePool(workers=1)
+    app.state.parse_pool = parser
+    app.state.check_runner = checks.process_runner(settings, parse=parser.parse_blocking)
     for module in (
         signals,
         claims,

@@ -85,14 +85,14 @@ class SinkHandler:
         self,
         settings: Settings,
         parser: ParsePool | None = None,
-        check_here: intake.InProcessCheck | None = None,
+        runner: intake.CheckRunner | None = None,
         chaos: SinkChaos | None = None,
     ) -> None:
-        """`check_here(signal_id)` makes a pushed check here (`checks.check_in_process`);
+        """`runner` makes a push's checks here (`app.usecases.checks.runner`);
         without it a push sends a check task. `chaos` holds the namespaces'
         chaos rules (none: the sink answers for itself only)."""
         self.settings = settings
-        self.check_here = check_here
+        self.runner = runner
         self.chaos = chaos
         # Chaos asks Redis and PostgreSQL: never on the event loop.
         self._chaos_thread = ThreadPoolExecutor(2, thread_name_prefix="sink-chaos")
@@ -116,7 +116,7 @@ class SinkHandler:
         )
         # Pushes merge like stores: those waiting while one runs go in one.
         self.pushes: GroupCommit[intake.Stored, None] = GroupCommit(
-            partial(intake.push_many, settings, check_here=check_here),
+            partial(intake.push_many, settings, runner=runner),
             self._push_thread,
             size_of=lambda _: 1,
             max_items=256,
@@ -305,7 +305,12 @@ class SinkHandler:
         self.recording_bytes += size
         try:
             await asyncio.get_running_loop().run_in_executor(
-                self._record_thread, intake.record_stored, self.settings, stored, received
+                self._record_thread,
+                intake.record_stored,
+                self.settings,
+                stored,
+                received,
+                self.parser.parse_blocking,  # parsed as the sink's checks parse
             )
         except Exception as exc:  # stored and answered; a look records them
             log.warning(
@@ -334,7 +339,7 @@ class SinkHandler:
         try:
             await asyncio.get_running_loop().run_in_executor(
                 self._after_threads,
-                partial(intake.add_header_block_recipients, check_here=self.check_here),
+                partial(intake.add_header_block_recipients, runner=self.runner),
                 self.settings,
                 sink_id,
                 rcpts,
@@ -368,7 +373,7 @@ class SinkHandler:
                 return
             await loop.run_in_executor(
                 self._after_threads,
-                partial(intake.add_header_recipients, check_here=self.check_here),
+                partial(intake.add_header_recipients, runner=self.runner),
                 self.settings,
                 sink_id,
                 rcpts,

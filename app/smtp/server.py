@@ -309,17 +309,16 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def make_controller(settings: Settings) -> SinkController:
-    from app.usecases import checks
+    from app.infra.parse_pool import ParsePool
+    from app.usecases.chaos import SinkChaos
+    from app.usecases.checks import process_runner
 
     # A push's check is made here, not queued behind a slow provider's calls.
-    from app.usecases.chaos import SinkChaos
-
-    handler = SinkHandler(
-        settings, check_here=checks.in_process_check_for(settings), chaos=SinkChaos(settings)
-    )
-    # Its matching parses in the parse pool (a small message in the look's
-    # thread, bounded to milliseconds): no message stalls the sink.
-    checks.parse_with(handler.parser.parse_blocking)
+    # Its matching parses in the sink's parse pool (a small message in the
+    # check's thread, bounded to milliseconds): no message stalls the sink.
+    parser = ParsePool()
+    runner = process_runner(settings, parse=parser.parse_blocking)
+    handler = SinkHandler(settings, parser=parser, runner=runner, chaos=SinkChaos(settings))
     # Made (or read) before the loop starts: a certificate that cannot be
     # used fails the start naming its setting.
     tls = server_context(settings) if tls_wanted(settings) else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
@@ -22,6 +22,7 @@ from app.db.engine import autocommit, transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
 from app.domain.expectations import duplicate_sentence
 from app.domain.ids import new_id
+from app.domain.mail import parse_mail
 from app.domain.masking import mask_subject
 from app.domain.refusals import Refusal
 from app.domain.states import CheckOutcome, ExpiryReason, Status
@@ -29,6 +30,9 @@ from app.infra import dispatch
 from app.infra.keys import recipient_hash
 from app.settings import get_settings
 from app.usecases import refusals, views, webhooks
+
+if TYPE_CHECKING:  # the checks package imports this module
+    from app.usecases.checks.observed import Parser
 
 log = logging.getLogger("signalbox.expiry")
 
@@ -41,17 +45,19 @@ def expire_signal(
     reason: str,
     fence: int | None = None,
     duplicates: Mapping[str, Any] | None = None,
+    parse: Parser = parse_mail,
 ) -> str | None:
     """`expected` → expired with `reason` and its dead letter, in the caller's
     transaction. Returns the new dead letter's id, or None if the signal had
     already moved (someone else expired or found it first). `duplicates`
-    (reason `duplicate_messages`): both messages and how far apart they came."""
+    (reason `duplicate_messages`): both messages and how far apart they came;
+    `parse`: how the recipient typos' messages are parsed (the check's parser)."""
     row = signals_db.signal_expire(
         session, signal_id, expected=expected.value, reason=reason, fence=fence
     )
     if row is None:
         return None
-    return _record_dead_letter(session, row, reason, duplicates)
+    return _record_dead_letter(session, row, reason, duplicates, parse)
 
 
 def _record_dead_letter(
@@ -59,6 +65,7 @@ def _record_dead_letter(
     row: Mapping[Any, Any],
     reason: str,
     duplicates: Mapping[str, Any] | None = None,
+    parse: Parser = parse_mail,
 ) -> str | None:
     signal_id = row["id"]
     counts = checks_db.check_counts_by_outcome(session, [signal_id]).get(signal_id, {})
@@ -70,7 +77,7 @@ def _record_dead_letter(
 
         try:
             with session.begin_nested():  # a failed look never costs the dead letter
-                typos.record_typo_near_misses(session, get_settings(), row)
+                typos.record_typo_near_misses(session, get_settings(), row, parse)
         except Exception as exc:
             log.warning(
                 "recipient typos could not be looked for",

@@ -28,13 +28,14 @@ from app.domain.mail import (
 )
 from app.infra import dispatch
 from app.infra.keys import recipient_hash
+from app.infra.parse_budget import parse_on_budget
 from app.observability.logs import warn_unreachable
 from app.providers.base import ProviderMessage
 from app.providers.runtime import provider_configs
 from app.settings import Settings
 from app.usecases import signals
-from app.usecases.checks import InProcessCheck
-from app.usecases.checks.observed import record_messages
+from app.usecases.checks import CheckRunner
+from app.usecases.checks.observed import Parser, record_messages
 
 log = logging.getLogger("signalbox.sink")
 
@@ -88,7 +89,10 @@ def inbox_provider(settings: Settings) -> str | None:
 
 
 def record_stored(
-    settings: Settings, stored: Sequence[StoredMail], received: Sequence[Received]
+    settings: Settings,
+    stored: Sequence[StoredMail],
+    received: Sequence[Received],
+    parse: Parser = parse_on_budget,
 ) -> None:
     """Record stored messages in `messages` under their `msg_` ids, parsed:
     what the inbox lists and searches (and its events announce). A look that
@@ -109,7 +113,7 @@ def record_stored(
         for s, r in zip(stored, received, strict=True)
     ]
     with transaction() as session:
-        record_messages(session, provider, found)
+        record_messages(session, provider, found, parse=parse)
 
 
 def warm(settings: Settings) -> None:
@@ -133,7 +137,7 @@ def add_header_recipients(
     envelope_rcpts: Sequence[str],
     mail: ParsedMail,
     *,
-    check_here: InProcessCheck | None = None,
+    runner: CheckRunner | None = None,
 ) -> list[str]:
     """Add the To and Cc addresses of the parsed message that the envelope did
     not name to the stored message, and check their signals. Returns them."""
@@ -154,7 +158,7 @@ def add_header_recipients(
         return []
     with autocommit() as session:  # one statement: its own transaction
         sink_messages_db.sink_message_add_recipients(session, sink_id, extra)
-    push(settings, [sink_id], extra, check_here=check_here)
+    push(settings, [sink_id], extra, runner=runner)
     return extra
 
 
@@ -164,7 +168,7 @@ Stored = tuple[Sequence[int], Sequence[str]]
 
 
 def push_many(
-    settings: Settings, stored: Sequence[Stored], *, check_here: InProcessCheck | None = None
+    settings: Settings, stored: Sequence[Stored], *, runner: CheckRunner | None = None
 ) -> list[None]:
     """Push the signals of every envelope recipient of ``stored`` at once (the
     sink merges the pushes that wait while one runs). One None per item."""
@@ -172,7 +176,7 @@ def push_many(
         settings,
         [sink_id for ids, _ in stored for sink_id in ids],
         (r for _, rcpts in stored for r in rcpts),
-        check_here=check_here,
+        runner=runner,
     )
     return [None] * len(stored)
 
@@ -183,7 +187,7 @@ def add_header_block_recipients(
     envelope_rcpts: Sequence[str],
     head: bytes,
     *,
-    check_here: InProcessCheck | None = None,
+    runner: CheckRunner | None = None,
 ) -> list[str]:
     """As add_header_recipients, from the message's header block alone (the
     sink's way under load, when the message is not held for a parse)."""
@@ -192,7 +196,7 @@ def add_header_block_recipients(
         return []
     with autocommit() as session:  # one statement: its own transaction
         sink_messages_db.sink_message_add_recipients(session, sink_id, extra)
-    push(settings, [sink_id], extra, check_here=check_here)
+    push(settings, [sink_id], extra, runner=runner)
     return extra
 
 
@@ -208,10 +212,10 @@ def push(
     sink_ids: Sequence[int],
     recipients: Iterable[str],
     *,
-    check_here: InProcessCheck | None = None,
+    runner: CheckRunner | None = None,
 ) -> None:
     """Check the waiting signals of every sink-type provider for ``recipients``
-    at once: by ``look`` in this process when given, else by a task. Never
+    at once: by ``runner`` in this process when given, else by a task. Never
     raises: a lost push only means the signals find the stored message at
     their next scheduled check."""
     recipients = sorted({r.lower() for r in recipients})
@@ -221,7 +225,7 @@ def push(
         if config.type != "sink":
             continue
         try:
-            signals.push(name, recipients, check_here=check_here)
+            signals.push(name, recipients, runner=runner)
         except Exception as exc:
             log.warning(
                 "push after receipt failed; signals will find the message at their next check",

@@ -32,7 +32,7 @@ from app.db import messages as messages_db
 from app.db import signals as signals_db
 from app.db import sink_window as sink_window_db
 from app.db.engine import autocommit, transaction
-from app.domain.mail import ParsedMail
+from app.domain.mail import ParsedMail, parse_mail
 from app.domain.masking import mask_subject
 from app.domain.matching import Candidate, Criteria, Why, evaluate
 from app.errors import NotFound
@@ -41,7 +41,7 @@ from app.providers.runtime import get_provider
 from app.settings import Settings
 from app.usecases import views
 from app.usecases.checks.criteria import criteria_for
-from app.usecases.checks.observed import parse_received, record_messages
+from app.usecases.checks.observed import Parser, record_messages
 from app.usecases.visibility import visible_ids
 
 # At most this many messages of the window are read for one answer.
@@ -78,7 +78,9 @@ def _summary_mail(row: Mapping[Any, Any]) -> ParsedMail:
     )
 
 
-def _record_store_window(provider: str, recipient: str, opens: datetime, closes: datetime) -> None:
+def _record_store_window(
+    provider: str, recipient: str, opens: datetime, closes: datetime, parse: Parser
+) -> None:
     """Record the sink messages of the window that no look recorded, as a
     look would, one message (and one short transaction) at a time."""
     with autocommit() as session:
@@ -97,7 +99,7 @@ def _record_store_window(provider: str, recipient: str, opens: datetime, closes:
                 envelope_recipients=tuple(row["envelope_recipients"]),
                 message_id=row["message_id"],
             )
-            record_messages(session, provider, [message])
+            record_messages(session, provider, [message], parse=parse)
             del data, message
 
 
@@ -107,20 +109,26 @@ def _passes_without_body(criteria: Criteria, candidate: Candidate) -> bool:
     return verdict.addressed and set(verdict.failures) <= {Why.BODY_MISMATCH}
 
 
-def _body_matches(message_id: str) -> ParsedMail | None:
+def _body_matches(message_id: str, parse: Parser) -> ParsedMail | None:
     """The message parsed for a body filter (None once its content was purged)."""
     with autocommit() as session:
         row = messages_db.message_raw(session, message_id)
     if row is None or row["raw"] is None:
         return None
-    return parse_received(bytes(row["raw"]))
+    return parse(bytes(row["raw"]))
 
 
 def match_list(
-    settings: Settings, namespace: str | None, signal_id: str, *, masked: bool = False
+    settings: Settings,
+    namespace: str | None,
+    signal_id: str,
+    *,
+    masked: bool = False,
+    parse: Parser = parse_mail,
 ) -> dict[str, Any]:
     """`{"items", "source"}`: the signal's matching messages (`namespace`
-    None: any namespace's signal, for operators, who get subjects `masked`)."""
+    None: any namespace's signal, for operators, who get subjects `masked`;
+    a body filter's messages parsed by `parse`, the API's parse pool's)."""
     with autocommit() as session:
         signal = signals_db.signal_get(session, signal_id, namespace)
     if signal is None:
@@ -129,7 +137,9 @@ def match_list(
     criteria = criteria_for(signal, precision)
     closes = signal["expires_at"]
     if is_sink:
-        _record_store_window(signal["provider"], signal["recipient"], criteria.window_opens, closes)
+        _record_store_window(
+            signal["provider"], signal["recipient"], criteria.window_opens, closes, parse
+        )
     with autocommit() as session:
         rows = messages_db.message_list_in_window(
             session,
@@ -151,7 +161,7 @@ def match_list(
         if needs_body:
             if r["purged"] or not _passes_without_body(criteria, candidate):
                 continue
-            mail = _body_matches(r["id"])
+            mail = _body_matches(r["id"], parse)
             if mail is None:
                 continue
             candidate = dataclasses.replace(candidate, mail=mail)

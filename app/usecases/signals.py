@@ -1,4 +1,4 @@
-"""Use cases of signals: create (idempotent), read, list, push.
+"""Use cases of signals: create (idempotent), read, list, push (the sink).
 
 Each is one transaction and callable from any front door. Sending tasks
 happens after commit, through `app.infra.dispatch`; a lost send is repaired by the
@@ -8,8 +8,7 @@ sweep because the database says what is due.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -20,8 +19,8 @@ from sqlalchemy import Connection
 from app.db import due as due_db
 from app.db import holds as holds_db
 from app.db import signals as signals_db
+from app.db import takes as takes_db
 from app.db.engine import autocommit, transaction
-from app.db.rows import Row
 from app.domain import ownership
 from app.domain.expectations import Expect, effective_settle
 from app.domain.ids import new_id
@@ -41,8 +40,7 @@ from app.observability import metrics
 from app.providers.runtime import provider_configs, pushes
 from app.settings import Settings
 from app.usecases import holds, views
-from app.usecases.checks import BATCH_LIMIT, InProcessCheck, try_check_in_process
-from app.usecases.checks.first import QuickFirstLook
+from app.usecases.checks import BATCH_LIMIT, CheckRequest, CheckRunner, Why
 from app.usecases.inputs import SignalCreate, check_received_after
 
 log = logging.getLogger("signalbox.signals")
@@ -96,15 +94,14 @@ def signal_create(
     req: SignalCreate,
     idempotency_key: str | None,
     *,
-    look_here: InProcessCheck | None = None,
-    quick_look: QuickFirstLook | None = None,
+    runner: CheckRunner | None = None,
 ) -> Created:
     """Create a signal, or return the one its idempotency key already names.
 
-    With `look_here` (the API passes `checks.check_in_process`), a new signal
-    of a provider that pushes gets its first look in this process, not as a
-    task: the answer's `first_look` (docs/api.md, "The first look"), made in
-    one statement by `quick_look` when the sink holds no mail for it."""
+    With `runner` (the API's), a new signal of a provider that pushes gets
+    its first look in this process, not as a task: the answer's `first_look`
+    (docs/api.md, "The first look"), `runner.check` of a `Why.FIRST_LOOK`
+    request (one statement when the sink holds no mail for it)."""
     check_provider(settings, req.provider, namespace)
     key = idempotency_key or f"{req.run_id}:{req.test_case}"
     domain_owner = settings.namespace_domain_owners.get(ownership.domain_of(req.recipient))
@@ -151,7 +148,7 @@ def signal_create(
         )
         view = views.signal_views(session, [row])[0] if row is not None else None
     if view is not None:
-        return _created(settings, namespace, req, row, view, look_here, quick_look)
+        return _created(settings, namespace, req, row, view, runner)
     with transaction() as session:
         facts = signals_db.signal_create_facts(session, namespace, req.recipient)
         # Judged by the database's clock, the authority for every timestamp.
@@ -183,7 +180,7 @@ def signal_create(
                 raise IdempotencyConflict("idempotency key changed hands; retry the request")
             _raise_if_conflicting(row, values)
             return Created(view=views.signal_views(session, [row])[0], created=False)
-    return _created(settings, namespace, req, row, view, look_here, quick_look)
+    return _created(settings, namespace, req, row, view, runner)
 
 
 def _created(
@@ -192,8 +189,7 @@ def _created(
     req: SignalCreate,
     row: Any,
     view: dict[str, Any],
-    look_here: InProcessCheck | None,
-    quick_look: QuickFirstLook | None,
+    runner: CheckRunner | None,
 ) -> Created:
     """What follows a new signal's commit: count it, log it, send its first
     look (or hand it to the caller, to make here)."""
@@ -209,117 +205,15 @@ def _created(
             "provider": req.provider,
         },
     )
-    if look_here is not None and pushes(settings, req.provider):
-        quick = partial(quick_look, row) if quick_look is not None else None
-        look = partial(first_look_here, settings, look_here, signal_id, req.provider, quick=quick)
-        return Created(view=view, created=True, first_look=look)
+    if runner is not None and pushes(settings, req.provider):
+        look = CheckRequest(signal_id, Why.FIRST_LOOK, req.provider, created=row)
+        return Created(view=view, created=True, first_look=partial(_first_look, runner, look))
     dispatch.enqueue_first_look(req.provider, signal_id, settings.requeue_after_seconds)
     return Created(view=view, created=True)
 
 
-class _LooksHere:
-    """The first looks this process makes, one per provider at a time: a check
-    takes every due signal of its provider, so a create that finds a look of
-    its provider under way only asks it for one more round (its signal is
-    committed, so that round takes it) instead of a look of its own. The
-    round is made for the newest such signal: the one the round began with
-    may be gone by then (expired and deleted), and a check finds its
-    provider's batch through the signal it is made for."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        # provider -> the signal a create asked one more round for (None: none asked).
-        self._again: dict[str, str | None] = {}
-
-    def join(self, provider: str, signal_id: str) -> bool:
-        """True when a look of `provider` is under way here and will take one
-        more round, for `signal_id`."""
-        with self._lock:
-            if provider in self._again:
-                self._again[provider] = signal_id
-                return True
-            self._again[provider] = None
-            return False
-
-    def done(self, provider: str) -> str | None:
-        """The round ended: None when it was the last one, else the signal
-        a create asked one more round for (which is then owed)."""
-        with self._lock:
-            again = self._again.get(provider)
-            if again is not None:
-                self._again[provider] = None
-                return again
-            self._again.pop(provider, None)
-            return None
-
-    def abandon(self, provider: str) -> None:
-        with self._lock:
-            self._again.pop(provider, None)
-
-
-_LOOKS_HERE = _LooksHere()
-
-
-def first_look_here(
-    settings: Settings,
-    look_here: InProcessCheck,
-    signal_id: str,
-    provider: str,
-    *,
-    quick: Callable[[], bool] | None = None,
-) -> None:
-    """The first look of a new signal of a provider that pushes, made in this
-    process after its commit: the sink's search is a database query, so the
-    look costs no task, no broker round trip and no worker. `quick()` makes
-    it in one statement when the sink holds no mail for the signal
-    (`app.usecases.checks.first`). Otherwise it is the same check, lease and
-    fence as a worker's, and takes every due signal of the provider (creates
-    meanwhile ride in its next round). A round that cannot be made here
-    sends its task as before, which takes them all the same; if that fails
-    too, the signals are still due and the sweep looks."""
-    if quick is not None and _quick(quick, signal_id, provider):
-        return
-    if _LOOKS_HERE.join(provider, signal_id):
-        return
-    try:
-        while True:
-            report = try_check_in_process(
-                look_here,
-                signal_id,
-                provider,
-                event="first_look_failed",
-                message="first look failed in this process; its task is sent",
-            )
-            if report is None:
-                dispatch.enqueue_first_look(provider, signal_id, settings.requeue_after_seconds)
-            # A full batch left due signals behind: one more round takes them.
-            if report is not None and report.signals >= BATCH_LIMIT:
-                continue
-            again = _LOOKS_HERE.done(provider)
-            if again is None:
-                return
-            signal_id = again
-    except BaseException:  # interrupted: the next create looks (the sweep meanwhile)
-        _LOOKS_HERE.abandon(provider)
-        raise
-
-
-def _quick(quick: Callable[[], bool], signal_id: str, provider: str) -> bool:
-    """`quick()`, a failure logged and taken as "not made" (it wrote
-    nothing): the whole look follows."""
-    try:
-        return quick()
-    except Exception as exc:
-        log.info(
-            "one-statement first look failed; the whole look follows",
-            extra={
-                "event": "quick_first_look_failed",
-                "signal_id": signal_id,
-                "provider": provider,
-                "error": type(exc).__name__,
-            },
-        )
-        return False
+def _first_look(runner: CheckRunner, request: CheckRequest) -> None:
+    runner.check(request)
 
 
 def _check_owner(
@@ -415,19 +309,18 @@ def push(
     recipients: Iterable[str] | None = None,
     namespace: str | None = None,
     *,
-    check_here: InProcessCheck | None = None,
+    runner: CheckRunner | None = None,
 ) -> list[str]:
     """A provider said mail arrived: check its waiting signals now.
 
     Signals are made due in short transactions of PUSH_PAGE rows (a push
     never holds thousands of row locks), and one check is asked per check
     batch (a check takes every due signal of its provider): made here by
-    `check_here(signal_id)` when the caller gives one (the sink, see
-    `checks.check_in_process`), else sent as a task. A look that fails leaves its
-    signals due: the sweep makes it again.
+    `runner` when the caller gives one (the sink), else sent as a task. A
+    check that fails here sends its task (the runner's failure policy).
 
     Made here, the first page's statement also takes the first batch for its
-    check (`InProcessCheck.push_and_lock`: one round trip and one commit, not
+    check (`takes_db.signal_push_and_lock`: one round trip and one commit, not
     two), and that check looks at what it took."""
     ids: list[str] = []
     after: tuple[datetime, str] | None = None
@@ -436,21 +329,29 @@ def push(
     while True:
         taken = None
         with autocommit() as session:  # one unit: its own transaction
-            if check_here is not None and after is None and namespace is None and rcpts:
-                page, taken = check_here.push_and_lock(session, provider, rcpts, limit=PUSH_PAGE)
+            if runner is not None and after is None and namespace is None and rcpts:
+                page, taken = takes_db.signal_push_and_lock(
+                    session,
+                    provider,
+                    rcpts,
+                    limit=PUSH_PAGE,
+                    lease_seconds=runner.settings.check_lease_seconds,
+                    batch_limit=BATCH_LIMIT,
+                    coalesce_seconds=runner.settings.coalesce_window_seconds,
+                )
             else:
                 page = due_db.signal_push_due(
                     session, provider, rcpts, namespace, after=after, limit=PUSH_PAGE
                 )
-        if taken:  # leased for this look: it is made whatever the page holds
-            _look_here(check_here, taken[0]["id"], provider, taken=taken)
+        if taken and runner is not None:  # leased for this check: made whatever the page holds
+            runner.check(CheckRequest(taken[0]["id"], Why.PUSH, provider, taken=taken))
         for i, (signal_id, _) in enumerate(page, start=len(ids)):
             if i % BATCH_LIMIT != 0 or (i == 0 and taken is not None):
                 continue  # in a check's batch, or taken with the push
-            if check_here is None:
+            if runner is None:
                 dispatch.enqueue_check(signal_id)
                 continue
-            _look_here(check_here, signal_id, provider)
+            runner.check(CheckRequest(signal_id, Why.PUSH, provider))
         ids.extend(signal_id for signal_id, _ in page)
         if len(page) < PUSH_PAGE:
             return ids
@@ -465,21 +366,3 @@ def inbound(settings: Settings, namespace: str, provider: str) -> list[str]:
 
 # Rows a push makes due per transaction.
 PUSH_PAGE = 200
-
-
-def _look_here(
-    check_here: InProcessCheck | None,
-    signal_id: str,
-    provider: str,
-    *,
-    taken: Sequence[Row] | None = None,
-) -> None:
-    assert check_here is not None
-    try_check_in_process(
-        check_here,
-        signal_id,
-        provider,
-        event="push_look_failed",
-        message="pushed look failed; the sweep looks again",
-        taken=taken,
-    )

@@ -39,18 +39,18 @@ class SweepReport:
 
 
 def sweep(
-    settings: Settings, limit: int = 500, *, check_here: checks.InProcessCheck | None = None
+    settings: Settings, limit: int = 500, *, runner: checks.CheckRunner | None = None
 ) -> SweepReport:
-    """One tick. With `check_here` (beat passes `checks.check_in_process`), the due checks
-    of providers that push (the sink: a database query) are made here, so
-    no backlog of slow provider calls in the workers can delay them; the
+    """One tick. With `runner` (beat passes its own), the due checks of
+    providers that push (the sink: a database query) are made here, so no
+    backlog of slow provider calls in the workers can delay them; the
     others are sent as tasks."""
     expired = expiry.expire_overdue(limit, grace_seconds=settings.deadline_grace_seconds)
     lapsed = claims.lapse_leases(limit)
     waiting_tasks = dispatch.queue_depth(queue.SIGNALS_QUEUE)
     checked_here = (
         [name for name in provider_configs(settings) if pushes(settings, name)]
-        if check_here is not None
+        if runner is not None
         else []
     )
     with transaction() as session:
@@ -74,16 +74,11 @@ def sweep(
         per_provider[provider] = seen + 1
         if seen % checks.BATCH_LIMIT != 0:
             continue
-        if check_here is None or provider not in checked_here:
+        if runner is None or provider not in checked_here:
             dispatch.enqueue_check(signal_id)
             continue
-        # Stamped: a failed check is made again after requeue_after_seconds.
-        checks.try_check_in_process(
-            check_here,
-            signal_id,
-            provider,
-            event="sweep_look_failed",
-            message="sweep's look failed; it is made again",
-        )
+        # A check that fails here sends its task; stamped, it is also made
+        # again after requeue_after_seconds if that task is lost.
+        runner.check(checks.CheckRequest(signal_id, checks.Why.SWEEP, provider))
     republished = expiry.republish_unsent() + expiry.resend_unalerted()
     return SweepReport(expired=expired, lapsed=lapsed, enqueued=len(due), republished=republished)

@@ -21,13 +21,14 @@ from sqlalchemy import Connection
 
 from app.db import messages as messages_db
 from app.db import sink_messages as sink_messages_db
+from app.domain.mail import parse_mail
 from app.domain.matching import Candidate, Why, evaluate
 from app.domain.typos import WELL_KNOWN_DOMAINS, address_edits, domain_suggestion
 from app.providers.base import WHOLE_SECONDS, ProviderMessage
 from app.providers.runtime import provider_configs
 from app.settings import Settings
 from app.usecases.checks.criteria import criteria_for
-from app.usecases.checks.observed import Observed, record_messages
+from app.usecases.checks.observed import Observed, Parser, record_messages
 from app.usecases.visibility import may_watch, visible_ids
 
 # The latest messages of the window looked at, the candidates parsed, and the
@@ -40,7 +41,10 @@ SLICE = 10
 
 
 def record_typo_near_misses(
-    session: Connection, settings: Settings, signal: Mapping[Any, Any]
+    session: Connection,
+    settings: Settings,
+    signal: Mapping[Any, Any],
+    parse: Parser = parse_mail,
 ) -> list[str]:
     """Record the recipient typos of the expired `signal` (a row of `signals`)
     as its near misses; return the ids of the messages recorded."""
@@ -105,9 +109,9 @@ def record_typo_near_misses(
         if len(typos) >= KEPT:
             break
         observed = (
-            record_messages(session, provider, messages)
+            record_messages(session, provider, messages, parse=parse)
             if read is None
-            else record_messages(session, provider, messages, read)
+            else record_messages(session, provider, messages, read, parse)
         )
         typos += _typos_among(session, settings, signal, observed, may_use)[: KEPT - len(typos)]
     if typos:

@@ -10,11 +10,26 @@ from typing import Any
 
 import psycopg
 
-from app.settings import get_settings
+from app.settings import Settings, get_settings
 from app.usecases import signals
-from app.usecases.checks import in_process_check_for, quick_first_look_for
+from app.usecases.checks import CheckRunner, process_runner
 from app.usecases.inputs import SignalCreate
 from tests.integration.helpers import mail
+
+
+class Recording(CheckRunner):
+    """This process's check runner, each one-statement first look's answer
+    kept in `looks` (`quick` False: that look is not tried)."""
+
+    def __init__(self, settings: Settings, looks: Looks, *, quick: bool = True) -> None:
+        real = process_runner(settings)
+        super().__init__(settings, providers=real.deps.providers, breakers=real.deps.breakers)
+        self.looks, self.use_quick = looks, quick
+
+    def quick_look(self, created: Mapping[str, Any]) -> bool:
+        if not self.use_quick:
+            return False
+        return self.looks.record(created)
 
 
 class Looks:
@@ -23,7 +38,7 @@ class Looks:
 
     def __init__(self) -> None:
         self.settings = get_settings()
-        self.real = quick_first_look_for(self.settings)
+        self.real = process_runner(self.settings).quick_look
         self.quick: dict[str, bool] = {}
         self.rows: dict[str, Mapping[str, Any]] = {}
 
@@ -31,6 +46,10 @@ class Looks:
         self.rows[row["id"]] = row
         self.quick[row["id"]] = answer = self.real(row)
         return answer
+
+    def runner(self, *, quick: bool = True) -> CheckRunner:
+        """A check runner as the API's, its one-statement first looks recorded here."""
+        return Recording(self.settings, self, quick=quick)
 
     def create(self, *, quick: bool = True, look: bool = True, **fields: Any) -> str:
         """A new signal (fresh recipient unless given, in namespace
@@ -44,12 +63,7 @@ class Looks:
             **fields,
         )
         created = signals.signal_create(
-            self.settings,
-            namespace,
-            req,
-            None,
-            look_here=in_process_check_for(self.settings),
-            quick_look=self.record if quick else None,
+            self.settings, namespace, req, None, runner=self.runner(quick=quick)
         )
         assert created.created and created.first_look is not None
         signal_id = str(created.view["signal_id"])

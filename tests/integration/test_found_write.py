@@ -23,7 +23,7 @@ from app.db.engine import get_engine, transaction
 from app.providers import sink
 from app.providers.base import SearchQuery
 from app.usecases import signals
-from app.usecases.checks import in_process_check_for, record_messages
+from app.usecases.checks import process_runner, record_messages
 from tests.integration.looks import Looks, sql, store
 
 pytestmark = pytest.mark.integration
@@ -141,7 +141,7 @@ def test_one_look_over_two_signals_gives_a_new_message_to_the_earlier_only(
         return real(session, signal_id, *args, **kwargs)
 
     monkeypatch.setattr(checks_db, "signal_mark_found", mark)
-    pushed = signals.push("sink", [recipient], check_here=in_process_check_for(looks.settings))
+    pushed = signals.push("sink", [recipient], runner=process_runner(looks.settings))
     assert sorted(pushed) == sorted([earlier, later])
     status, message_id = status_and_message(earlier)
     assert status == "found" and message_id is not None
@@ -288,7 +288,7 @@ def test_a_message_the_look_recorded_is_taken_without_a_savepoint(
     recipient = an_address()
     signal_id = looks.create(look=False, recipient=recipient)
     store(recipient)
-    signals.push("sink", [recipient], check_here=in_process_check_for(looks.settings))
+    signals.push("sink", [recipient], runner=process_runner(looks.settings))
     status, message_id = status_and_message(signal_id)
     assert status == "found" and message_id is not None
     assert savepoints.count == 0

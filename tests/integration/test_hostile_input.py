@@ -191,7 +191,6 @@ def test_the_sinks_own_looks_parse_in_the_pool_where_the_cpu_budget_applies() ->
     from app.infra.parse_budget import parse_on_budget
     from app.settings import load_settings
     from app.smtp.server import make_controller
-    from app.usecases.checks import observed
 
     # Within every bound; 60-140 ms of CPU to parse.
     raw = hostile("cc@example.test", parts=0, subject_kb=1).removesuffix(b"--B--\r\n")
@@ -202,12 +201,13 @@ def test_the_sinks_own_looks_parse_in_the_pool_where_the_cpu_budget_applies() ->
 
     controller = make_controller(load_settings())
     try:
-        assert observed._parse == controller.sink.parser.parse_blocking
+        runner = controller.sink.runner
+        assert runner is not None
+        assert runner.parse == controller.sink.parser.parse_blocking
         controller.sink.parser.budget = 0.005
         with ThreadPoolExecutor(1) as thread:
-            in_the_pool = thread.submit(observed._parse, raw).result()
+            in_the_pool = thread.submit(runner.parse, raw).result()
     finally:
-        observed.parse_with(parse_on_budget)
         controller.sink.close()
         controller.loop.close()  # never started: close what __init__ opened
     assert "time" in bounds_exceeded(in_the_pool)

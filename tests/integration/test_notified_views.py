@@ -15,7 +15,7 @@ import pytest
 
 from app.settings import get_settings
 from app.usecases import signals
-from app.usecases.checks import in_process_check_for
+from app.usecases.checks import process_runner
 from tests.integration.looks import Looks, sql, store
 
 pytestmark = pytest.mark.integration
@@ -47,7 +47,7 @@ def _found(looks: Looks, subject: str | None = None, **fields: object) -> str:
     recipient = f"n-{uuid.uuid4().hex[:8]}@example.test"
     signal_id = looks.create(recipient=recipient, **fields)
     store(recipient, subject=subject or f"Your code {uuid.uuid4().hex[:6]} is here")
-    signals.push("sink", [recipient], check_here=in_process_check_for(looks.settings))
+    signals.push("sink", [recipient], runner=process_runner(looks.settings))
     return signal_id
 
 

@@ -18,7 +18,7 @@ from app.db import runner
 from app.db import takes as takes_db
 from app.db.engine import autocommit
 from app.usecases import signals
-from app.usecases.checks import CheckReport, InProcessCheck, in_process_check_for
+from app.usecases.checks import CheckReport, CheckRequest, CheckRunner, Why, process_runner
 from tests.integration.looks import Looks, sql, store
 
 pytestmark = pytest.mark.integration
@@ -126,7 +126,7 @@ def test_a_push_made_here_finds_the_mail_with_one_take_and_one_look(
         return real(session, signal_id, **kwargs)
 
     monkeypatch.setattr(takes_db, "signal_lock_for_check", lock)
-    pushed = signals.push("sink", [recipient], check_here=in_process_check_for(looks.settings))
+    pushed = signals.push("sink", [recipient], runner=process_runner(looks.settings))
 
     assert pushed == [signal_id]
     assert locks == []
@@ -136,28 +136,26 @@ def test_a_push_made_here_finds_the_mail_with_one_take_and_one_look(
     ) == [("first", "no_match"), ("push", "matched")]
 
 
-class Counted(InProcessCheck):
-    """The sink's in-process check, its looks counted."""
+class Counted(CheckRunner):
+    """The sink's check runner, its looks counted."""
 
     looked: list[str]
 
-    def __call__(self, signal_id: str, **kwargs: Any) -> CheckReport:
-        self.looked.append(signal_id)
-        return super().__call__(signal_id, **kwargs)
+    def check(self, request: CheckRequest) -> CheckReport | None:
+        self.looked.append(request.signal_id)
+        return super().check(request)
 
 
 def test_a_push_with_no_signal_waiting_takes_nothing_and_looks_at_nothing(looks: Looks) -> None:
-    real = in_process_check_for(looks.settings)
-    check_here = Counted(
-        looks.settings, provider_for=real.provider_for, breaker_for=real.breaker_for
-    )
-    check_here.looked = []
-    assert signals.push("sink", [an_address()], check_here=check_here) == []
-    assert check_here.looked == []
+    real = process_runner(looks.settings)
+    runner = Counted(looks.settings, providers=real.deps.providers, breakers=real.deps.breakers)
+    runner.looked = []
+    assert signals.push("sink", [an_address()], runner=runner) == []
+    assert runner.looked == []
     recipient = an_address()
     signal_id = looks.create(recipient=recipient)
-    assert signals.push("sink", [recipient], check_here=check_here) == [signal_id]
-    assert check_here.looked == [signal_id]  # one look, with what the push took
+    assert signals.push("sink", [recipient], runner=runner) == [signal_id]
+    assert runner.looked == [signal_id]  # one look, with what the push took
 
 
 def test_a_check_fenced_out_by_a_redrive_writes_no_near_misses(looks: Looks) -> None:
@@ -171,13 +169,13 @@ def test_a_check_fenced_out_by_a_redrive_writes_no_near_misses(looks: Looks) -> 
     assert [r["id"] for r in taken] == [signal_id]
     # What a redrive does to a check in flight (app/db/signals.py:signal_redrive).
     sql("UPDATE signals SET check_fence = check_fence + 1 WHERE id = %s", signal_id)
-    check = in_process_check_for(looks.settings)
-    check(signal_id, taken=taken)
+    runner = process_runner(looks.settings)
+    runner.check(CheckRequest(signal_id, Why.PUSH, "sink", taken=taken))
     assert sql("SELECT count(*) FROM near_misses WHERE signal_id = %s", signal_id) == [(0,)]
     assert sql("SELECT count(*) FROM checks WHERE signal_id = %s", signal_id) == [(0,)]
 
     sql("UPDATE signals SET check_lease_until = NULL WHERE id = %s", signal_id)
-    check(signal_id)
+    runner.check(CheckRequest(signal_id, Why.PUSH, "sink"))
     assert sql("SELECT why FROM near_misses WHERE signal_id = %s", signal_id) == [
         ("subject_mismatch",)
     ]

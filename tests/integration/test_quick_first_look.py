@@ -31,7 +31,7 @@ from app.domain.ids import new_id
 from app.providers.breaker import KEY_PREFIX
 from app.server import create_app
 from app.settings import get_settings
-from app.usecases.checks import in_process_check_for
+from app.usecases.checks import process_runner
 from app.usecases.checks.criteria import NEAR_MISS_LOOKBACK
 from tests.integration.helpers import create_signal, mail, signal_view
 from tests.integration.looks import Looks, sql, store
@@ -87,12 +87,12 @@ def test_a_look_with_no_mail_is_one_statement_and_writes_what_the_whole_look_wri
 
 
 def test_the_create_route_makes_the_first_look_in_one_statement(looks: Looks) -> None:
-    """`POST /v1/signals` hands the created row to the one-statement look
-    (`app.state.quick_first_look`), which writes the first check: a route
-    that stopped passing it would leave every first look to the whole look,
-    and nothing else here would notice."""
+    """`POST /v1/signals` hands the created row to the check runner's
+    one-statement look (`app.state.check_runner`), which writes the first
+    check: a route that stopped passing it would leave every first look to
+    the whole look, and nothing else here would notice."""
     app = create_app(looks.settings)
-    app.state.quick_first_look = looks.record  # the real look, its answers kept
+    app.state.check_runner = looks.runner()  # the real look, its answers kept
     recipient = f"route-{uuid.uuid4().hex[:8]}@example.test"
     headers = {"Authorization": f"Bearer {TOKENS['default']}"}
     with TestClient(app, headers=headers) as client:  # runs the route's background first look
@@ -116,7 +116,7 @@ def test_mail_it_finds_the_next_look_finds_the_mail(looks: Looks) -> None:
     assert looks.quick[signal_id]
     recipient = looks.rows[signal_id]["recipient"]
     store(recipient)
-    push(looks.settings, [], [recipient], check_here=in_process_check_for(looks.settings))
+    push(looks.settings, [], [recipient], runner=process_runner(looks.settings))
     assert sql("SELECT status FROM signals WHERE id = %s", signal_id) == [("found",)]
 
 

@@ -28,7 +28,7 @@ from app.db.checks import CheckRecord, CheckWrite
 from app.db.engine import autocommit, transaction
 from app.settings import get_settings
 from app.usecases import signals
-from app.usecases.checks import in_process_check_for
+from app.usecases.checks import process_runner
 from tests.integration.looks import Looks, sql, store
 
 pytestmark = pytest.mark.integration
@@ -76,7 +76,7 @@ def test_a_look_over_many_signals_writes_their_checks_and_near_misses_in_a_few_s
         store(recipient, subject=subject)
     calls = Calls(monkeypatch)
 
-    pushed = signals.push("sink", [recipient], check_here=in_process_check_for(looks.settings))
+    pushed = signals.push("sink", [recipient], runner=process_runner(looks.settings))
 
     assert sorted(pushed) == sorted(ids)
     winner = ids[7]
@@ -196,7 +196,7 @@ def test_a_signal_expiring_in_a_shared_look_keeps_its_near_misses_in_its_dead_le
     ((deadline,),) = sql("SELECT expires_at - clock_timestamp() FROM signals WHERE id = %s", dying)
     time.sleep(max(0.0, deadline.total_seconds()) + 0.2)
 
-    signals.push("sink", [recipient], check_here=in_process_check_for(looks.settings))
+    signals.push("sink", [recipient], runner=process_runner(looks.settings))
 
     ((status, reason),) = sql("SELECT status, expiry_reason FROM signals WHERE id = %s", dying)
     assert (status, reason) == ("expired", "deadline")
@@ -287,7 +287,7 @@ def test_a_message_one_namespace_sees_taken_stays_free_for_another_in_the_same_l
     other = looks.create(look=False, recipient=recipient, namespace="team-b")
     store(recipient)
 
-    signals.push("sink", [recipient], check_here=in_process_check_for(looks.settings))
+    signals.push("sink", [recipient], runner=process_runner(looks.settings))
 
     rows = dict(
         (r[0], r[1:])

@@ -183,7 +183,7 @@ def test_a_forked_child_draws_other_jitter_than_its_parent() -> None:
     worker's pool): the children of one parent do not retry in step."""
     import os
 
-    from app.usecases.checks import run
+    from app.usecases.checks import runner as run
 
     read, write = os.pipe()
     pid = os.fork()

@@ -185,7 +185,7 @@ def test_the_sink_holds_at_most_its_bound_of_stored_messages_for_parsing(
         return False
 
     def push_many(
-        settings: object, stored: Sequence[intake.Stored], *, check_here: object = None
+        settings: object, stored: Sequence[intake.Stored], *, runner: object = None
     ) -> list[None]:
         pushed.extend(i for ids, _ in stored for i in ids)
         return [None] * len(stored)
@@ -257,7 +257,7 @@ def test_a_small_message_naming_only_its_envelope_is_looked_at_on_the_loop_and_n
         return real_needs_parse(raw, rcpts)
 
     def push_many(
-        settings: object, stored: Sequence[intake.Stored], *, check_here: object = None
+        settings: object, stored: Sequence[intake.Stored], *, runner: object = None
     ) -> list[None]:
         return [None] * len(stored)
 

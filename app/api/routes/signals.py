@@ -49,8 +49,7 @@ def create_signal(
         namespace,
         body,
         idempotency_key,
-        look_here=request.app.state.look_here,
-        quick_look=request.app.state.quick_first_look,
+        runner=request.app.state.check_runner,
     )
     answer = created.view
     # A likely typo is pointed out; the signal is created all the same.

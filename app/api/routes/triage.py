@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.api.deps import AppSettings, Caller, Namespace
@@ -28,10 +28,18 @@ def list_checks(
 
 
 @router.get("/signals/{signal_id}/matches", responses=errors(*V1, 404))
-def list_matches(signal_id: SignalId, caller: Caller, settings: AppSettings) -> dict[str, Any]:
+def list_matches(
+    request: Request, signal_id: SignalId, caller: Caller, settings: AppSettings
+) -> dict[str, Any]:
     """Every message matching the signal's filters in its window, oldest
     first, with the signal that took it (operators: any namespace, subjects masked)."""
-    return matches.match_list(settings, caller.scope(), signal_id, masked=caller.is_ops)
+    return matches.match_list(
+        settings,
+        caller.scope(),
+        signal_id,
+        masked=caller.is_ops,
+        parse=request.app.state.check_runner.parse,
+    )
 
 
 @router.get("/claims/{claim_id}", responses=errors(*V1, 403, 404, state=(410,)))

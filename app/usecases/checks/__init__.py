@@ -7,14 +7,16 @@ observed messages once each, decides every signal with the pure matcher, and
 writes each result only if the signal's fence is still the one taken: a
 worker that died or stalled past its lease can never write over a newer check.
 
-- `run`: `run_check` and the check made in this process (`check_in_process`);
+- `runner`: the `CheckRunner`, the one object that runs a check, whoever
+  asks (the Celery task, the sink's push, the sweep, the API's first look);
+- `ports`: its dependencies as Protocols, its request and its report;
 - `call`: the guarded provider call (breaker, bulkhead; failures are outcomes);
 - `heartbeat`: the check lease renewed while the provider is asked;
 - `observed`: the process's parse cache and recording the observed messages;
 - `criteria`: the search, criteria and candidates the matcher takes;
 - `decide`: transaction 2;
 - `first`: a new sink signal's first look in one statement, when the sink
-  holds no mail for it.
+  holds no mail for it, and one first look per provider at a time.
 """
 
 from app.usecases.checks.call import ProviderAnswer, ask_provider, provider_or_error
@@ -23,36 +25,24 @@ from app.usecases.checks.criteria import (
     criteria_for,
     search_query,
 )
-from app.usecases.checks.first import QuickFirstLook, first_look_if_empty, quick_first_look_for
-from app.usecases.checks.observed import Observed, parse_with, record_messages
-from app.usecases.checks.run import (
-    BATCH_LIMIT,
-    CheckReport,
-    InProcessCheck,
-    check_in_process,
-    in_process_check_for,
-    run_check,
-    try_check_in_process,
-)
+from app.usecases.checks.observed import Observed, Parser, record_messages
+from app.usecases.checks.ports import BATCH_LIMIT, CheckReport, CheckRequest, Why
+from app.usecases.checks.runner import CheckRunner, process_runner
 
 __all__ = [
     "BATCH_LIMIT",
     "CheckReport",
-    "InProcessCheck",
+    "CheckRequest",
+    "CheckRunner",
     "Observed",
+    "Parser",
     "ProviderAnswer",
-    "QuickFirstLook",
+    "Why",
     "ask_provider",
     "candidates_for",
-    "check_in_process",
     "criteria_for",
-    "first_look_if_empty",
-    "in_process_check_for",
-    "parse_with",
+    "process_runner",
     "provider_or_error",
-    "quick_first_look_for",
     "record_messages",
-    "run_check",
     "search_query",
-    "try_check_in_process",
 ]

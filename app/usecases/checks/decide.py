@@ -26,12 +26,13 @@ from app.domain.ownership import sees
 from app.domain.scheduling import spends_budget
 from app.domain.states import CheckOutcome, CheckReason, Status
 from app.infra.keys import recipient_hash
+from app.infra.parse_budget import parse_on_budget
 from app.observability import metrics
 from app.settings import Settings
 from app.usecases.checks.call import ProviderAnswer
 from app.usecases.checks.criteria import candidates_for, criteria_for
 from app.usecases.checks.expectations import write_expectation
-from app.usecases.checks.observed import Observed, record_messages
+from app.usecases.checks.observed import Observed, Parser, record_messages
 from app.usecases.checks.step import next_step
 from app.usecases.expiry import expire_signal
 from app.usecases.visibility import belonging
@@ -62,6 +63,8 @@ class CheckBatch:
     # `time.monotonic()` when the lock statement that stamped `started_at`
     # answered: the server's now is estimated from the two (`now`).
     started_monotonic: float
+    # How this check parses a message it matches (the runner's parser).
+    parse: Parser = parse_on_budget
 
     def now(self) -> datetime:
         """The server's clock now, without asking it: `started_at` (its
@@ -181,7 +184,9 @@ class _Writer:
         written by one fenced statement: no row is held locked while Python
         decides."""
         session, taken = self.session, self.batch.taken
-        observed = record_messages(session, taken[0]["provider"], self.batch.answer.messages)
+        observed = record_messages(
+            session, taken[0]["provider"], self.batch.answer.messages, parse=self.batch.parse
+        )
         now = self.batch.now()
         belongs: dict[str, frozenset[str]] = {}
         taken_by: dict[str, dict[str, str]] = {}
@@ -331,7 +336,12 @@ class _Writer:
                 effects.pushed.append(signal_id)
             return
         dead_letter = expire_signal(
-            session, signal_id, expected=Status.WAITING, reason=step.expiry.value, fence=fence
+            session,
+            signal_id,
+            expected=Status.WAITING,
+            reason=step.expiry.value,
+            fence=fence,
+            parse=self.batch.parse,
         )
         if dead_letter:
             effects.dead_letters.append(dead_letter)
@@ -357,6 +367,7 @@ class _Writer:
             precision=self.batch.precision,
             looked_at=self.batch.started_at,
             record=lambda outcome, counted: check_record(outcome, None, counted),
+            parse=self.batch.parse,
         )
         effects.mismatches.extend((provider, why) for why in written.near_misses)
         if not written.decided:

@@ -40,9 +40,10 @@ from app.domain.masking import mask_subject
 from app.domain.matching import evaluate, pick
 from app.domain.scheduling import spends_budget
 from app.domain.states import ARRIVAL, CheckOutcome, CheckReason, ExpiryReason, Status
+from app.infra.parse_budget import parse_on_budget
 from app.usecases import views
 from app.usecases.checks.criteria import candidates_for, criteria_for
-from app.usecases.checks.observed import Observed
+from app.usecases.checks.observed import Observed, Parser
 from app.usecases.expiry import expire_signal
 
 # A signal as its check took it (`takes_db.signal_lock_for_check`).
@@ -72,6 +73,7 @@ def write_expectation(
     precision: timedelta,
     looked_at: datetime,
     record: Callable[[CheckOutcome, bool], CheckRecord],
+    parse: Parser = parse_on_budget,
 ) -> Written:
     """Decide and write one `exactly_one` or `none` signal after a look that
     saw the provider. `decided` False when the look decided nothing
@@ -172,6 +174,7 @@ def write_expectation(
             reason=ExpiryReason.DUPLICATE_MESSAGES.value,
             fence=row["check_fence"],
             duplicates=_duplicates(decision, by_id),
+            parse=parse,
         )
         out = Written(
             outcome=CheckOutcome.MATCHED,

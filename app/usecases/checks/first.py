@@ -13,7 +13,7 @@ any mail the look could see (in the window or a near miss before it), or
 anything else is not as simple (another check or a push took the signal,
 the breaker has failures or is open, the deadline has passed, a signal
 that expects something other than its first match), nothing is written and
-the caller makes the whole look (`app.usecases.signals.first_look_here`).
+the runner makes the whole look (`app.usecases.checks.runner`).
 
 Why a mail is not missed: it is stored (committed) before its push makes the
 signal due again. Stored before this statement's snapshot, the statement
@@ -25,10 +25,10 @@ already changed the row, which the lock re-reads and then does not take.
 from __future__ import annotations
 
 import random
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from app.db import takes as takes_db
@@ -40,19 +40,6 @@ from app.observability import metrics
 from app.settings import Settings
 from app.usecases.checks.criteria import NEAR_MISS_LOOKBACK
 from app.usecases.checks.step import next_step
-
-# Makes a new signal's first look in one statement when it can (True: made).
-QuickFirstLook = Callable[[Mapping[str, Any]], bool]
-
-
-def quick_first_look_for(settings: Settings) -> QuickFirstLook:
-    """`first_look_if_empty` with this process's providers and breakers."""
-    from app.providers.breaker import breaker_for
-    from app.providers.runtime import provider_for
-
-    return partial(
-        first_look_if_empty, settings, provider_for=provider_for, breaker_for=breaker_for
-    )
 
 
 def first_look_if_empty(
@@ -111,3 +98,43 @@ def first_look_if_empty(
         metrics.provider_call(name, time.perf_counter() - began)
         metrics.check_recorded(name, CheckOutcome.NO_MATCH.value)
     return written
+
+
+class FirstLooks:
+    """The first looks a runner makes, one per provider at a time: a check
+    takes every due signal of its provider, so a create that finds a look of
+    its provider under way only asks it for one more round (its signal is
+    committed, so that round takes it) instead of a look of its own. The
+    round is made for the newest such signal: the one the round began with
+    may be gone by then (expired and deleted), and a check finds its
+    provider's batch through the signal it is made for."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # provider -> the signal a create asked one more round for (None: none asked).
+        self._again: dict[str, str | None] = {}
+
+    def join(self, provider: str, signal_id: str) -> bool:
+        """True when a look of `provider` is under way here and will take one
+        more round, for `signal_id`."""
+        with self._lock:
+            if provider in self._again:
+                self._again[provider] = signal_id
+                return True
+            self._again[provider] = None
+            return False
+
+    def done(self, provider: str) -> str | None:
+        """The round ended: None when it was the last one, else the signal
+        a create asked one more round for (which is then owed)."""
+        with self._lock:
+            again = self._again.get(provider)
+            if again is not None:
+                self._again[provider] = None
+                return again
+            self._again.pop(provider, None)
+            return None
+
+    def abandon(self, provider: str) -> None:
+        with self._lock:
+            self._again.pop(provider, None)

@@ -8,7 +8,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from sqlalchemy import Connection
 
@@ -70,19 +70,16 @@ PARSED_CACHE_MAX_BYTES = 64 * 1024 * 1024
 _PARSED: OrderedDict[tuple[str, str], _Facts] = OrderedDict()
 _parsed_bytes = 0
 _PARSED_LOCK = threading.Lock()
-# How this process parses a message it matches. A worker parses in its own
-# main thread, where parse_mail's CPU budget applies; the sink and the API,
-# whose checks run in threads beside their event loops, parse in a parse pool
-# (a message of at most 16 KiB in the check's own thread: app/infra/parse_pool.py).
-_parse: Callable[[bytes], ParsedMail] = parse_on_budget
 
 
-def parse_with(parse: Callable[[bytes], ParsedMail]) -> Callable[[bytes], ParsedMail]:
-    """Make this process's checks parse messages with `parse`; returns the
-    previous one (to put back)."""
-    global _parse
-    previous, _parse = _parse, parse
-    return previous
+class Parser(Protocol):
+    """Parses one message's bytes: `parse_mail`, or a parse pool's. A worker
+    parses in its own main thread, where parse_mail's CPU budget applies; the
+    sink and the API, whose checks run in threads beside their event loops,
+    parse in a parse pool (a message of at most 16 KiB in the check's own
+    thread: app/infra/parse_pool.py). The check runner is given its parser."""
+
+    def __call__(self, raw: bytes, /) -> ParsedMail: ...
 
 
 def slim(mail: ParsedMail, text_max_bytes: int) -> ParsedMail:
@@ -130,15 +127,12 @@ def _remember(provider: str, message_id: str, facts: _Facts) -> None:
             _parsed_bytes -= dropped.bytes
 
 
-def parse_received(raw: bytes) -> ParsedMail:
-    """Parse one message as this process's checks do (see `parse_with`), uncached."""
-    return _parse(raw)
-
-
-def _facts_of(provider: str, message_id: str, raw: bytes, text_max_bytes: int) -> _Facts:
-    """parse_mail, remembered per (provider, message id): a message never
+def _facts_of(
+    provider: str, message_id: str, raw: bytes, text_max_bytes: int, parse: Parser
+) -> _Facts:
+    """`parse`, remembered per (provider, message id): a message never
     changes under its id, and every check of a mailbox sees it again."""
-    whole = _parse(raw)
+    whole = parse(raw)
     inbox = inbox_columns(raw, whole)
     # The words (up to 256 KiB of text) and the addresses kept for the inbox.
     words = sys.getsizeof(inbox["words"]) + 64 * (len(whole.to) + len(whole.cc))
@@ -199,7 +193,9 @@ def _raws(
     return read(session, wanted) if wanted else {}
 
 
-def prepare_messages(provider: str, messages: Sequence[ProviderMessage]) -> None:
+def prepare_messages(
+    provider: str, messages: Sequence[ProviderMessage], parse: Parser = parse_on_budget
+) -> None:
     """Parse what a look's answer holds that this process has not parsed,
     before the check's transaction: the sink's bytes are read a batch of at
     most SIGNALBOX_LOOK_MAX_BYTES at a time, each parsed once and dropped;
@@ -214,7 +210,7 @@ def prepare_messages(provider: str, messages: Sequence[ProviderMessage]) -> None
         for m in batch:
             raw = m.raw if m.raw is not None else raws.pop(m.provider_message_id, None)
             if raw is not None and _cached(provider, m.provider_message_id) is None:
-                _facts_of(provider, m.provider_message_id, raw, text_max_bytes)
+                _facts_of(provider, m.provider_message_id, raw, text_max_bytes, parse)
             del raw
 
 
@@ -250,6 +246,7 @@ def record_messages(
     provider: str,
     messages: Sequence[ProviderMessage],
     read: RawReader = sink_raws,
+    parse: Parser = parse_on_budget,
 ) -> list[Observed]:
     """Record each observed message once; return every one with our id.
     Whether a message is recorded already is asked of the database unless
@@ -275,7 +272,7 @@ def record_messages(
                     raw = read(session, [m.provider_message_id]).get(m.provider_message_id)
                 if raw is None:
                     continue  # purged since the look: nothing to record or match
-                facts = _facts_of(provider, m.provider_message_id, raw, text_max_bytes)
+                facts = _facts_of(provider, m.provider_message_id, raw, text_max_bytes, parse)
             parsed.append((m, facts, m.message_id or new_id("msg"), m.raw))
             raw = None
         del raws
