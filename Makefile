@@ -32,8 +32,11 @@ test-ts: install test-deps ## The TypeScript client's Node tests and the Playwri
 test-deploy: install ## Render and validate deploy/kubernetes and docker-compose.yml (kubectl needed)
 	$(UV) run pytest tests/deploy/test_kubernetes.py tests/deploy/test_compose.py $(PYTEST_ARGS)
 
-lint: install ## ruff and mypy
-	$(UV) run ruff check app workers tests clients/python bench
+LINT_PATHS := app workers tests clients/python bench
+
+lint: install ## ruff (rules and a complexity limit), ruff format --check, mypy (app/, workers/); CI runs it first
+	$(UV) run ruff check $(LINT_PATHS)
+	$(UV) run ruff format --check $(LINT_PATHS)
 	$(UV) run mypy
 
 bench: install ## Benchmarks (each prints its machine and figures): lifecycles, ingest, idle, CPU per request, time to found, coalescing, matching cost, disk per message, the machine's floor, a unit of work, the API without its server, where delivery-to-found goes, the inbox at 100,000 messages

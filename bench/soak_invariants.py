@@ -79,7 +79,7 @@ def _overlaps(
     )
 
 
-def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Report:
+def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Report:  # noqa: C901 - the invariants in one list
     """Every invariant of the soak, on the database `conn` is connected to."""
     grace = float(record["grace"])
     offset = float(record["clock_offset"])  # server clock - harness clock

@@ -83,7 +83,7 @@ def scheduled_checks_bound(
         checks += 1
 
 
-def make_plan(
+def make_plan(  # noqa: C901 - one seeded plan; splitting it moves the rng
     *,
     signals: int,
     duration: float,

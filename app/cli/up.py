@@ -92,7 +92,7 @@ def api_processes() -> int:
     """The API's uvicorn processes under `up`: half the usable cores, at least
     one. `up` runs the whole stack on one machine, and the sink, the workers
     and PostgreSQL need the other half: on 2 cores one API process spent a
-    sixth less CPU per lifecycle than two, with a lower p99 (bench/README.md)."""
+    sixth less CPU per lifecycle than two, with a lower p99 (bench/HISTORY.md)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

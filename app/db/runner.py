@@ -31,6 +31,7 @@ from typing import Any, Generic, cast
 import psycopg
 from psycopg.rows import dict_row
 from sqlalchemy import Connection
+from sqlalchemy.engine.interfaces import DBAPICursor
 from typing_extensions import TypeVar
 
 __all__ = ["Statement", "all", "exec", "one", "registered", "together", "variant"]
@@ -81,18 +82,20 @@ def variant(name: str, sql: str) -> Statement[Any]:
 
 def _execute(
     connection: Connection, stmt: Statement[Any], params: Mapping[str, Any], binary: bool
-) -> psycopg.Cursor[Any]:
+) -> psycopg.Cursor[dict[str, Any]]:
     # In a transaction, psycopg sends BEGIN before the first statement.
     driver = connection.connection.driver_connection
     assert driver is not None
-    cursor = driver.cursor(row_factory=dict_row)
+    cursor: psycopg.Cursor[dict[str, Any]] = driver.cursor(row_factory=dict_row)
     try:
-        cursor.execute(stmt.psycopg_sql, params, binary=binary)  # type: ignore[call-overload]
+        cursor.execute(stmt.psycopg_sql, params, binary=binary)
     except psycopg.Error as error:
         try:
             # SQLAlchemy's own handling: wrap the error, and on a lost
             # connection invalidate it (and the pool). Always raises.
-            connection._handle_dbapi_exception(error, stmt.sql, dict(params), cursor, None)
+            # psycopg's cursor is a DBAPI cursor; SQLAlchemy's protocol does not say so.
+            dbapi_cursor = cast("DBAPICursor", cursor)
+            connection._handle_dbapi_exception(error, stmt.sql, dict(params), dbapi_cursor, None)
         finally:
             cursor.close()
     return cursor
@@ -145,13 +148,13 @@ def together(
     undoes them all (and is raised as SQLAlchemy's, as from :func:`all`)."""
     driver = connection.connection.driver_connection
     assert driver is not None
-    cursors: builtins.list[psycopg.Cursor[Any]] = []
+    cursors: builtins.list[psycopg.Cursor[dict[str, Any]]] = []
     try:
         with driver.pipeline():
             for stmt, params in statements:
-                cursor = driver.cursor(row_factory=dict_row)
+                cursor: psycopg.Cursor[dict[str, Any]] = driver.cursor(row_factory=dict_row)
                 cursors.append(cursor)
-                cursor.execute(stmt.psycopg_sql, params)  # type: ignore[call-overload]
+                cursor.execute(stmt.psycopg_sql, params)
         return [cursor.fetchall() for cursor in cursors]
     except psycopg.Error as error:
         # SQLAlchemy's own handling, as in `_execute` (the error does not

@@ -106,7 +106,7 @@ class _CappedSMTP(SinkSMTP):
                 if self.local_part_limit and len(local_part) > self.local_part_limit:
                     return None, None
                 return address, rest
-        return super()._getaddr(arg)  # type: ignore[no-any-return]
+        return super()._getaddr(arg)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A multi-line reply (EHLO's) goes out in one write, not one per line.

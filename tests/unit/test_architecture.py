@@ -122,6 +122,65 @@ def test_the_readmes_layout_table_names_every_package_and_only_real_ones() -> No
     assert [n for n in named if not (ROOT / n).is_dir()] == []
 
 
+def test_one_check_runner_runs_every_check_and_no_front_door_sets_a_module_global() -> None:
+    """Issue 49: only the check runner (app/usecases/checks/runner.py) takes a
+    check's batch, asks the provider, writes the answer and makes the
+    one-statement first look; no module assigns another module's attribute;
+    and the check's code and its front doors hold no `global` a caller could
+    rebind (the one allowed: the parse cache's own byte count)."""
+    root = Path(__file__).resolve().parents[2]
+    runner = "app/usecases/checks/runner.py"
+    steps = {"signal_lock_for_check", "ask_in_bulkhead", "write_answer", "first_look_if_empty"}
+    no_globals = (
+        "app/usecases/checks/",
+        "app/usecases/signals.py",
+        "app/usecases/sweep.py",
+        "app/usecases/intake.py",
+        "app/usecases/matches.py",
+        "app/smtp/",
+        "app/api/",
+        "workers/",
+    )
+    allowed_globals = {"_parsed_bytes"}
+    callers, rebinds, assigns = [], [], []
+    for path in sorted([*(root / "app").rglob("*.py"), *(root / "workers").rglob("*.py")]):
+        rel = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text())
+        modules: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules |= {a.asname or a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                base = root / node.module.replace(".", "/")
+                modules |= {
+                    a.asname or a.name
+                    for a in node.names
+                    if (base / f"{a.name}.py").exists() or (base / a.name).is_dir()
+                }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and rel != runner:
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name in steps:
+                    callers.append(f"{rel}:{node.lineno} {name}")
+            elif isinstance(node, ast.Global) and rel.startswith(no_globals):
+                rebinds += [
+                    f"{rel}:{node.lineno} {n}" for n in node.names if n not in allowed_globals
+                ]
+            elif isinstance(node, (ast.Assign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                assigns += [
+                    f"{rel}:{node.lineno}"
+                    for t in targets
+                    if isinstance(t, ast.Attribute)
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id in modules
+                ]
+    assert callers == []
+    assert rebinds == []
+    assert assigns == []
+
+
 # The one seam to the database (issue 49): statements run through app/db/runner.py.
 _RUNNER = "app.db.runner"
 # SQLAlchemy's `text` may appear only where the schema is declared for the

@@ -52,9 +52,8 @@ class _RawHeaderPolicy(Compat32):
     decoded by hand (``decode_raw_header``).
     """
 
-    # typeshed types the base method's return as Any-ish header objects; a
-    # plain str is what compat32 itself returns for unparsed headers.
-    def header_fetch_parse(self, name: str, value: str) -> str:  # type: ignore[override]
+    # A plain str: what compat32 itself returns for unparsed headers.
+    def header_fetch_parse(self, name: str, value: str) -> str:
         return value
 
 

@@ -202,7 +202,7 @@ def client_version() -> str:
         return "0+unknown"
 
 
-def build_server(client_factory: Callable[[], AsyncSignalbox]) -> MCPServer:
+def build_server(client_factory: Callable[[], AsyncSignalbox]) -> MCPServer:  # noqa: C901 - one closure per tool, each counted here
     """The MCP server; ``client_factory`` makes the API client on first use."""
     server: MCPServer = MCPServer(
         name="signalbox", version=client_version(), instructions=INSTRUCTIONS
