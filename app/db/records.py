@@ -181,3 +181,24 @@ class CheckRow(TypedDict, total=False):
     started_at: datetime
     finished_at: datetime
     messages_seen: int | None
+
+
+class DeliveryRow(TypedDict, total=False):
+    """A webhook delivery's columns; `now` with a take, the dead letter's
+    `namespace` with a listing."""
+
+    id: int
+    dead_letter_id: str
+    state: str
+    body: str
+    attempts: int
+    created_at: datetime
+    next_attempt_at: datetime
+    enqueued_at: datetime | None
+    lease_until: datetime | None
+    last_attempt_at: datetime | None
+    last_status: int | None
+    last_error: str | None
+    delivered_at: datetime | None
+    now: datetime
+    namespace: str

@@ -8,12 +8,12 @@ attempt number (the fence): a holder whose lease lapsed writes nothing.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Connection
 
 from app.db import runner
 from app.db.due import due_or_lost
+from app.db.records import DeliveryRow
 from app.db.runner import Statement
 
 _INSERT: Statement = Statement(
@@ -43,7 +43,7 @@ _MARK_DUE_ENQUEUED: Statement = Statement(
             RETURNING d.dead_letter_id
             """,
 )
-_TAKE: Statement = Statement(
+_TAKE: Statement[DeliveryRow] = Statement(
     "delivery_take",
     """
                 WITH taken AS (
@@ -90,7 +90,7 @@ def delivery_mark_due_enqueued(
 
 def delivery_take(
     session: Connection, dead_letter_id: str, *, lease_seconds: float
-) -> dict[str, Any] | None:
+) -> DeliveryRow | None:
     """Take the delivery for one attempt if it is due and nobody holds it:
     bumps `attempts` (the fence) and stamps a lease. None otherwise."""
     return runner.one(session, _TAKE, {"id": dead_letter_id, "lease": lease_seconds})
@@ -142,7 +142,7 @@ def delivery_count_by_state(session: Connection, namespace: str | None) -> dict[
 
 def delivery_list_failing(
     session: Connection, namespace: str | None, limit: int
-) -> list[dict[str, Any]]:
+) -> list[DeliveryRow]:
     """Deliveries whose last attempt failed (pending with attempts, or failed), newest first."""
     sql = (
         "SELECT w.*, d.namespace FROM webhook_deliveries w"
@@ -152,5 +152,5 @@ def delivery_list_failing(
     if namespace is not None:
         sql += " AND d.namespace = :ns"
     sql += " ORDER BY w.last_attempt_at DESC NULLS LAST LIMIT :limit"
-    stmt = runner.variant("delivery_list_failing", sql)
+    stmt: Statement[DeliveryRow] = runner.variant("delivery_list_failing", sql)
     return runner.all(session, stmt, {"ns": namespace, "limit": limit})
