@@ -5,7 +5,7 @@ PYTHON ?= python3
 UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 PYTEST_ARGS ?=
 
-.PHONY: help install test-deps run test test-unit test-ts test-deploy lint typecheck bench soak clean
+.PHONY: help install test-deps run test test-fast test-unit test-ts test-deploy lint typecheck bench soak clean
 
 help: ## Show the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -22,6 +22,9 @@ run: install ## Start the whole stack (API, SMTP sink, worker, beat, Flower) on 
 
 test: install test-deps ## Run the whole test suite on real PostgreSQL, Redis, workers and mail servers
 	$(UV) run pytest $(PYTEST_ARGS)
+
+test-fast: install ## The inner loop: unit and architecture tests, and the integration tests needing no server beyond PostgreSQL and Redis
+	$(UV) run pytest tests/unit tests/integration tests/security clients/python/tests -m "not servers and not providers" $(PYTEST_ARGS)
 
 test-unit: install ## Run the unit tests only (no I/O)
 	$(UV) run pytest tests/unit clients/python/tests -m "not integration and not acceptance" $(PYTEST_ARGS)
