@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.db import runner
+from app.db.near import near_address_sql, near_params
 from app.db.records import MessageRow
 from app.db.runner import Statement
 from app.domain.ids import new_id
@@ -377,19 +378,14 @@ _NEAR_MISS_LIST: Statement = Statement(
 
 _NEAR_ADDRESSES: Statement = Statement(
     "message_near_addresses",
-    """
+    f"""
     SELECT w.id, w.provider_message_id, w.received_at, w.recipients, w.size
       FROM (SELECT id, provider_message_id, received_at, recipients, size
               FROM messages
              WHERE provider = :provider AND received_at >= :since AND received_at <= :until
                AND raw IS NOT NULL
              ORDER BY received_at DESC LIMIT :scan) w
-     WHERE NOT (:rcpt = ANY(w.recipients))
-       AND EXISTS (
-            SELECT 1 FROM unnest(w.recipients) AS r(a)
-             WHERE abs(length(r.a) - length(:rcpt)) <= 2
-               AND (right(r.a, length(:at_domain)) = :at_domain
-                    OR left(r.a, length(:local_at)) = :local_at))
+     WHERE {near_address_sql("w.recipients")}
      ORDER BY w.received_at, w.id
      LIMIT :limit
     """,
@@ -434,7 +430,6 @@ def message_near_address(
     of its length ± 2 sharing its local part or its domain (with their size,
     not their bytes: `message_raws`; purged ones are left out): the
     candidates of a recipient typo."""
-    local, _, domain = recipient.lower().rpartition("@")
     return runner.all(
         session,
         _NEAR_ADDRESSES,
@@ -444,9 +439,7 @@ def message_near_address(
             "until": until,
             "scan": scan,
             "limit": limit,
-            "rcpt": recipient.lower(),
-            "at_domain": "@" + domain,
-            "local_at": local + "@",
+            **near_params(recipient),
         },
     )
 
