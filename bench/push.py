@@ -83,7 +83,7 @@ def main() -> int:
 def _round(pg: _Postgres, count: int) -> tuple[float, float, float, float, int]:
     """One round of `count` pushes on fresh signals: (wall p50, wall p90,
     this process's CPU, PostgreSQL's CPU) in ms per push, and how many were found."""
-    from app.db import raw
+    from app.db import runner as db_runner
     from app.db.engine import autocommit
     from app.settings import get_settings
     from app.usecases import intake, signals
@@ -114,10 +114,11 @@ def _round(pg: _Postgres, count: int) -> tuple[float, float, float, float, int]:
         walls.append(time.perf_counter() - began)
     cpu, pg_ticks = _cpu() - cpu, pg.server_ticks() - pg_ticks
     with autocommit() as session:
-        found = raw.row(
+        found = db_runner.one(
             session,
-            raw.Query(
-                "SELECT count(*) AS n FROM signals WHERE status = 'found' AND id = ANY(:ids)"
+            db_runner.variant(
+                "bench_push_found",
+                "SELECT count(*) AS n FROM signals WHERE status = 'found' AND id = ANY(:ids)",
             ),
             {"ids": ids},
         )

@@ -1,7 +1,7 @@
 """Client CPU per unit of work: an ORM Session against the Core connection.
 
 What `app/db/engine.py`'s `autocommit()` and `transaction()` cost the calling
-process around one short statement (run by `app/db/raw.py`, as the hot paths
+process around one short statement (run by `app/db/runner.py`, as the hot paths
 run theirs), on an embedded PostgreSQL of its own:
 
 - `session autocommit` / `session transaction`: an ORM `Session` on the
@@ -41,7 +41,7 @@ def variants(url: str) -> tuple[dict[str, Callable[[], Any]], Callable[[], None]
     from psycopg.rows import dict_row
     from sqlalchemy.orm import Session, sessionmaker
 
-    from app.db import raw
+    from app.db import runner
     from app.db.engine import autocommit, make_engine, transaction
     from app.settings import to_sqlalchemy_url
 
@@ -50,7 +50,7 @@ def variants(url: str) -> tuple[dict[str, Callable[[], Any]], Callable[[], None]
     autocommit_sessions = sessionmaker(
         bind=engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False
     )
-    query = raw.Query("SELECT CAST(:a AS int) AS a, now() AS n")
+    query = runner.Statement("bench_unit_of_work", "SELECT CAST(:a AS int) AS a, now() AS n")
     bare = psycopg.connect(url, autocommit=True)
 
     @contextmanager
@@ -64,19 +64,19 @@ def variants(url: str) -> tuple[dict[str, Callable[[], Any]], Callable[[], None]
 
     def session_autocommit() -> Any:
         with in_session(autocommit_sessions, begin=False) as connection:
-            return raw.row(connection, query, {"a": 1})
+            return runner.one(connection, query, {"a": 1})
 
     def session_transaction() -> Any:
         with in_session(sessions, begin=True) as connection:
-            return raw.row(connection, query, {"a": 1})
+            return runner.one(connection, query, {"a": 1})
 
     def core_autocommit() -> Any:
         with autocommit(engine) as connection:
-            return raw.row(connection, query, {"a": 1})
+            return runner.one(connection, query, {"a": 1})
 
     def core_transaction() -> Any:
         with transaction(engine) as connection:
-            return raw.row(connection, query, {"a": 1})
+            return runner.one(connection, query, {"a": 1})
 
     def bare_psycopg() -> Any:
         with bare.cursor(row_factory=dict_row) as cursor:

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
-from app.db import raw
+from app.db import runner
 from app.db.pagination import Keyset
-from app.db.rows import Row, every
+from app.db.records import CheckRow
+from app.db.runner import Statement
 from app.domain.states import ABSENCE, FIND, Transition
 
 
@@ -70,7 +71,8 @@ _CHECK_ROW = """
 # array per column), and the rows are locked in the order a push locks them
 # (`created_at`, `id`), so the two never wait for each other in opposite
 # orders.
-_RECORD_CHECKS = raw.Query(
+_RECORD_CHECKS: Statement = Statement(
+    "signal_record_checks",
     """
             WITH t AS (
                 SELECT * FROM jsonb_to_recordset(CAST(:writes AS jsonb))
@@ -115,7 +117,7 @@ _RECORD_CHECKS = raw.Query(
                 ON CONFLICT (signal_id, fence) DO NOTHING
             )
             SELECT id, pushed FROM upd
-    """
+    """,
 )
 
 
@@ -188,7 +190,7 @@ def signal_record_checks(session: Connection, writes: Sequence[CheckWrite]) -> d
             for w in writes
         ]
     )
-    rows = raw.rows(
+    rows = runner.all(
         session,
         _RECORD_CHECKS,
         {"writes": payload, "c_started": first_check.started_at, "c_batch": first_check.batch_id},
@@ -196,7 +198,8 @@ def signal_record_checks(session: Connection, writes: Sequence[CheckWrite]) -> d
     return {r["id"]: bool(r["pushed"]) for r in rows}
 
 
-_MARK_FOUND = raw.Query(
+_MARK_FOUND: Statement = Statement(
+    "signal_mark_found",
     """
             WITH upd AS (
                 UPDATE signals
@@ -209,7 +212,7 @@ _MARK_FOUND = raw.Query(
                 RETURNING id, generation, provider
             )"""
     + _CHECK_ROW
-    + "SELECT count(*) AS n FROM upd"
+    + "SELECT count(*) AS n FROM upd",
 )
 
 
@@ -228,7 +231,7 @@ def signal_mark_found(
     took the message first. `move` ARRIVAL makes it `arrived` instead (an
     `expect: none` signal; the index leaves arrived signals out: nothing is
     taken)."""
-    row = raw.row(
+    row = runner.one(
         session,
         _MARK_FOUND,
         {
@@ -243,7 +246,8 @@ def signal_mark_found(
     return row is not None and int(row["n"]) == 1
 
 
-_MARK_ABSENT = raw.Query(
+_MARK_ABSENT: Statement = Statement(
+    "signal_mark_absent",
     """
             WITH upd AS (
                 UPDATE signals
@@ -255,14 +259,14 @@ _MARK_ABSENT = raw.Query(
                 RETURNING id, generation, provider
             )"""
     + _CHECK_ROW
-    + "SELECT count(*) AS n FROM upd"
+    + "SELECT count(*) AS n FROM upd",
 )
 
 
 def signal_mark_absent(session: Connection, signal_id: str, fence: int, check: CheckRecord) -> bool:
     """waiting → absent (`expect: none`: its final look found no matching
     message), and that check's row, in one statement guarded by the fence."""
-    row = raw.row(
+    row = runner.one(
         session,
         _MARK_ABSENT,
         {
@@ -279,17 +283,18 @@ def signal_mark_absent(session: Connection, signal_id: str, fence: int, check: C
 def check_counts_by_outcome(
     session: Connection, signal_ids: Sequence[str]
 ) -> dict[str, dict[str, int]]:
-    rows = session.execute(
-        text(
-            "SELECT signal_id, outcome, count(*) FROM checks WHERE signal_id = ANY(:ids)"
-            " GROUP BY signal_id, outcome"
-        ),
-        {"ids": list(signal_ids)},
-    ).all()
+    rows = runner.all(session, _COUNTS_BY_OUTCOME, {"ids": list(signal_ids)})
     out: dict[str, dict[str, int]] = {}
-    for sid, outcome, n in rows:
-        out.setdefault(sid, {})[outcome] = int(n)
+    for r in rows:
+        out.setdefault(r["signal_id"], {})[r["outcome"]] = int(r["count"])
     return out
+
+
+_COUNTS_BY_OUTCOME: Statement = Statement(
+    "check_counts_by_outcome",
+    "SELECT signal_id, outcome, count(*) FROM checks WHERE signal_id = ANY(:ids)"
+    " GROUP BY signal_id, outcome",
+)
 
 
 _BY_START = Keyset("started_at, id")
@@ -297,15 +302,15 @@ _BY_START = Keyset("started_at, id")
 
 def check_list(
     session: Connection, signal_id: str, *, after: tuple[datetime, int] | None, limit: int
-) -> Sequence[Row]:
+) -> list[CheckRow]:
     """One page of a signal's checks, oldest first (every generation:
     redrives keep history), after the cursor `after`."""
     params: dict[str, Any] = {"sid": signal_id}
-    return every(
-        session,
+    sql = (
         "SELECT id, signal_id, generation, reason, outcome, error_code, started_at,"
         " finished_at, messages_seen FROM checks WHERE signal_id = :sid AND "
         + _BY_START.after(after, params)
-        + _BY_START.page(limit, params),
-        params,
+        + _BY_START.page(limit, params)
     )
+    stmt: Statement[CheckRow] = runner.variant("check_list", sql)
+    return runner.all(session, stmt, params)

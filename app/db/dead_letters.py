@@ -13,19 +13,18 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, bindparam, text
-from sqlalchemy.dialects.postgresql import JSONB
+from psycopg.types.json import Jsonb
+from sqlalchemy import Connection
 
+from app.db import runner
 from app.db.pagination import BY_CREATION
-from app.db.rows import by_column, every, first, touched_one
+from app.db.records import DeadLetterRow, IdRow
+from app.db.runner import Statement
 from app.domain.states import DeadLetterState, dead_letter_transition
 
-
-def dead_letter_insert(session: Connection, values: Mapping[Any, Any]) -> str | None:
-    """Record a dead letter once per (signal, generation); returns its id if new."""
-    return session.execute(
-        text(
-            """
+_INSERT: Statement[IdRow] = Statement(
+    "dead_letter_insert",
+    """
             INSERT INTO dead_letters (id, signal_id, generation, namespace, run_id, provider,
                 reason, checks_total, checks_by_outcome, last_error_code, near_misses,
                 recommendation, duplicates, publish_attempt_at)
@@ -34,46 +33,58 @@ def dead_letter_insert(session: Connection, values: Mapping[Any, Any]) -> str | 
                 :recommendation, :duplicates, now())
             ON CONFLICT (signal_id, generation) DO NOTHING
             RETURNING id
-            """
-        ).bindparams(
-            bindparam("checks_by_outcome", type_=JSONB),
-            bindparam("near_misses", type_=JSONB),
-            bindparam("duplicates", type_=JSONB(none_as_null=True)),
-        ),
-        {"duplicates": None, **values},
-    ).scalar_one_or_none()
+            """,
+)
+
+
+def dead_letter_insert(session: Connection, values: Mapping[Any, Any]) -> str | None:
+    """Record a dead letter once per (signal, generation); returns its id if new."""
+    params = {"duplicates": None, **values}
+    # JSONB parameters; `duplicates` None is SQL NULL, the others' None JSON null.
+    params["checks_by_outcome"] = Jsonb(params["checks_by_outcome"])
+    params["near_misses"] = Jsonb(params["near_misses"])
+    if params["duplicates"] is not None:
+        params["duplicates"] = Jsonb(params["duplicates"])
+    row = runner.one(session, _INSERT, params)
+    return None if row is None else row["id"]
+
+
+_GET: Statement[DeadLetterRow] = Statement(
+    "dead_letter_get", "SELECT * FROM dead_letters WHERE id = :id"
+)
+_GET_IN: Statement[DeadLetterRow] = Statement(
+    "dead_letter_get_in_namespace", _GET.sql + " AND namespace = :ns"
+)
+_TAKE_ALERT: Statement[DeadLetterRow] = Statement(
+    "dead_letter_take_alert",
+    "UPDATE dead_letters SET alerted_at = now() WHERE id = :id AND alerted_at IS NULL RETURNING *",
+)
+_LATEST_MANY: Statement[DeadLetterRow] = Statement(
+    "dead_letter_latest_many",
+    "SELECT DISTINCT ON (signal_id) * FROM dead_letters WHERE signal_id = ANY(:ids)"
+    " ORDER BY signal_id, generation DESC",
+)
 
 
 def dead_letter_get(
     session: Connection, dead_letter_id: str, namespace: str | None
-) -> RowMapping | None:
-    sql = "SELECT * FROM dead_letters WHERE id = :id"
-    if namespace is not None:
-        sql += " AND namespace = :ns"
-    return first(session, sql, {"id": dead_letter_id, "ns": namespace})
+) -> DeadLetterRow | None:
+    stmt = _GET if namespace is None else _GET_IN
+    return runner.one(session, stmt, {"id": dead_letter_id, "ns": namespace})
 
 
-def dead_letter_take_alert(session: Connection, dead_letter_id: str) -> RowMapping | None:
+def dead_letter_take_alert(session: Connection, dead_letter_id: str) -> DeadLetterRow | None:
     """Mark the dead letter alerted and read it, unless it was alerted
     already (or does not exist): then None."""
-    return first(
-        session,
-        "UPDATE dead_letters SET alerted_at = now()"
-        " WHERE id = :id AND alerted_at IS NULL RETURNING *",
-        {"id": dead_letter_id},
-    )
+    return runner.one(session, _TAKE_ALERT, {"id": dead_letter_id})
 
 
 def dead_letter_latest_many(
     session: Connection, signal_ids: Sequence[str]
-) -> dict[str, RowMapping]:
+) -> dict[str, DeadLetterRow]:
     """The latest dead letter of each signal (its highest generation)."""
-    return by_column(
-        session,
-        "SELECT DISTINCT ON (signal_id) * FROM dead_letters WHERE signal_id = ANY(:ids)"
-        " ORDER BY signal_id, generation DESC",
-        {"ids": list(signal_ids)},
-    )
+    rows = runner.all(session, _LATEST_MANY, {"ids": list(signal_ids)})
+    return {r["signal_id"]: r for r in rows}
 
 
 # Columns a dead-letter filter may name (the keys are the API's field names).
@@ -115,14 +126,16 @@ def dead_letter_list(
     *,
     after: tuple[datetime, str] | None,
     limit: int,
-) -> Sequence[RowMapping]:
+) -> list[DeadLetterRow]:
     """One page of the dead letters in `namespace` (None: all) matching
     `filters`, oldest first, after the cursor `after`."""
     params: dict[str, Any] = {}
     where = _dead_letter_where(namespace, filters, params)
     where.append(BY_CREATION.after(after, params))
     sql = "SELECT * FROM dead_letters WHERE " + " AND ".join(where)
-    return every(session, sql + BY_CREATION.page(limit, params), params)
+    return runner.all(
+        session, runner.variant("dead_letter_list", sql + BY_CREATION.page(limit, params)), params
+    )
 
 
 def dead_letter_lock_open(
@@ -132,7 +145,7 @@ def dead_letter_lock_open(
     *,
     skip: Sequence[str],
     limit: int,
-) -> Sequence[RowMapping]:
+) -> list[DeadLetterRow]:
     """Lock up to `limit` open dead letters matching `filters` for a bulk move.
 
     Rows another transaction holds are skipped (it is moving them); `skip`
@@ -144,18 +157,25 @@ def dead_letter_lock_open(
         where.append("id <> ALL(:skip)")
         params["skip"] = list(skip)
     sql = "SELECT * FROM dead_letters WHERE " + " AND ".join(where)
-    return every(session, sql + BY_CREATION.page(limit, params) + " FOR UPDATE SKIP LOCKED", params)
+    sql += BY_CREATION.page(limit, params) + " FOR UPDATE SKIP LOCKED"
+    return runner.all(session, runner.variant("dead_letter_lock_open", sql), params)
+
+
+_RESOLVE: Statement[DeadLetterRow] = Statement(
+    "dead_letter_resolve",
+    "UPDATE dead_letters SET state = :dst, note = coalesce(:note, note),"
+    " resolved_at = now() WHERE id = :id AND state = :src RETURNING *",
+)
 
 
 def dead_letter_resolve(
     session: Connection, dead_letter_id: str, *, to_state: str, note: str | None
-) -> RowMapping | None:
+) -> DeadLetterRow | None:
     """open → redriven | discarded; None if it was not open any more."""
     src, dst = dead_letter_transition(DeadLetterState.OPEN, DeadLetterState(to_state))
-    return first(
+    return runner.one(
         session,
-        "UPDATE dead_letters SET state = :dst, note = coalesce(:note, note),"
-        " resolved_at = now() WHERE id = :id AND state = :src RETURNING *",
+        _RESOLVE,
         {"id": dead_letter_id, "src": src, "dst": dst, "note": note},
     )
 
@@ -166,10 +186,13 @@ def dead_letter_take_unpublished(
     """Take (lease) dead letters committed but not published, whose last
     attempt is older than `lease_seconds` (the creator attempts at once):
     two sweeps never take the same one."""
-    return list(
-        session.execute(
-            text(
-                """
+    rows = runner.all(session, _TAKE_UNPUBLISHED, {"lease": lease_seconds, "limit": limit})
+    return [r["id"] for r in rows]
+
+
+_TAKE_UNPUBLISHED: Statement[IdRow] = Statement(
+    "dead_letter_take_unpublished",
+    """
                 UPDATE dead_letters SET publish_attempt_at = now()
                  WHERE id IN (
                     SELECT id FROM dead_letters
@@ -178,11 +201,8 @@ def dead_letter_take_unpublished(
                             OR publish_attempt_at < now() - make_interval(secs => :lease))
                      ORDER BY created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
                 RETURNING id
-                """
-            ),
-            {"lease": lease_seconds, "limit": limit},
-        ).scalars()
-    )
+                """,
+)
 
 
 def dead_letter_take_unalerted(
@@ -193,10 +213,13 @@ def dead_letter_take_unalerted(
     a consumer that died (Redis gives it back only after its visibility
     timeout). Each is taken at most once per `after_seconds`, so a slow
     consumer's backlog gains one copy per dead letter per period, no more."""
-    return list(
-        session.execute(
-            text(
-                """
+    rows = runner.all(session, _TAKE_UNALERTED, {"after": after_seconds, "limit": limit})
+    return [r["id"] for r in rows]
+
+
+_TAKE_UNALERTED: Statement[IdRow] = Statement(
+    "dead_letter_take_unalerted",
+    """
                 UPDATE dead_letters SET publish_attempt_at = now()
                  WHERE id IN (
                     SELECT id FROM dead_letters
@@ -206,30 +229,29 @@ def dead_letter_take_unalerted(
                             OR publish_attempt_at < now() - make_interval(secs => :after))
                      ORDER BY published_at LIMIT :limit FOR UPDATE SKIP LOCKED)
                 RETURNING id
-                """
-            ),
-            {"after": after_seconds, "limit": limit},
-        ).scalars()
-    )
+                """,
+)
+
+
+_MARK_PUBLISHED: Statement = Statement(
+    "dead_letter_mark_published",
+    "UPDATE dead_letters SET published_at = now() WHERE id = ANY(:ids)",
+)
+_COUNT_BY_REASON_STATE_NAMESPACE: Statement = Statement(
+    "dead_letter_count_by_reason_state_namespace",
+    "SELECT reason, state, namespace, count(*) FROM dead_letters GROUP BY reason, state, namespace",
+)
 
 
 def dead_letter_mark_published(session: Connection, ids: Sequence[str]) -> None:
-    session.execute(
-        text("UPDATE dead_letters SET published_at = now() WHERE id = ANY(:ids)"),
-        {"ids": list(ids)},
-    )
+    runner.exec(session, _MARK_PUBLISHED, {"ids": list(ids)})
 
 
 def dead_letter_count_by_reason_state_namespace(
     session: Connection,
 ) -> dict[tuple[str, str, str], int]:
-    rows = session.execute(
-        text(
-            "SELECT reason, state, namespace, count(*) FROM dead_letters"
-            " GROUP BY reason, state, namespace"
-        )
-    ).all()
-    return {(r[0], r[1], r[2]): int(r[3]) for r in rows}
+    rows = runner.all(session, _COUNT_BY_REASON_STATE_NAMESPACE)
+    return {(r["reason"], r["state"], r["namespace"]): int(r["count"]) for r in rows}
 
 
 def dead_letter_count_open_by_namespace(
@@ -238,8 +260,9 @@ def dead_letter_count_open_by_namespace(
     sql = "SELECT namespace, count(*) FROM dead_letters WHERE state = 'open'"
     if namespace is not None:
         sql += " AND namespace = :ns"
-    rows = session.execute(text(sql + " GROUP BY 1 ORDER BY 1"), {"ns": namespace}).all()
-    return {r[0]: int(r[1]) for r in rows}
+    stmt = runner.variant("dead_letter_count_open_by_namespace", sql + " GROUP BY 1 ORDER BY 1")
+    rows = runner.all(session, stmt, {"ns": namespace})
+    return {r["namespace"]: int(r["count"]) for r in rows}
 
 
 # ---------------------------------------------------------------- late mail
@@ -256,48 +279,54 @@ _LATE_WATCH = """
 """
 
 
+_LATE_PROVIDERS: Statement = Statement(
+    "dead_letter_late_providers", "SELECT DISTINCT d.provider" + _LATE_WATCH
+)
+
+
 def dead_letter_late_providers(session: Connection) -> list[str]:
     """Providers that have dead letters whose mail may still arrive late."""
-    return list(session.execute(text("SELECT DISTINCT d.provider" + _LATE_WATCH)).scalars())
+    return [r["provider"] for r in runner.all(session, _LATE_PROVIDERS)]
 
 
-def dead_letter_late_watch(session: Connection, provider: str, limit: int) -> Sequence[RowMapping]:
+def dead_letter_late_watch(session: Connection, provider: str, limit: int) -> list[dict[str, Any]]:
     """The watched dead letters of `provider` with what matching needs."""
-    return every(
-        session,
-        """
+    return runner.all(session, _LATE_WATCH_ROWS, {"p": provider, "limit": limit})
+
+
+_LATE_WATCH_ROWS: Statement = Statement(
+    "dead_letter_late_watch",
+    """
         SELECT d.id, d.signal_id, d.reason, d.checks_by_outcome, d.last_error_code,
                d.near_misses, s.namespace, s.run_id, s.recipient, s.received_after,
                s.subject_contains, s.body_contains, s.require_run_marker,
                s.expires_at, s.expired_at, s.provider
         """
-        + _LATE_WATCH
-        + " AND d.provider = :p ORDER BY d.created_at DESC LIMIT :limit",
-        {"p": provider, "limit": limit},
-    )
+    + _LATE_WATCH
+    + " AND d.provider = :p ORDER BY d.created_at DESC LIMIT :limit",
+)
+_SET_LATE: Statement = Statement(
+    "dead_letter_set_late",
+    "UPDATE dead_letters SET late_message = :late, recommendation = :rec"
+    " WHERE id = :id AND late_message IS NULL",
+)
+_LIST_FOR_SIGNAL: Statement[DeadLetterRow] = Statement(
+    "dead_letter_list_for_signal",
+    "SELECT * FROM dead_letters WHERE signal_id = :id ORDER BY generation",
+)
 
 
 def dead_letter_set_late(
     session: Connection, dead_letter_id: str, late_message: Mapping[str, Any], recommendation: str
 ) -> bool:
     """Link the late message (once) and restate the recommendation."""
-    return touched_one(
-        session,
-        text(
-            "UPDATE dead_letters SET late_message = :late, recommendation = :rec"
-            " WHERE id = :id AND late_message IS NULL"
-        ).bindparams(bindparam("late", type_=JSONB)),
-        {"id": dead_letter_id, "late": dict(late_message), "rec": recommendation},
-    )
+    params = {"id": dead_letter_id, "late": Jsonb(dict(late_message)), "rec": recommendation}
+    return runner.exec(session, _SET_LATE, params) == 1
 
 
-def dead_letter_list_for_signal(session: Connection, signal_id: str) -> Sequence[RowMapping]:
+def dead_letter_list_for_signal(session: Connection, signal_id: str) -> list[DeadLetterRow]:
     """Every dead letter of the signal, one per expiry, oldest first (its timeline)."""
-    return every(
-        session,
-        "SELECT * FROM dead_letters WHERE signal_id = :id ORDER BY generation",
-        {"id": signal_id},
-    )
+    return runner.all(session, _LIST_FOR_SIGNAL, {"id": signal_id})
 
 
 # ---------------------------------------------------------------- causes
@@ -308,7 +337,7 @@ _WHY = "coalesce(d.near_misses->0->>'why', 'none')"
 
 def dead_letter_causes(
     session: Connection, namespace: str | None, *, since: datetime | None, limit: int
-) -> Sequence[RowMapping]:
+) -> list[dict[str, Any]]:
     """Open dead letters of `namespace` (None: all) created at or after
     `since`, grouped by provider, reason, first near miss's why and test
     case, largest group first, each with its latest dead letter as example."""
@@ -320,9 +349,7 @@ def dead_letter_causes(
     if since is not None:
         where.append("d.created_at >= :since")
         params["since"] = since
-    return every(
-        session,
-        f"""
+    sql = f"""
         SELECT d.provider, d.reason, {_WHY} AS why, coalesce(s.test_case, '') AS test_case,
                count(*) AS count, min(d.created_at) AS first_at, max(d.created_at) AS last_at,
                (array_agg(d.id ORDER BY d.created_at DESC, d.id DESC))[1] AS example_id,
@@ -333,6 +360,5 @@ def dead_letter_causes(
          GROUP BY 1, 2, 3, 4
          ORDER BY count(*) DESC, max(d.created_at) DESC, 1, 2, 3, 4
          LIMIT :limit
-        """,
-        params,
-    )
+        """
+    return runner.all(session, runner.variant("dead_letter_causes", sql), params)

@@ -14,10 +14,12 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
-from app.db import raw
+from app.db import runner
 from app.db.pagination import BY_CREATION
+from app.db.records import IdRow
+from app.db.runner import Statement
 from app.domain.states import ABSENCE
 
 
@@ -56,10 +58,13 @@ def signal_ids_past_deadline(session: Connection, limit: int, grace_seconds: flo
     A signal whose final look has not begun yet is not given up after one
     grace: mail held before the deadline must not be lost because every
     worker was busy with a slow provider."""
-    return list(
-        session.execute(
-            text(
-                """
+    params = {"limit": limit, "grace": grace_seconds, "unlooked": grace_seconds * UNLOOKED_GRACES}
+    return [r["id"] for r in runner.all(session, _PAST_DEADLINE, params)]
+
+
+_PAST_DEADLINE: Statement[IdRow] = Statement(
+    "signal_ids_past_deadline",
+    """
                 SELECT id FROM signals
                  WHERE status = 'waiting' AND expires_at <= now()
                    AND (last_look_at >= expires_at
@@ -70,11 +75,8 @@ def signal_ids_past_deadline(session: Connection, limit: int, grace_seconds: flo
                  ORDER BY expires_at
                  LIMIT :limit
                  FOR UPDATE SKIP LOCKED
-                """
-            ),
-            {"limit": limit, "grace": grace_seconds, "unlooked": grace_seconds * UNLOOKED_GRACES},
-        ).scalars()
-    )
+                """,
+)
 
 
 def signal_absent_past_deadline(session: Connection, limit: int) -> list[str]:
@@ -82,10 +84,13 @@ def signal_absent_past_deadline(session: Connection, limit: int) -> list[str]:
     began at or after the deadline) saw the provider and found no matching
     message: waiting → absent. Their ids. (A check that decided so writes
     `absent` itself; this is the sweep's safety net for one that did not.)"""
-    return list(
-        session.execute(
-            text(
-                """
+    rows = runner.all(session, _ABSENT_PAST_DEADLINE, {"limit": limit, **ABSENCE.params})
+    return [r["id"] for r in rows]
+
+
+_ABSENT_PAST_DEADLINE: Statement[IdRow] = Statement(
+    "signal_absent_past_deadline",
+    """
                 UPDATE signals SET status = :dst, next_check_at = NULL,
                        check_lease_until = NULL, updated_at = now()
                  WHERE id IN (
@@ -98,14 +103,12 @@ def signal_absent_past_deadline(session: Connection, limit: int) -> list[str]:
                      FOR UPDATE SKIP LOCKED)
                    AND status = :src
                 RETURNING id
-                """
-            ),
-            {"limit": limit, **ABSENCE.params},
-        ).scalars()
-    )
+                """,
+)
 
 
-_MARK_DUE_ENQUEUED = text(
+_MARK_DUE_ENQUEUED: Statement = Statement(
+    "signal_mark_due_enqueued",
     due_or_lost(
         table="signals",
         live="status = 'waiting'",
@@ -121,7 +124,7 @@ _MARK_DUE_ENQUEUED = text(
                    enqueued_at = now()
               FROM due WHERE s.id = due.id
             RETURNING s.id, s.next_check_reason, s.provider
-            """
+            """,
 )
 
 
@@ -147,7 +150,8 @@ def signal_mark_due_enqueued(
     itself feeds no backlog: for `looked_here` providers a task or look older
     than `requeue_after_seconds` is always presumed lost.
     """
-    rows = session.execute(
+    rows = runner.all(
+        session,
         _MARK_DUE_ENQUEUED,
         {
             "requeue": requeue_after_seconds * (1 if resend_lost else 10),
@@ -155,8 +159,8 @@ def signal_mark_due_enqueued(
             "looked_here": list(looked_here),
             "limit": limit,
         },
-    ).all()
-    return [(r[0], r[1], r[2]) for r in rows]
+    )
+    return [(r["id"], r["next_check_reason"], r["provider"]) for r in rows]
 
 
 _PUSH_DUE_HEAD = """
@@ -191,7 +195,7 @@ def signal_push_due(
     for `recipients`, or of one namespace), after `after` in (created_at, id)
     order, due now with reason `push`; return their (id, created_at)."""
     query, params = push_due_statement(provider, recipients, namespace, after=after, limit=limit)
-    return pushed_of(raw.rows(session, query, params))
+    return pushed_of(runner.all(session, query, params))
 
 
 def push_due_statement(
@@ -201,7 +205,7 @@ def push_due_statement(
     *,
     after: tuple[datetime, str] | None = None,
     limit: int = 500,
-) -> tuple[raw.Query, dict[str, Any]]:
+) -> tuple[Statement, dict[str, Any]]:
     """The statement of :func:`signal_push_due` and its parameters (its rows
     read by :func:`pushed_of`), for a caller that sends it with another."""
     params: dict[str, Any] = {"provider": provider, "ns": namespace, "limit": limit}
@@ -214,7 +218,7 @@ def push_due_statement(
     # Rows are locked in (created_at, id) order, the order a check's second
     # transaction locks them in: two multi-row lockers in one order cannot
     # deadlock each other.
-    return raw.query(_PUSH_DUE_HEAD + where + _PUSH_DUE_TAIL), params
+    return runner.variant("signal_push_due", _PUSH_DUE_HEAD + where + _PUSH_DUE_TAIL), params
 
 
 def pushed_of(rows: Sequence[Any]) -> list[tuple[str, datetime]]:
@@ -231,5 +235,5 @@ def signal_oldest_due_age(session: Connection, namespace: str | None = None) -> 
     )
     if namespace is not None:
         sql += " AND namespace = :ns"
-    age = session.execute(text(sql), {"ns": namespace}).scalar_one_or_none()
-    return float(age or 0.0)
+    row = runner.one(session, runner.variant("signal_oldest_due_age", sql), {"ns": namespace})
+    return float((row and row["extract"]) or 0.0)

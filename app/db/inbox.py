@@ -19,9 +19,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.db import raw
+from app.db import runner
 from app.db.pagination import Keyset
-from app.db.rows import Row
+from app.db.runner import Statement
 from app.domain.inbox_query import InboxQuery, Kind, Term
 
 NEWEST_FIRST = Keyset("m.received_at, m.id", descending=True)
@@ -132,63 +132,72 @@ def inbox_page(
     *,
     after: tuple[datetime, str] | None,
     limit: int,
-) -> Sequence[Row]:
+) -> list[dict[str, Any]]:
     """Up to `limit` messages matching `filters`, newest first, before the cursor `after`."""
     params: dict[str, Any] = {}
     where = [*_where(filters, params), NEWEST_FIRST.after(after, params)]
     sql = f"SELECT {_ITEM_COLUMNS} FROM messages m WHERE " + " AND ".join(where)
-    return raw.rows(session, raw.query(sql + NEWEST_FIRST.page(limit, params)), params)
+    stmt = runner.variant("inbox_page", sql + NEWEST_FIRST.page(limit, params))
+    return runner.all(session, stmt, params)
 
 
 def inbox_count(session: Connection, filters: InboxFilter, *, cap: int) -> int:
     """How many messages match `filters`, counted up to `cap`."""
     params: dict[str, Any] = {"cap": cap}
     where = " AND ".join(_where(filters, params)) or "true"
-    found = raw.row(
+    found = runner.one(
         session,
-        raw.query(
-            f"SELECT count(*) AS n FROM (SELECT 1 FROM messages m WHERE {where} LIMIT :cap) c"
+        runner.variant(
+            "inbox_count",
+            f"SELECT count(*) AS n FROM (SELECT 1 FROM messages m WHERE {where} LIMIT :cap) c",
         ),
         params,
     )
     return int(found["n"]) if found else 0
 
 
-_ITEMS = raw.Query(f"SELECT {_ITEM_COLUMNS} FROM messages m WHERE m.id = ANY(:ids)")
+_ITEMS: Statement = Statement(
+    "inbox_items", f"SELECT {_ITEM_COLUMNS} FROM messages m WHERE m.id = ANY(:ids)"
+)
 
 
-def inbox_items(session: Connection, message_ids: Sequence[str]) -> list[Row]:
+def inbox_items(session: Connection, message_ids: Sequence[str]) -> list[dict[str, Any]]:
     """The list rows of these messages (unknown ids left out)."""
-    return raw.rows(session, _ITEMS, {"ids": list(message_ids)})
+    return runner.all(session, _ITEMS, {"ids": list(message_ids)})
 
 
-_LATEST_TAKERS = raw.Query(
+_LATEST_TAKERS: Statement = Statement(
+    "inbox_takers",
     "SELECT message_id, id FROM signals WHERE namespace = :ns AND message_id = ANY(:ids)"
-    " AND status <> 'arrived'"
+    " AND status <> 'arrived'",
 )
 
 
 def inbox_takers(session: Connection, namespace: str, message_ids: Sequence[str]) -> dict[str, str]:
     """message id → the signal of `namespace` that took it."""
-    rows = raw.rows(session, _LATEST_TAKERS, {"ns": namespace, "ids": list(message_ids)})
+    rows = runner.all(session, _LATEST_TAKERS, {"ns": namespace, "ids": list(message_ids)})
     return {r["message_id"]: r["id"] for r in rows}
 
 
-_MARK_READ = raw.Query(
+_MARK_READ: Statement = Statement(
+    "inbox_mark_read",
     "UPDATE messages SET read_at = CASE WHEN :read THEN coalesce(read_at, now()) END"
-    " WHERE id = ANY(:ids)"
+    " WHERE id = ANY(:ids)",
 )
 
 
 def inbox_mark_read(session: Connection, message_ids: Sequence[str], *, read: bool) -> int:
     """Set (or clear) the read flag of these messages; how many there were."""
-    return raw.run(session, _MARK_READ, {"ids": list(message_ids), "read": read})
+    return runner.exec(session, _MARK_READ, {"ids": list(message_ids), "read": read})
 
 
-_PURGE = raw.Query(
-    "UPDATE messages SET raw = NULL, words = NULL WHERE id = ANY(:ids) AND raw IS NOT NULL"
+_PURGE: Statement = Statement(
+    "inbox_purge",
+    "UPDATE messages SET raw = NULL, words = NULL WHERE id = ANY(:ids) AND raw IS NOT NULL",
 )
-_PURGE_SINK = raw.Query("DELETE FROM sink_messages WHERE message_id = ANY(:ids)")
+_PURGE_SINK: Statement = Statement(
+    "inbox_purge_sink", "DELETE FROM sink_messages WHERE message_id = ANY(:ids)"
+)
 
 
 def inbox_purge(session: Connection, message_ids: Sequence[str]) -> int:
@@ -196,5 +205,5 @@ def inbox_purge(session: Connection, message_ids: Sequence[str]) -> int:
     record (the summary, receipts and evidence stay) and the sink's copy (a
     look finds them no more: they match nothing). How many records were purged."""
     params = {"ids": list(message_ids)}
-    raw.run(session, _PURGE_SINK, params)
-    return raw.run(session, _PURGE, params)
+    runner.exec(session, _PURGE_SINK, params)
+    return runner.exec(session, _PURGE, params)

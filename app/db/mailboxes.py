@@ -9,84 +9,85 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
-from app.db import raw
-from app.db.rows import Row, affected, first
+from app.db import runner
+from app.db.records import CountRow, MailboxRow
+from app.db.runner import Statement
 
-_MAILBOX_OWNERS = raw.Query("SELECT address, namespace FROM mailboxes WHERE address = ANY(:a)")
+_MAILBOX_OWNERS: Statement = Statement(
+    "mailbox_owner_many", "SELECT address, namespace FROM mailboxes WHERE address = ANY(:a)"
+)
 
 
-def mailbox_insert(session: Connection, values: Mapping[Any, Any]) -> Row:
-    return (
-        session.execute(
-            text(
-                """
+_INSERT: Statement[MailboxRow] = Statement(
+    "mailbox_insert",
+    """
                 INSERT INTO mailboxes (id, namespace, run_id, provider, address, expires_at)
                 VALUES (:id, :namespace, :run_id, :provider, :address,
                         now() + make_interval(secs => :ttl))
                 RETURNING *
-                """
-            ),
-            dict(values),
-        )
-        .mappings()
-        .one()
-    )
+                """,
+)
+_LOCK_NAMESPACE: Statement = Statement(
+    "mailbox_lock_namespace",
+    "SELECT pg_advisory_xact_lock(hashtextextended('mailboxes:' || :ns, 0))",
+)
+_LIVE_COUNT: Statement[CountRow] = Statement(
+    "mailbox_live_count",
+    "SELECT count(*) FROM mailboxes WHERE namespace = :ns"
+    " AND deleted_at IS NULL AND expires_at > now()",
+)
+_EXPIRE_DUE: Statement[MailboxRow] = Statement(
+    "mailbox_expire_due",
+    """
+            UPDATE mailboxes SET deleted_at = now() WHERE id IN (
+                SELECT id FROM mailboxes
+                 WHERE deleted_at IS NULL AND expires_at <= now()
+                 ORDER BY expires_at LIMIT :limit FOR UPDATE SKIP LOCKED)
+            RETURNING address, namespace
+            """,
+)
+_DELETE: Statement[MailboxRow] = Statement(
+    "mailbox_delete",
+    "UPDATE mailboxes SET deleted_at = now() WHERE id = :id AND namespace = :ns"
+    " AND deleted_at IS NULL RETURNING *",
+)
+
+
+def mailbox_insert(session: Connection, values: Mapping[Any, Any]) -> MailboxRow:
+    row = runner.one(session, _INSERT, values)
+    assert row is not None  # INSERT … RETURNING: one row
+    return row
 
 
 def mailbox_live_count(session: Connection, namespace: str) -> int:
     """How many of `namespace`'s mailboxes are live (neither deleted nor
     expired), counted under a per-namespace lock held until the transaction
     ends, so that concurrent creates count one after the other."""
-    session.execute(
-        text("SELECT pg_advisory_xact_lock(hashtextextended('mailboxes:' || :ns, 0))"),
-        {"ns": namespace},
-    )
-    return int(
-        session.execute(
-            text(
-                "SELECT count(*) FROM mailboxes WHERE namespace = :ns"
-                " AND deleted_at IS NULL AND expires_at > now()"
-            ),
-            {"ns": namespace},
-        ).scalar_one()
-    )
+    runner.exec(session, _LOCK_NAMESPACE, {"ns": namespace})
+    row = runner.one(session, _LIVE_COUNT, {"ns": namespace})
+    assert row is not None
+    return int(row["count"])
 
 
 def mailbox_expire_due(session: Connection, limit: int) -> list[tuple[str, str]]:
     """Delete (as DELETE /v1/mailboxes does) up to `limit` mailboxes whose
     `expires_at` has passed; their (address, namespace)."""
-    rows = session.execute(
-        text(
-            """
-            UPDATE mailboxes SET deleted_at = now() WHERE id IN (
-                SELECT id FROM mailboxes
-                 WHERE deleted_at IS NULL AND expires_at <= now()
-                 ORDER BY expires_at LIMIT :limit FOR UPDATE SKIP LOCKED)
-            RETURNING address, namespace
-            """
-        ),
-        {"limit": limit},
-    )
-    return [(r[0], r[1]) for r in rows]
+    rows = runner.all(session, _EXPIRE_DUE, {"limit": limit})
+    return [(r["address"], r["namespace"]) for r in rows]
 
 
 def mailbox_owner_many(session: Connection, addresses: Sequence[str]) -> dict[str, str]:
     """address → the namespace whose mailbox it is (deleted ones still own it)."""
     if not addresses:
         return {}
-    rows = raw.rows(session, _MAILBOX_OWNERS, {"a": sorted({a.lower() for a in addresses})})
+    rows = runner.all(session, _MAILBOX_OWNERS, {"a": sorted({a.lower() for a in addresses})})
     return {r["address"]: r["namespace"] for r in rows}
 
 
-def mailbox_delete(session: Connection, mailbox_id: str, namespace: str) -> Row | None:
-    return first(
-        session,
-        "UPDATE mailboxes SET deleted_at = now() WHERE id = :id AND namespace = :ns"
-        " AND deleted_at IS NULL RETURNING *",
-        {"id": mailbox_id, "ns": namespace},
-    )
+def mailbox_delete(session: Connection, mailbox_id: str, namespace: str) -> MailboxRow | None:
+    return runner.one(session, _DELETE, {"id": mailbox_id, "ns": namespace})
 
 
 # Whether `{addr}` (a lower-cased address, in an SQL scope that also names
@@ -107,7 +108,9 @@ _FOREIGN_OR_WAITING = """(
 # The statuses whose message is never purged, whatever their namespace.
 _IN_PLAY = "('waiting', 'found', 'claimed')"
 
-_PURGE_SINK = f"""
+_PURGE_SINK: Statement = Statement(
+    "mailbox_purge_sink",
+    f"""
     DELETE FROM sink_messages sm
      WHERE sm.all_recipients && CAST(:a AS text[])
        AND NOT EXISTS (
@@ -116,9 +119,12 @@ _PURGE_SINK = f"""
        AND NOT EXISTS (
             SELECT 1 FROM messages m JOIN signals s ON s.message_id = m.id
              WHERE m.provider_message_id = sm.id::text AND s.status IN {_IN_PLAY})
-"""
+""",
+)
 
-_PURGE_OBSERVED = f"""
+_PURGE_OBSERVED: Statement = Statement(
+    "mailbox_purge_observed",
+    f"""
     UPDATE messages m SET raw = NULL
      WHERE m.recipients && CAST(:a AS text[]) AND m.raw IS NOT NULL
        AND NOT EXISTS (
@@ -126,7 +132,8 @@ _PURGE_OBSERVED = f"""
              WHERE {_FOREIGN_OR_WAITING.format(addr="r.a", received="m.received_at")})
        AND NOT EXISTS (
             SELECT 1 FROM signals s WHERE s.message_id = m.id AND s.status IN {_IN_PLAY})
-"""
+""",
+)
 
 
 def mailbox_purge_messages(
@@ -144,6 +151,6 @@ def mailbox_purge_messages(
         "ns": namespace,
         "foreign_domains": sorted({d.lower() for d in foreign_domains}),
     }
-    deleted = affected(session.execute(text(_PURGE_SINK), params))
-    session.execute(text(_PURGE_OBSERVED), params)
+    deleted = runner.exec(session, _PURGE_SINK, params)
+    runner.exec(session, _PURGE_OBSERVED, params)
     return deleted

@@ -12,11 +12,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, text
+from sqlalchemy import Connection
 
-from app.db import raw
+from app.db import runner
 from app.db.near import near_address_sql, near_params
-from app.db.rows import Row, by_column, every, first
+from app.db.records import MessageRow
+from app.db.runner import Statement
 from app.domain.ids import new_id
 
 
@@ -70,7 +71,7 @@ def message_record_new(
     for chunk in _chunks(new):
         inserted = dict(
             (r["provider_message_id"], r["id"])
-            for r in raw.rows(session, _insert_returning(len(chunk)), _numbered(chunk))
+            for r in runner.all(session, _insert_returning(len(chunk)), _numbered(chunk))
         )
         ids.update(inserted)
         if recorded is not None:
@@ -87,7 +88,7 @@ def message_record_new(
     # sink): recorded again under an id of its own.
     again = [dict(r, id=new_id("msg")) for r in new if r["provider_message_id"] not in ids]
     if again:
-        for r in raw.rows(session, _insert_returning(len(again)), _numbered(again)):
+        for r in runner.all(session, _insert_returning(len(again)), _numbered(again)):
             ids[r["provider_message_id"]] = r["id"]
             if recorded is not None:
                 recorded.add(r["provider_message_id"])
@@ -150,7 +151,7 @@ _VALUE = {
 }
 
 
-def _insert_returning(count: int) -> raw.Query:
+def _insert_returning(count: int) -> Statement:
     """An INSERT of `count` messages in the order given, each recorded only
     if new; returns (provider_message_id, id) of those it recorded."""
     values = ", ".join(
@@ -161,10 +162,11 @@ def _insert_returning(count: int) -> raw.Query:
     )
     # Any unique conflict: the same message recorded meanwhile, or its given
     # id taken (see message_record_new).
-    return raw.query(
+    return runner.variant(
+        "message_record_many",
         f"INSERT INTO messages ({', '.join(_COLUMNS)}) VALUES {values}"
         " ON CONFLICT DO NOTHING"
-        " RETURNING provider_message_id, id"
+        " RETURNING provider_message_id, id",
     )
 
 
@@ -176,14 +178,16 @@ def _numbered(rows: Sequence[Mapping[Any, Any]]) -> dict[str, Any]:
     return params
 
 
-_IDS_BY_PROVIDER_ID = raw.Query(
+_IDS_BY_PROVIDER_ID: Statement = Statement(
+    "message_ids_by_provider_id",
     "SELECT provider_message_id, id FROM messages"
-    " WHERE provider = :p AND provider_message_id = ANY(:ids)"
+    " WHERE provider = :p AND provider_message_id = ANY(:ids)",
 )
 # An `arrived` signal (it expected no email) shows its message without taking it.
-_TAKEN = raw.Query(
+_TAKEN: Statement = Statement(
+    "message_taken",
     "SELECT message_id, id FROM signals WHERE namespace = :ns AND message_id = ANY(:ids)"
-    " AND status <> 'arrived'"
+    " AND status <> 'arrived'",
 )
 # The misses travel as one JSON array of arrays ([signal id, message id, why,
 # the other reasons comma-joined (a Why holds no comma), typo address or
@@ -192,7 +196,8 @@ _TAKEN = raw.Query(
 # arrays of 100 misses, against 0.09 ms for json.dumps), and a push look at
 # a shared address records a miss for every message of the window, for
 # every signal of it, all signals in one statement.
-_NEAR_MISSES = raw.Query(
+_NEAR_MISSES: Statement = Statement(
+    "message_near_misses",
     """
     INSERT INTO near_misses (signal_id, message_id, why, also, address)
     SELECT e->>0, e->>1, e->>2, coalesce(string_to_array(nullif(e->>3, ''), ','), '{}'), e->>4
@@ -203,14 +208,14 @@ _NEAR_MISSES = raw.Query(
                     WHERE s.id = e->>0 AND s.check_fence = CAST(e->>5 AS bigint))
     ON CONFLICT DO NOTHING
     RETURNING signal_id, why
-    """
+    """,
 )
 
 
 def message_ids_by_provider_id(
     session: Connection, provider: str, provider_ids: Sequence[str]
 ) -> dict[str, str]:
-    rows = raw.rows(session, _IDS_BY_PROVIDER_ID, {"p": provider, "ids": list(provider_ids)})
+    rows = runner.all(session, _IDS_BY_PROVIDER_ID, {"p": provider, "ids": list(provider_ids)})
     return {r["provider_message_id"]: r["id"] for r in rows}
 
 
@@ -218,12 +223,14 @@ def message_ids_by_provider_id(
 # the second asks who took them once the first has committed. (A message a
 # look records itself is serialised by its INSERT; one the sink recorded for
 # the inbox at its 250 is not, and two pushed looks read it untaken at once.)
-_LOCK = raw.Query("SELECT id FROM messages WHERE id = ANY(:ids) ORDER BY id FOR NO KEY UPDATE")
+_LOCK: Statement = Statement(
+    "message_lock", "SELECT id FROM messages WHERE id = ANY(:ids) ORDER BY id FOR NO KEY UPDATE"
+)
 
 
 def message_lock_many(session: Connection, message_ids: Sequence[str]) -> None:
     """Lock `message_ids`' rows (in id order) until the transaction ends."""
-    raw.rows(session, _LOCK, {"ids": sorted(message_ids)})
+    runner.all(session, _LOCK, {"ids": sorted(message_ids)})
 
 
 def message_taken(
@@ -231,18 +238,30 @@ def message_taken(
 ) -> dict[str, str]:
     """message id → the signal of `namespace` that already has it (another
     namespace's signal never hides a message from this one)."""
-    rows = raw.rows(session, _TAKEN, {"ids": list(message_ids), "ns": namespace})
+    rows = runner.all(session, _TAKEN, {"ids": list(message_ids), "ns": namespace})
     return {r["message_id"]: r["id"] for r in rows}
 
 
-def message_get_many(session: Connection, message_ids: Sequence[str]) -> dict[str, RowMapping]:
-    return by_column(
-        session,
-        "SELECT id, provider, provider_message_id, received_at, subject, recipients,"
-        " run_marker, size, bare_lf FROM messages WHERE id = ANY(:ids)",
-        {"ids": list(message_ids)},
-        "id",
-    )
+_GET_MANY: Statement[MessageRow] = Statement(
+    "message_get_many",
+    "SELECT id, provider, provider_message_id, received_at, subject, recipients,"
+    " run_marker, size, bare_lf FROM messages WHERE id = ANY(:ids)",
+)
+_DELIVERIES: Statement[MessageRow] = Statement(
+    "message_deliveries",
+    "SELECT id, received_at, coalesce(delivered_to, recipients) AS delivered_to,"
+    " auth_namespace FROM messages WHERE id = ANY(:ids)",
+)
+_WITH_RAW: Statement[MessageRow] = Statement(
+    "message_with_raw",
+    "SELECT id, provider, provider_message_id, received_at, subject, recipients,"
+    " run_marker, size, raw FROM messages WHERE id = :id",
+)
+
+
+def message_get_many(session: Connection, message_ids: Sequence[str]) -> dict[str, MessageRow]:
+    rows = runner.all(session, _GET_MANY, {"ids": list(message_ids)})
+    return {r["id"]: r for r in rows}
 
 
 def message_deliveries(
@@ -253,32 +272,27 @@ def message_deliveries(
     (or `recipients` for rows recorded before it), and `auth_namespace`."""
     if not message_ids:
         return []
-    rows = every(
-        session,
-        "SELECT id, received_at, coalesce(delivered_to, recipients) AS delivered_to,"
-        " auth_namespace FROM messages WHERE id = ANY(:ids)",
-        {"ids": list(message_ids)},
-    )
-    return [(r["id"], r["received_at"], list(r["delivered_to"]), r["auth_namespace"]) for r in rows]
+    rows = runner.all(session, _DELIVERIES, {"ids": list(message_ids)})
+    return [
+        (r["id"], r["received_at"], list(r["delivered_to"] or ()), r["auth_namespace"])
+        for r in rows
+    ]
 
 
-def message_with_raw(session: Connection, message_id: str) -> Row | None:
+def message_with_raw(session: Connection, message_id: str) -> MessageRow | None:
     """One message's summary and its raw bytes (None once purged), in one statement."""
-    return first(
-        session,
-        "SELECT id, provider, provider_message_id, received_at, subject, recipients,"
-        " run_marker, size, raw FROM messages WHERE id = :id",
-        {"id": message_id},
-    )
+    return runner.one(session, _WITH_RAW, {"id": message_id})
 
 
-_RAW = raw.Query("SELECT id, received_at, subject, size, raw FROM messages WHERE id = :id")
+_RAW: Statement[MessageRow] = Statement(
+    "message_raw", "SELECT id, received_at, subject, size, raw FROM messages WHERE id = :id"
+)
 
 
-def message_raw(session: Connection, message_id: str) -> Row | None:
+def message_raw(session: Connection, message_id: str) -> MessageRow | None:
     """One message's summary and raw bytes (None once purged), read in binary
     format: the bytes cross once, not as hex twice their size."""
-    return raw.row(session, _RAW, {"id": message_id}, binary=True)
+    return runner.one(session, _RAW, {"id": message_id}, binary=True)
 
 
 def near_miss_record_many(
@@ -328,40 +342,42 @@ def near_misses_record(
             kept.append(
                 (signal_id, mid, why, ",".join(also), address or None, fences.get(signal_id))
             )
-    rows = raw.rows(session, _NEAR_MISSES, {"misses": json.dumps(kept)})
+    rows = runner.all(session, _NEAR_MISSES, {"misses": json.dumps(kept)})
     return [(r["signal_id"], r["why"]) for r in rows]
 
 
 def near_miss_typo_of_namespace(session: Connection, namespace: str, message_id: str) -> bool:
     """Whether the message is a `recipient_typo` near miss of one of `namespace`'s signals."""
-    return (
-        session.execute(
-            text(
-                "SELECT 1 FROM near_misses n JOIN signals s ON s.id = n.signal_id"
-                " WHERE n.message_id = :m AND n.why = 'recipient_typo' AND s.namespace = :ns"
-                " LIMIT 1"
-            ),
-            {"m": message_id, "ns": namespace},
-        ).first()
-        is not None
-    )
+    params = {"m": message_id, "ns": namespace}
+    return runner.one(session, _TYPO_OF_NAMESPACE, params) is not None
 
 
-def near_miss_list(session: Connection, signal_id: str) -> Sequence[Row]:
-    return every(
-        session,
-        """
+_TYPO_OF_NAMESPACE: Statement = Statement(
+    "near_miss_typo_of_namespace",
+    "SELECT 1 FROM near_misses n JOIN signals s ON s.id = n.signal_id"
+    " WHERE n.message_id = :m AND n.why = 'recipient_typo' AND s.namespace = :ns"
+    " LIMIT 1",
+)
+
+
+def near_miss_list(session: Connection, signal_id: str) -> list[dict[str, Any]]:
+    return runner.all(session, _NEAR_MISS_LIST, {"id": signal_id})
+
+
+_NEAR_MISS_LIST: Statement = Statement(
+    "near_miss_list",
+    """
                 SELECT n.message_id, n.why, n.also, n.address, m.received_at, m.subject,
                        m.run_marker
                   FROM near_misses n JOIN messages m ON m.id = n.message_id
                  WHERE n.signal_id = :id
                  ORDER BY m.received_at
         """,
-        {"id": signal_id},
-    )
+)
 
 
-_NEAR_ADDRESSES = raw.Query(
+_NEAR_ADDRESSES: Statement = Statement(
+    "message_near_addresses",
     f"""
     SELECT w.id, w.provider_message_id, w.received_at, w.recipients, w.size
       FROM (SELECT id, provider_message_id, received_at, recipients, size
@@ -372,7 +388,7 @@ _NEAR_ADDRESSES = raw.Query(
      WHERE {near_address_sql("w.recipients")}
      ORDER BY w.received_at, w.id
      LIMIT :limit
-    """
+    """,
 )
 
 
@@ -383,7 +399,7 @@ def message_raws(
     not purged), by provider message id."""
     if not provider_ids:
         return {}
-    rows = raw.rows(
+    rows = runner.all(
         session,
         _RAWS,
         {"p": provider, "ids": list(provider_ids)},
@@ -392,9 +408,10 @@ def message_raws(
     return {str(r["provider_message_id"]): bytes(r["raw"]) for r in rows}
 
 
-_RAWS = raw.Query(
+_RAWS: Statement = Statement(
+    "message_raws",
     "SELECT provider_message_id, raw FROM messages"
-    " WHERE provider = :p AND provider_message_id = ANY(:ids) AND raw IS NOT NULL"
+    " WHERE provider = :p AND provider_message_id = ANY(:ids) AND raw IS NOT NULL",
 )
 
 
@@ -407,13 +424,13 @@ def message_near_address(
     until: datetime,
     scan: int,
     limit: int,
-) -> list[Mapping[Any, Any]]:
+) -> list[dict[str, Any]]:
     """Up to `limit` recorded messages of `provider` received between `since`
     and `until` (among the latest `scan`) not to `recipient` but to an address
     of its length ± 2 sharing its local part or its domain (with their size,
     not their bytes: `message_raws`; purged ones are left out): the
     candidates of a recipient typo."""
-    return raw.rows(
+    return runner.all(
         session,
         _NEAR_ADDRESSES,
         {
@@ -429,7 +446,8 @@ def message_near_address(
 
 # The messages a check recorded for one recipient in one window, oldest first:
 # their summaries only (a body filter reads each one's bytes on its own).
-_IN_WINDOW = raw.Query(
+_IN_WINDOW: Statement = Statement(
+    "message_in_window",
     """
     SELECT id, received_at, subject, recipients, run_marker, raw IS NULL AS purged
       FROM messages
@@ -437,7 +455,7 @@ _IN_WINDOW = raw.Query(
        AND received_at >= :opens AND received_at <= :closes
      ORDER BY received_at, id
      LIMIT :limit
-    """
+    """,
 )
 
 
@@ -449,11 +467,11 @@ def message_list_in_window(
     opens: Any,
     closes: Any,
     limit: int,
-) -> list[Mapping[Any, Any]]:
+) -> list[dict[str, Any]]:
     """Up to `limit` recorded messages of `provider` addressed to `recipient`
     (envelope, To or Cc) received in [opens, closes], oldest first: their
     summaries and whether their content was purged, never their bytes."""
-    return raw.rows(
+    return runner.all(
         session,
         _IN_WINDOW,
         {

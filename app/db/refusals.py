@@ -9,17 +9,19 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.db import raw
-from app.db.rows import Row
+from app.db import runner
+from app.db.records import RefusalRow
+from app.db.runner import Statement
 
 # The attempts travel as one JSON array: one statement for any number of them.
-_RECORD = raw.Query(
+_RECORD: Statement = Statement(
+    "smtp_refusal_record_many",
     """
     INSERT INTO smtp_refusals (recipients, code, reason, detail, auth_namespace)
     SELECT ARRAY(SELECT jsonb_array_elements_text(e->'r')), (e->>'c')::int, e->>'w',
            e->>'d', e->>'a'
       FROM jsonb_array_elements(CAST(:items AS jsonb)) AS e
-    """
+    """,
 )
 
 
@@ -38,12 +40,13 @@ def smtp_refusal_record_many(session: Connection, items: Sequence[dict[str, Any]
         }
         for i in items
     ]
-    return raw.run(session, _RECORD, {"items": json.dumps(payload)})
+    return runner.exec(session, _RECORD, {"items": json.dumps(payload)})
 
 
 # The refusals of a recipient's window, and those of the same window refused
 # before any recipient was named; never another namespace's authenticated ones.
-_FOR_WINDOW = raw.Query(
+_FOR_WINDOW: Statement[RefusalRow] = Statement(
+    "smtp_refusal_in_window",
     """
     (SELECT refused_at, code, reason, detail, recipients FROM smtp_refusals
       WHERE recipients && ARRAY[CAST(:rcpt AS text)]
@@ -56,7 +59,7 @@ _FOR_WINDOW = raw.Query(
         AND refused_at >= :since AND refused_at <= :until
         AND (auth_namespace IS NULL OR auth_namespace = :ns)
       ORDER BY refused_at DESC LIMIT :limit)
-    """
+    """,
 )
 
 
@@ -68,10 +71,10 @@ def smtp_refusal_in_window(
     since: datetime,
     until: datetime,
     limit: int = 20,
-) -> Sequence[Row]:
+) -> list[RefusalRow]:
     """The latest `limit` refusals of deliveries to `recipient` between `since`
     and `until`, and the latest `limit` refused before any recipient was named."""
-    return raw.rows(
+    return runner.all(
         session,
         _FOR_WINDOW,
         {

@@ -12,34 +12,36 @@ may report, the sink messages to its recipient.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from sqlalchemy import Connection
 
-from sqlalchemy import Connection, CursorResult, text
+from app.db import runner
+from app.db.runner import Statement
 
 # The statuses whose data retention leaves alone.
 _IN_PLAY = "('waiting', 'found', 'claimed')"
 
 
-def _count(session: Connection, sql: str, *, older_than_hours: float, limit: int) -> int:
+def _count(session: Connection, stmt: Statement, *, older_than_hours: float, limit: int) -> int:
     """Run one batch's statement (`:secs` the cutoff's age, `:limit` the batch)."""
-    params = {"secs": older_than_hours * 3600, "limit": limit}
-    result = cast(CursorResult[Any], session.execute(text(sql), params))
-    return int(result.rowcount or 0)
+    return runner.exec(session, stmt, {"secs": older_than_hours * 3600, "limit": limit})
 
 
-def _delete_oldest(table: str, where: str, order_by: str) -> str:
+def _delete_oldest(name: str, table: str, where: str, order_by: str) -> Statement:
     """A batch delete: the oldest `:limit` rows of `table` (aliased by its
     initials in `where` and `order_by`) that `where` picks, skipping those
     another transaction holds."""
     alias = "".join(word[0] for word in table.split("_"))
-    return f"""
+    return Statement(
+        name,
+        f"""
         DELETE FROM {table} WHERE id IN (
             SELECT {alias}.id FROM {table} {alias}
              WHERE {where}
              ORDER BY {order_by}
              LIMIT :limit
              FOR UPDATE SKIP LOCKED)
-    """
+    """,
+    )
 
 
 def _to_a_waiting_recipient(addresses: str) -> str:
@@ -58,6 +60,7 @@ def _to_a_waiting_recipient(addresses: str) -> str:
 
 
 _SINK_MESSAGES_OLD = _delete_oldest(
+    "sink_message_delete_old",
     "sink_messages",
     f"""sm.received_at < now() - make_interval(secs => :secs)
                AND NOT {_to_a_waiting_recipient("sm.all_recipients")}
@@ -75,8 +78,13 @@ _SINK_MESSAGES_OLD = _delete_oldest(
 _WAITING_HASH_WORK_MEM = "64MB"
 
 
+_ROOM_FOR_THE_WAITING = Statement(
+    "retention_room_for_the_waiting", f"SET LOCAL work_mem = '{_WAITING_HASH_WORK_MEM}'"
+)
+
+
 def _room_for_the_waiting(session: Connection) -> None:
-    session.execute(text(f"SET LOCAL work_mem = '{_WAITING_HASH_WORK_MEM}'"))
+    runner.exec(session, _ROOM_FOR_THE_WAITING)
 
 
 def sink_message_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
@@ -87,6 +95,7 @@ def sink_message_delete_old(session: Connection, *, older_than_hours: float, lim
 
 
 _MESSAGES_OLD = _delete_oldest(
+    "message_delete_old",
     "messages",
     f"""m.observed_at < now() - make_interval(secs => :secs)
                AND NOT EXISTS (SELECT 1 FROM signals s WHERE s.message_id = m.id)
@@ -106,7 +115,9 @@ def message_delete_old(session: Connection, *, older_than_hours: float, limit: i
     return _count(session, _MESSAGES_OLD, older_than_hours=older_than_hours, limit=limit)
 
 
-_CONSUMED_RAW_OLD = f"""
+_CONSUMED_RAW_OLD = Statement(
+    "message_purge_consumed_raw",
+    f"""
         UPDATE messages SET raw = NULL WHERE id IN (
             SELECT m.id FROM messages m JOIN signals s ON s.message_id = m.id
              WHERE m.raw IS NOT NULL AND s.status = 'consumed'
@@ -116,7 +127,8 @@ _CONSUMED_RAW_OLD = f"""
                AND NOT {_to_a_waiting_recipient("m.recipients")}
              LIMIT :limit
              FOR UPDATE OF m SKIP LOCKED)
-        """
+        """,
+)
 
 
 def message_purge_consumed_raw(session: Connection, *, older_than_hours: float, limit: int) -> int:
@@ -131,16 +143,9 @@ def message_purge_consumed_raw(session: Connection, *, older_than_hours: float, 
     return _count(session, _CONSUMED_RAW_OLD, older_than_hours=older_than_hours, limit=limit)
 
 
-def check_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
-    """Delete checks finished before the cutoff whose signal is no longer in play.
-
-    Their counts by outcome are folded into `signals.checks_archived` in the
-    same statement, so the run's evidence keeps them; the dead letter keeps
-    its own copy and the signal its `checks_count`.
-    """
-    row = session.execute(
-        text(
-            f"""
+_CHECKS_OLD = Statement(
+    "check_delete_old",
+    f"""
             WITH gone AS (
                 DELETE FROM checks WHERE id IN (
                     SELECT c.id FROM checks c JOIN signals s ON s.id = c.signal_id
@@ -167,15 +172,27 @@ def check_delete_old(session: Connection, *, older_than_hours: float, limit: int
                 RETURNING 1
             )
             SELECT count(*) FROM gone
-            """
-        ),
-        {"secs": older_than_hours * 3600, "limit": limit},
-    ).scalar_one()
-    return int(row)
+            """,
+)
+
+
+def check_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
+    """Delete checks finished before the cutoff whose signal is no longer in play.
+
+    Their counts by outcome are folded into `signals.checks_archived` in the
+    same statement, so the run's evidence keeps them; the dead letter keeps
+    its own copy and the signal its `checks_count`.
+    """
+    row = runner.one(session, _CHECKS_OLD, {"secs": older_than_hours * 3600, "limit": limit})
+    assert row is not None
+    return int(row["count"])
 
 
 _RECEIPTS_OLD = _delete_oldest(
-    "receipts", "r.consumed_at < now() - make_interval(secs => :secs)", "r.consumed_at"
+    "receipt_delete_old",
+    "receipts",
+    "r.consumed_at < now() - make_interval(secs => :secs)",
+    "r.consumed_at",
 )
 
 
@@ -184,7 +201,10 @@ def receipt_delete_old(session: Connection, *, older_than_hours: float, limit: i
 
 
 _REFUSALS_OLD = _delete_oldest(
-    "smtp_refusals", "sr.refused_at < now() - make_interval(secs => :secs)", "sr.refused_at"
+    "smtp_refusal_delete_old",
+    "smtp_refusals",
+    "sr.refused_at < now() - make_interval(secs => :secs)",
+    "sr.refused_at",
 )
 
 
@@ -195,6 +215,7 @@ def smtp_refusal_delete_old(session: Connection, *, older_than_hours: float, lim
 
 
 _DEAD_LETTERS_OLD = _delete_oldest(
+    "dead_letter_delete_old",
     "dead_letters",
     "dl.state <> 'open' AND dl.created_at < now() - make_interval(secs => :secs)",
     "dl.created_at",
@@ -208,6 +229,7 @@ def dead_letter_delete_old(session: Connection, *, older_than_hours: float, limi
 
 
 _SIGNALS_OLD = _delete_oldest(
+    "signal_delete_old",
     "signals",
     """s.status IN ('consumed', 'expired', 'absent', 'arrived', 'cancelled')
                AND s.updated_at < now() - make_interval(secs => :secs)
@@ -225,6 +247,7 @@ def signal_delete_old(session: Connection, *, older_than_hours: float, limit: in
 
 
 _FOUND_SIGNALS_OLD = _delete_oldest(
+    "signal_delete_unclaimed_found",
     "signals",
     "s.status = 'found' AND s.updated_at < now() - make_interval(secs => :secs)",
     "s.updated_at",
@@ -241,6 +264,7 @@ def signal_delete_unclaimed_found(
 
 
 _HOLDS_OLD = _delete_oldest(
+    "hold_delete_old",
     "address_holds",
     """ah.held_from < now() - make_interval(secs => :secs)
                AND (ah.released_at < now() - make_interval(secs => :secs)

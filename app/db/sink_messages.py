@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
-from app.db import raw
+from app.db import runner
 from app.db.near import near_address_sql, near_params
 from app.db.pagination import Keyset
-from app.db.rows import Row, affected
+from app.db.runner import Statement
 from app.domain.ids import new_id
 
 
@@ -47,15 +47,16 @@ def sink_messages_store(
         params[f"r{i}"] = sorted({r.lower() for r in recipients})
         params[f"b{i}"] = data
         params[f"m{i}"] = new_id("msg")
-    stored = raw.rows(
+    stored = runner.all(
         session,
-        raw.query(
+        runner.variant(
+            "sink_messages_store",
             "INSERT INTO sink_messages"
             " (mail_from, envelope_recipients, all_recipients, size, raw, message_id,"
             " auth_namespace) "
             "SELECT f, r, r, octet_length(b), b, m, a "
             f"FROM (VALUES {rows}) AS v(f, r, b, n, m, a) ORDER BY n "
-            "RETURNING id, message_id, received_at"
+            "RETURNING id, message_id, received_at",
         ),
         params,
     )
@@ -68,21 +69,21 @@ def sink_message_add_recipients(
     """Add ``recipients`` (lower-cased) to ``all_recipients`` of one sink message,
     sorted and without repeats (once its headers are parsed, off the SMTP path);
     returns 1 when the row exists, else 0."""
-    return affected(
-        session.execute(
-            text(
-                """
+    params = {"id": sink_id, "rcpts": sorted({r.lower() for r in recipients})}
+    return runner.exec(session, _ADD_RECIPIENTS, params)
+
+
+_ADD_RECIPIENTS: Statement = Statement(
+    "sink_message_add_recipients",
+    """
                 UPDATE sink_messages
                    SET all_recipients = ARRAY(
                          SELECT DISTINCT r
                            FROM unnest(all_recipients || CAST(:rcpts AS text[])) AS r
                           ORDER BY r)
                  WHERE id = :id
-                """
-            ),
-            {"id": sink_id, "rcpts": sorted({r.lower() for r in recipients})},
-        )
-    )
+                """,
+)
 
 
 _BY_RECEIPT = Keyset("sm.received_at, sm.id")
@@ -95,16 +96,17 @@ def sink_message_page(
     after: tuple[datetime, int] | None,
     limit: int,
     recorded_by: str,
-) -> Sequence[Row]:
+) -> list[dict[str, Any]]:
     """One page (oldest first, after `after`) of the sink messages to any of
     the `windows`' recipients received at or after that recipient's moment,
     each with `recorded_id` (see :func:`_with_recorded_id`)."""
     params = _window_params(windows)
     params["recorded_by"] = recorded_by
-    return raw.rows(
+    return runner.all(
         session,
-        raw.query(
-            _with_recorded_id(_page_sql(after, limit, params)) + " ORDER BY q.received_at, q.id"
+        runner.variant(
+            "sink_message_page",
+            _with_recorded_id(_page_sql(after, limit, params)) + " ORDER BY q.received_at, q.id",
         ),
         params,
         binary=True,  # the raw bytes as they are, not as hex twice their size
@@ -154,7 +156,7 @@ def sink_message_raws(session: Connection, ids: Sequence[int]) -> dict[int, byte
     messages' bytes at a time, only those it must parse."""
     if not ids:
         return {}
-    rows = raw.rows(
+    rows = runner.all(
         session,
         _RAWS,
         {"ids": [int(i) for i in ids]},
@@ -163,7 +165,9 @@ def sink_message_raws(session: Connection, ids: Sequence[int]) -> dict[int, byte
     return {int(r["id"]): bytes(r["raw"]) for r in rows}
 
 
-_RAWS = raw.Query("SELECT id, raw FROM sink_messages WHERE id = ANY(:ids)")
+_RAWS: Statement = Statement(
+    "sink_message_raws", "SELECT id, raw FROM sink_messages WHERE id = ANY(:ids)"
+)
 
 
 def sink_message_first_page(
@@ -174,7 +178,7 @@ def sink_message_first_page(
     lookback_seconds: float,
     per_recipient: int,
     recorded_by: str,
-) -> tuple[Sequence[Row], Sequence[Row]]:
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The first page of :func:`sink_message_page` and the rows of
     :func:`sink_message_before_windows`, in one round trip: (page, before),
     each row with `recorded_id` (see :func:`_with_recorded_id`)."""
@@ -187,7 +191,7 @@ def sink_message_first_page(
         + _BEFORE_WINDOWS.sql
         + ") b"
     )
-    rows = raw.rows(session, raw.query(sql), params, binary=True)
+    rows = runner.all(session, runner.variant("sink_message_first_page", sql), params, binary=True)
     # The union keeps no order: the page is sorted again (its last row is the cursor).
     page = sorted(
         (r for r in rows if not r["before_window"]), key=lambda r: (r["received_at"], r["id"])
@@ -195,7 +199,8 @@ def sink_message_first_page(
     return page, [r for r in rows if r["before_window"]]
 
 
-_BEFORE_WINDOWS = raw.Query(
+_BEFORE_WINDOWS: Statement = Statement(
+    "sink_message_before_windows",
     """
                 SELECT DISTINCT ON (m.id) m.id, m.received_at, m.envelope_recipients, m.size,
                        m.message_id, m.auth_namespace
@@ -212,7 +217,7 @@ _BEFORE_WINDOWS = raw.Query(
                            AND sm.received_at < w.s
                          ORDER BY sm.received_at DESC
                          LIMIT :per) m
-"""
+""",
 )
 
 
@@ -222,7 +227,7 @@ def sink_message_before_windows(
     windows: Sequence[tuple[str, datetime]],
     lookback_seconds: float,
     per_recipient: int,
-) -> Sequence[Row]:
+) -> list[dict[str, Any]]:
     """The latest `per_recipient` sink messages to each recipient received
     within `lookback_seconds` before its window: near misses worth reporting.
 
@@ -231,7 +236,7 @@ def sink_message_before_windows(
     window's moment, guesses the lookback holds few messages, and otherwise
     walks the time index backwards through every message of the lookback,
     22 ms per window at 60,000 messages against 0.03 ms by recipient."""
-    return raw.rows(
+    return runner.all(
         session,
         _BEFORE_WINDOWS,
         {
@@ -246,7 +251,8 @@ def sink_message_before_windows(
 
 # A recipient typo (app.db.near). Only the latest `scan` messages of the
 # window are looked at, so a busy window costs a bounded read.
-_NEAR_ADDRESSES = raw.Query(
+_NEAR_ADDRESSES: Statement = Statement(
+    "sink_message_near_addresses",
     f"""
     SELECT w.id, w.received_at, w.all_recipients, sm.envelope_recipients, sm.size,
            sm.message_id, sm.auth_namespace
@@ -258,7 +264,7 @@ _NEAR_ADDRESSES = raw.Query(
      WHERE {near_address_sql("w.all_recipients")}
      ORDER BY w.received_at, w.id
      LIMIT :limit
-    """
+    """,
 )
 
 
@@ -270,12 +276,12 @@ def sink_message_near_address(
     until: datetime,
     scan: int,
     limit: int,
-) -> Sequence[Row]:
+) -> list[dict[str, Any]]:
     """Up to `limit` sink messages received between `since` and `until` (among
     the latest `scan` of them) that are not to `recipient` but to an address
     of its length ± 2 sharing its local part or its domain: the candidates of
     a recipient typo."""
-    return raw.rows(
+    return runner.all(
         session,
         _NEAR_ADDRESSES,
         {"since": since, "until": until, "scan": scan, "limit": limit, **near_params(recipient)},

@@ -4,15 +4,16 @@ yet, without their bytes, then one message's bytes at a time."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import Connection
 
-from app.db import raw
-from app.db.rows import Row
+from app.db import runner
+from app.db.records import SinkMessageRow
+from app.db.runner import Statement
 
-_UNRECORDED = raw.Query(
+_UNRECORDED: Statement[SinkMessageRow] = Statement(
+    "sink_message_unrecorded_in_window",
     """
     SELECT sm.id, sm.received_at, sm.envelope_recipients, sm.size, sm.message_id
       FROM sink_messages sm
@@ -22,7 +23,7 @@ _UNRECORDED = raw.Query(
                           AND m.provider_message_id = CAST(sm.id AS text))
      ORDER BY sm.received_at, sm.id
      LIMIT :limit
-    """
+    """,
 )
 
 
@@ -34,12 +35,12 @@ def sink_message_unrecorded_in_window(
     closes: datetime,
     recorded_by: str,
     limit: int,
-) -> Sequence[Row]:
+) -> list[SinkMessageRow]:
     """Up to `limit` sink messages to `recipient` (envelope, To or Cc) received
     in [opens, closes] that no look of provider `recorded_by` recorded, oldest
     first: id, stamp, envelope, size and the `msg_` id it was stored with,
     never the bytes."""
-    return raw.rows(
+    return runner.all(
         session,
         _UNRECORDED,
         {
@@ -52,10 +53,12 @@ def sink_message_unrecorded_in_window(
     )
 
 
-_RAW = raw.Query("SELECT raw FROM sink_messages WHERE id = :id")
+_RAW: Statement[SinkMessageRow] = Statement(
+    "sink_message_raw", "SELECT raw FROM sink_messages WHERE id = :id"
+)
 
 
 def sink_message_raw(session: Connection, sink_id: int) -> bytes | None:
     """One sink message's bytes (None when it is gone), in binary format."""
-    row = raw.row(session, _RAW, {"id": sink_id}, binary=True)
+    row = runner.one(session, _RAW, {"id": sink_id}, binary=True)
     return bytes(row["raw"]) if row is not None else None

@@ -13,8 +13,9 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 
 from app.db import due as due_db
-from app.db import raw
+from app.db import raw, runner
 from app.db.rows import Row, affected
+from app.db.runner import Statement
 
 _LOCK_FOR_CHECK = raw.Query(
     """
@@ -52,7 +53,8 @@ _LOCK_FOR_CHECK = raw.Query(
 # due takes nothing (`pushed`: a signal this transaction pushed, stamped at or
 # after its start), as no look followed such a push before: mail nobody waits
 # for costs one index probe here, not a lock over the provider's due signals.
-_LOCK_PUSHED = raw.Query(
+_LOCK_PUSHED: Statement = Statement(
+    "signal_lock_pushed",
     """
                 WITH clock AS (
                     SELECT clock_timestamp() AS looked_at
@@ -79,7 +81,7 @@ _LOCK_PUSHED = raw.Query(
                        updated_at = now()
                   FROM due, clock WHERE s.id = due.id
                 RETURNING s.*, clock.looked_at
-"""
+""",
 )
 
 
@@ -103,7 +105,7 @@ def signal_push_and_lock(
     (that check sees the push as newer than its look, and looks again). An
     error undoes both: no signal is left leased without its look."""
     push, push_params = due_db.push_due_statement(provider, recipients, limit=limit)
-    pushed, taken = raw.rows_together(
+    pushed, taken = runner.together(
         session,
         [
             (push, push_params),
@@ -119,7 +121,7 @@ def signal_push_and_lock(
             ),
         ],
     )
-    return due_db.pushed_of(pushed), taken
+    return due_db.pushed_of(pushed), list[Row](taken)
 
 
 def signal_lock_for_check(

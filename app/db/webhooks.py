@@ -9,23 +9,27 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, RowMapping, text
+from sqlalchemy import Connection
 
+from app.db import runner
 from app.db.due import due_or_lost
-from app.db.rows import every, first, touched_one
+from app.db.records import DeliveryRow
+from app.db.runner import Statement
+
+_INSERT: Statement = Statement(
+    "delivery_insert",
+    "INSERT INTO webhook_deliveries (dead_letter_id, body) VALUES (:id, :body)"
+    " ON CONFLICT (dead_letter_id) DO NOTHING",
+)
 
 
 def delivery_insert(session: Connection, dead_letter_id: str, body: str) -> bool:
     """One delivery per dead letter, whatever the retries of the caller."""
-    return touched_one(
-        session,
-        "INSERT INTO webhook_deliveries (dead_letter_id, body) VALUES (:id, :body)"
-        " ON CONFLICT (dead_letter_id) DO NOTHING",
-        {"id": dead_letter_id, "body": body},
-    )
+    return runner.exec(session, _INSERT, {"id": dead_letter_id, "body": body}) == 1
 
 
-_MARK_DUE_ENQUEUED = text(
+_MARK_DUE_ENQUEUED: Statement = Statement(
+    "delivery_mark_due_enqueued",
     due_or_lost(
         table="webhook_deliveries",
         live="state = 'pending'",
@@ -37,31 +41,11 @@ _MARK_DUE_ENQUEUED = text(
             UPDATE webhook_deliveries d SET enqueued_at = now()
               FROM due WHERE d.id = due.id
             RETURNING d.dead_letter_id
-            """
+            """,
 )
-
-
-def delivery_mark_due_enqueued(
-    session: Connection, *, requeue_after_seconds: float, limit: int
-) -> list[str]:
-    """Stamp and return the due deliveries that need a task sent: due, not
-    under a live lease, and no task sent since they became due (or the last
-    one was not taken within `requeue_after_seconds`: lost)."""
-    return list(
-        session.execute(
-            _MARK_DUE_ENQUEUED, {"requeue": requeue_after_seconds, "limit": limit}
-        ).scalars()
-    )
-
-
-def delivery_take(
-    session: Connection, dead_letter_id: str, *, lease_seconds: float
-) -> RowMapping | None:
-    """Take the delivery for one attempt if it is due and nobody holds it:
-    bumps `attempts` (the fence) and stamps a lease. None otherwise."""
-    return first(
-        session,
-        """
+_TAKE: Statement[DeliveryRow] = Statement(
+    "delivery_take",
+    """
                 WITH taken AS (
                     SELECT id FROM webhook_deliveries
                      WHERE dead_letter_id = :id AND state = 'pending'
@@ -75,20 +59,48 @@ def delivery_take(
                   FROM taken WHERE d.id = taken.id
                 RETURNING d.*, now() AS now
         """,
-        {"id": dead_letter_id, "lease": lease_seconds},
-    )
+)
+_MARK_DELIVERED: Statement = Statement(
+    "delivery_mark_delivered",
+    "UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now(),"
+    " last_status = :status, last_error = NULL, lease_until = NULL"
+    " WHERE id = :id AND state = 'pending' AND attempts = :attempts",
+)
+_MARK_FAILED: Statement = Statement(
+    "delivery_mark_failed",
+    """
+                    UPDATE webhook_deliveries
+                       SET state = CASE WHEN :give_up THEN 'failed' ELSE 'pending' END,
+                           next_attempt_at = :next_at, last_status = :status,
+                           last_error = left(:error, 200), lease_until = NULL
+                     WHERE id = :id AND state = 'pending' AND attempts = :attempts
+        """,
+)
+
+
+def delivery_mark_due_enqueued(
+    session: Connection, *, requeue_after_seconds: float, limit: int
+) -> list[str]:
+    """Stamp and return the due deliveries that need a task sent: due, not
+    under a live lease, and no task sent since they became due (or the last
+    one was not taken within `requeue_after_seconds`: lost)."""
+    params = {"requeue": requeue_after_seconds, "limit": limit}
+    return [r["dead_letter_id"] for r in runner.all(session, _MARK_DUE_ENQUEUED, params)]
+
+
+def delivery_take(
+    session: Connection, dead_letter_id: str, *, lease_seconds: float
+) -> DeliveryRow | None:
+    """Take the delivery for one attempt if it is due and nobody holds it:
+    bumps `attempts` (the fence) and stamps a lease. None otherwise."""
+    return runner.one(session, _TAKE, {"id": dead_letter_id, "lease": lease_seconds})
 
 
 def delivery_mark_delivered(
     session: Connection, delivery_id: int, attempts: int, *, status: int
 ) -> bool:
-    return touched_one(
-        session,
-        "UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now(),"
-        " last_status = :status, last_error = NULL, lease_until = NULL"
-        " WHERE id = :id AND state = 'pending' AND attempts = :attempts",
-        {"id": delivery_id, "attempts": attempts, "status": status},
-    )
+    params = {"id": delivery_id, "attempts": attempts, "status": status}
+    return runner.exec(session, _MARK_DELIVERED, params) == 1
 
 
 def delivery_mark_failed(
@@ -103,23 +115,20 @@ def delivery_mark_failed(
 ) -> bool:
     """Record a failed attempt: due again at `next_attempt_at`, or `failed`
     for good when `give_up`."""
-    return touched_one(
-        session,
-        """
-                    UPDATE webhook_deliveries
-                       SET state = CASE WHEN :give_up THEN 'failed' ELSE 'pending' END,
-                           next_attempt_at = :next_at, last_status = :status,
-                           last_error = left(:error, 200), lease_until = NULL
-                     WHERE id = :id AND state = 'pending' AND attempts = :attempts
-        """,
-        {
-            "id": delivery_id,
-            "attempts": attempts,
-            "status": status,
-            "error": error,
-            "next_at": next_attempt_at,
-            "give_up": give_up,
-        },
+    return (
+        runner.exec(
+            session,
+            _MARK_FAILED,
+            {
+                "id": delivery_id,
+                "attempts": attempts,
+                "status": status,
+                "error": error,
+                "next_at": next_attempt_at,
+                "give_up": give_up,
+            },
+        )
+        == 1
     )
 
 
@@ -127,13 +136,13 @@ def delivery_count_by_state(session: Connection, namespace: str | None) -> dict[
     sql = "SELECT w.state, count(*) FROM webhook_deliveries w"
     if namespace is not None:
         sql += " JOIN dead_letters d ON d.id = w.dead_letter_id WHERE d.namespace = :ns"
-    rows = session.execute(text(sql + " GROUP BY 1"), {"ns": namespace}).all()
-    return {r[0]: int(r[1]) for r in rows}
+    stmt = runner.variant("delivery_count_by_state", sql + " GROUP BY 1")
+    return {r["state"]: int(r["count"]) for r in runner.all(session, stmt, {"ns": namespace})}
 
 
 def delivery_list_failing(
     session: Connection, namespace: str | None, limit: int
-) -> list[RowMapping]:
+) -> list[DeliveryRow]:
     """Deliveries whose last attempt failed (pending with attempts, or failed), newest first."""
     sql = (
         "SELECT w.*, d.namespace FROM webhook_deliveries w"
@@ -142,10 +151,6 @@ def delivery_list_failing(
     )
     if namespace is not None:
         sql += " AND d.namespace = :ns"
-    return list(
-        every(
-            session,
-            sql + " ORDER BY w.last_attempt_at DESC NULLS LAST LIMIT :limit",
-            {"ns": namespace, "limit": limit},
-        )
-    )
+    sql += " ORDER BY w.last_attempt_at DESC NULLS LAST LIMIT :limit"
+    stmt: Statement[DeliveryRow] = runner.variant("delivery_list_failing", sql)
+    return runner.all(session, stmt, {"ns": namespace, "limit": limit})

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import DBAPIError
 
-from app.db import raw
+from app.db import runner
 from app.db import takes as takes_db
 from app.db.engine import autocommit
 from app.usecases import signals
@@ -99,7 +99,11 @@ def test_an_error_in_the_take_undoes_the_push(
     recipient = an_address()
     signal_id = looks.create(recipient=recipient)
     before = row(signal_id)
-    monkeypatch.setattr(takes_db, "_LOCK_PUSHED", raw.Query("SELECT 1 / (:limit - :limit) AS n"))
+    monkeypatch.setattr(
+        takes_db,
+        "_LOCK_PUSHED",
+        runner.variant("test_lock_fails", "SELECT 1 / (:limit - :limit) AS n"),
+    )
     with pytest.raises(DBAPIError):
         push_and_lock([recipient])
     assert row(signal_id) == before

@@ -337,9 +337,9 @@ def test_old_mail_is_deleted_past_many_waiting_signals_reading_them_once(
         sink = retention_db.sink_message_delete_old(session, older_than_hours=72, limit=1000)
         messages = retention_db.message_delete_old(session, older_than_hours=72, limit=1000)
         # The plans they ran under the memory they left.
-        for sql in (retention_db._SINK_MESSAGES_OLD, retention_db._MESSAGES_OLD):
+        for stmt in (retention_db._SINK_MESSAGES_OLD, retention_db._MESSAGES_OLD):
             ((plan,),) = session.execute(
-                text("EXPLAIN (FORMAT JSON) " + sql), {"secs": 72 * 3600, "limit": 1000}
+                text("EXPLAIN (FORMAT JSON) " + stmt.sql), {"secs": 72 * 3600, "limit": 1000}
             ).all()
             shown = json.dumps(plan)
             # PostgreSQL shows a subplan run once and hashed as `hashed SubPlan n`.
