@@ -8,8 +8,8 @@ commit and is repaired by the sweep (an outbox).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -22,19 +22,18 @@ from app.db.engine import autocommit, transaction
 from app.domain.diagnosis import Diagnosis, NearMiss, recommend
 from app.domain.expectations import duplicate_sentence
 from app.domain.ids import new_id
-from app.domain.mail import parse_mail
 from app.domain.masking import mask_subject
 from app.domain.refusals import Refusal
 from app.domain.states import CheckOutcome, ExpiryReason, Status
 from app.infra import dispatch
 from app.infra.keys import recipient_hash
-from app.settings import get_settings
+from app.settings import Settings, get_settings
 from app.usecases import refusals, views, webhooks
 
-if TYPE_CHECKING:  # the checks package imports this module
-    from app.usecases.checks.observed import Parser
-
 log = logging.getLogger("signalbox.expiry")
+
+# Records the recipient typos of an expired signal (its row) as its near misses.
+TypoLook = Callable[[Connection, Settings, Mapping[Any, Any]], object]
 
 
 def expire_signal(
@@ -45,39 +44,37 @@ def expire_signal(
     reason: str,
     fence: int | None = None,
     duplicates: Mapping[str, Any] | None = None,
-    parse: Parser = parse_mail,
+    typo_look: TypoLook | None = None,
 ) -> str | None:
     """`expected` → expired with `reason` and its dead letter, in the caller's
     transaction. Returns the new dead letter's id, or None if the signal had
     already moved (someone else expired or found it first). `duplicates`
-    (reason `duplicate_messages`): both messages and how far apart they came;
-    `parse`: how the recipient typos' messages are parsed (the check's parser)."""
+    (reason `duplicate_messages`): both messages and how far apart they came.
+    `typo_look` (the checks pass `app.usecases.checks.recipient_typos`'s):
+    run once the signal is expired, before its dead letter is written, so its
+    near misses are in the dead letter's diagnosis."""
     row = signals_db.signal_expire(
         session, signal_id, expected=expected.value, reason=reason, fence=fence
     )
     if row is None:
         return None
-    return _record_dead_letter(session, row, reason, duplicates, parse)
+    return _record_dead_letter(session, row, reason, duplicates, typo_look)
 
 
 def _record_dead_letter(
     session: Connection,
     row: Mapping[Any, Any],
     reason: str,
-    duplicates: Mapping[str, Any] | None = None,
-    parse: Parser = parse_mail,
+    duplicates: Mapping[str, Any] | None,
+    typo_look: TypoLook | None,
 ) -> str | None:
     signal_id = row["id"]
     counts = checks_db.check_counts_by_outcome(session, [signal_id]).get(signal_id, {})
     by_outcome = {o.value: counts.get(o.value, 0) for o in CheckOutcome}
-    if reason != ExpiryReason.CLAIMS_EXHAUSTED:
-        # Imported here: typos asks visibility, which imports the checks
-        # package, which imports this module.
-        from app.usecases import typos
-
+    if typo_look is not None and reason != ExpiryReason.CLAIMS_EXHAUSTED:
         try:
             with session.begin_nested():  # a failed look never costs the dead letter
-                typos.record_typo_near_misses(session, get_settings(), row, parse)
+                typo_look(session, get_settings(), row)
         except Exception as exc:
             log.warning(
                 "recipient typos could not be looked for",
@@ -188,17 +185,22 @@ def publish(dead_letter_ids: list[str]) -> None:
             dead_letters_db.dead_letter_mark_published(session, sent)
 
 
-def expire_overdue(limit: int = 500, *, grace_seconds: float = 60.0) -> int:
+def expire_overdue(
+    limit: int = 500, *, grace_seconds: float = 60.0, typo_look: TypoLook | None = None
+) -> int:
     """Expire waiting signals past their deadline (reason `deadline`) whose
     final look ran, or was lost `grace_seconds` ago (no worker took it).
     An `expect: none` signal whose final look found nothing is `absent`
-    instead (the expectation held: no dead letter)."""
+    instead (the expectation held: no dead letter). `typo_look`: as for
+    `expire_signal`."""
     created: list[str] = []
     with transaction() as session:
         for signal_id in due_db.signal_absent_past_deadline(session, limit):
             log.info("signal absent", extra={"event": "signal_absent", "signal_id": signal_id})
         for signal_id in due_db.signal_ids_past_deadline(session, limit, grace_seconds):
-            dlq = expire_signal(session, signal_id, expected=Status.WAITING, reason="deadline")
+            dlq = expire_signal(
+                session, signal_id, expected=Status.WAITING, reason="deadline", typo_look=typo_look
+            )
             if dlq:
                 created.append(dlq)
     publish(created)

@@ -26,6 +26,7 @@ from app.infra import dispatch, queue
 from app.providers.runtime import provider_configs, pushes
 from app.settings import Settings
 from app.usecases import checks, claims, expiry
+from app.usecases.checks import recipient_typos
 
 log = logging.getLogger("signalbox.sweep")
 
@@ -45,7 +46,11 @@ def sweep(
     providers that push (the sink: a database query) are made here, so no
     backlog of slow provider calls in the workers can delay them; the
     others are sent as tasks."""
-    expired = expiry.expire_overdue(limit, grace_seconds=settings.deadline_grace_seconds)
+    expired = expiry.expire_overdue(
+        limit,
+        grace_seconds=settings.deadline_grace_seconds,
+        typo_look=recipient_typos.record_typo_near_misses,
+    )
     lapsed = claims.lapse_leases(limit)
     waiting_tasks = dispatch.queue_depth(queue.SIGNALS_QUEUE)
     checked_here = (

@@ -122,6 +122,122 @@ def test_the_readmes_layout_table_names_every_package_and_only_real_ones() -> No
     assert [n for n in named if not (ROOT / n).is_dir()] == []
 
 
+# ------------------------------------------------ straight edges (issue 49)
+
+# Package → what it must never import (function-level imports count too).
+EDGES: dict[str, tuple[str, ...]] = {
+    # The API and the console are mounted side by side by app.server; what
+    # both use lives in app.web, which knows neither.
+    "app.api": ("app.console", "app.server"),
+    "app.console": ("app.api", "app.server"),
+    "app.web": ("app.api", "app.console", "app.server", "app.db"),
+    # /metrics and /readyz read through use cases.
+    "app.observability": ("app.db", "app.providers"),
+    # Migrations too: the CLI is a front door.
+    "app.cli": ("app.db",),
+}
+# Modules that arm timers, touch the collector, threads, processes, files or
+# the network: never in the pure layer (the parse budget is app.infra's).
+DOMAIN_FORBIDDEN_MODULES = (
+    "asyncio", "concurrent", "gc", "logging", "multiprocessing", "os", "pathlib", "select",
+    "selectors", "shutil", "signal", "socket", "subprocess", "sys", "tempfile", "threading",
+    "time", "urllib.request", "http", "sqlalchemy", "psycopg", "redis", "kombu", "celery",
+    "httpx", "fastapi", "starlette", "aiosmtpd",
+)  # fmt: skip
+
+
+def test_the_front_doors_and_the_observers_keep_their_edges() -> None:
+    wrong = [
+        f"{_module_name(path)} imports {name}"
+        for path in _sources("app")
+        for package, forbidden in EDGES.items()
+        if _within(_module_name(path), package)
+        for name in sorted(_imports(path))
+        if any(_within(name, f) for f in forbidden)
+    ]
+    assert wrong == []
+
+
+def test_the_domain_imports_no_timer_thread_process_or_io_module() -> None:
+    wrong = [
+        f"{_module_name(path)} imports {name}"
+        for path in _sources("app/domain")
+        for name in sorted(_imports(path))
+        if any(_within(name, m) for m in DOMAIN_FORBIDDEN_MODULES)
+    ]
+    assert wrong == []
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """app's modules → the app modules each imports, function-level imports
+    included. Importing `a.b.c` from outside the package `a.b` runs
+    `a/b/__init__.py` first: an edge to `a.b` too."""
+    modules = {_module_name(p): p for p in _sources("app")}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        edges: set[str] = set()
+        for name in _imports(path):
+            target = resolve(name)
+            if target is None or target == module:
+                continue
+            edges.add(target)
+            parts = target.split(".")
+            for i in range(2, len(parts)):
+                parent = ".".join(parts[:i])
+                if parent in modules and not _within(module, parent):
+                    edges.add(parent)
+        graph[module] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_among_apps_modules_hidden_or_not() -> None:
+    """A function-level import hides a cycle from Python, not from here."""
+    graph = _import_graph()
+    assert len(graph) > 100
+    assert _cycles(graph) == []
+
+
 def test_one_check_runner_runs_every_check_and_no_front_door_sets_a_module_global() -> None:
     """Issue 49: only the check runner (app/usecases/checks/runner.py) takes a
     check's batch, asks the provider, writes the answer and makes the

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Connection
@@ -33,6 +34,7 @@ from app.usecases.checks.call import ProviderAnswer
 from app.usecases.checks.criteria import candidates_for, criteria_for
 from app.usecases.checks.expectations import write_expectation
 from app.usecases.checks.observed import Observed, Parser, record_messages
+from app.usecases.checks.recipient_typos import record_typo_near_misses
 from app.usecases.checks.step import next_step
 from app.usecases.expiry import expire_signal
 from app.usecases.visibility import belonging
@@ -341,7 +343,7 @@ class _Writer:
             expected=Status.WAITING,
             reason=step.expiry.value,
             fence=fence,
-            parse=self.batch.parse,
+            typo_look=partial(record_typo_near_misses, parse=self.batch.parse),
         )
         if dead_letter:
             effects.dead_letters.append(dead_letter)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Connection
@@ -44,6 +45,7 @@ from app.infra.parse_budget import parse_on_budget
 from app.usecases import views
 from app.usecases.checks.criteria import candidates_for, criteria_for
 from app.usecases.checks.observed import Observed, Parser
+from app.usecases.checks.recipient_typos import record_typo_near_misses
 from app.usecases.expiry import expire_signal
 
 # A signal as its check took it (`takes_db.signal_lock_for_check`).
@@ -174,7 +176,7 @@ def write_expectation(
             reason=ExpiryReason.DUPLICATE_MESSAGES.value,
             fence=row["check_fence"],
             duplicates=_duplicates(decision, by_id),
-            parse=parse,
+            typo_look=partial(record_typo_near_misses, parse=parse),
         )
         out = Written(
             outcome=CheckOutcome.MATCHED,
