@@ -18,7 +18,22 @@ fire all along. Meanwhile it injects faults:
 - restart_broker: Redis stopped (it saves, like a packaged Redis) and started;
 - restart_postgres: PostgreSQL stopped (fast) and started;
 - stop_provider: MailDev or Dovecot stopped for a while, then started;
-- slow_provider: MailDev or Dovecot answering later than a check lease.
+- slow_provider: MailDev or Dovecot answering later than a check lease;
+- idle_in_transaction: a snapshot held open for minutes (the xmin horizon
+  pinned: dead rows pile up in the hot tables), sampled during and after;
+- terminate_backends: `pg_terminate_backend` of random backends of the API,
+  the sink, the workers and beat, several rounds;
+- exhaust_connections: another client holds every free connection for a
+  while; readiness and creates are probed meanwhile (503, never 500);
+- with --partition, network partitions (bench/soak_netns.py): a worker and
+  PostgreSQL, the sink and PostgreSQL, every process and the broker;
+- with --overload SECONDS, 1.5 x the create rate the stack sustains, found
+  first (bench/soak_overload.py): the oldest-due gauge's peak and the time to
+  drain are reported.
+
+After the invariants it prints what each database fault observed and the
+recovery time after every fault: from its end to the first create answered
+and the first signal found.
 
 At the end it checks the invariants (bench/soak_invariants.py) on the
 database and prints the table, the faults and the machine. Exit status 1 if
@@ -61,12 +76,27 @@ if str(ROOT) not in sys.path:
 
 from bench._machine import describe, render  # noqa: E402
 from bench.soak_invariants import Report, check  # noqa: E402
+from bench.soak_netns import PARTITIONS  # noqa: E402
+from bench.soak_overload import Overload  # noqa: E402
+from bench.soak_pgfaults import PgFaults, recovery, render_faults_observed  # noqa: E402
 from bench.soak_plan import Plan, PlannedMail, PlannedSignal, make_plan  # noqa: E402
 from bench.soak_scheduler import Scheduler  # noqa: E402
 from bench.soak_world import NAMESPACES, PROVIDER_NAMES, Tuning, World, token_of  # noqa: E402
 from tests.servers import imap_append  # noqa: E402
 
-FAULTS = ("kill_worker", "restart_broker", "restart_postgres", "stop_provider", "slow_provider")
+FAULTS = (
+    "kill_worker",
+    "restart_broker",
+    "restart_postgres",
+    "stop_provider",
+    "slow_provider",
+    "idle_in_transaction",
+    "terminate_backends",
+    "exhaust_connections",
+)
+# With --partition: one worker, the sink and Redis in network namespaces of their
+# own; with --overload: 1.5 x the rate the stack sustains, for minutes.
+ALL_FAULTS = (*FAULTS, *PARTITIONS, "overload")
 CREATE_RETRY_SECONDS = 60.0
 DELIVERY_RETRY_SECONDS = 90.0
 # A slowed provider answers each round trip this share of the check lease
@@ -91,6 +121,15 @@ class Options:
     broker_outage: float = 2.0
     postgres_outage: float = 3.0
     slow_for: float = 30.0
+    idle_for: float = 60.0
+    idle_after: float = 15.0
+    terminate_rounds: int = 5
+    exhaust_for: float = 60.0
+    partition: bool = False
+    partition_for: float = 30.0
+    overload_for: float = 120.0
+    overload_step: float = 10.0
+    overload_steps: int = 6
     push_interval: float = 2.0
     busy_messages: int = 0
     busy_maildev: int = 0
@@ -136,6 +175,7 @@ class Outcome:
                 "",
                 "  faults injected (seconds after start)",
                 *fault_lines,
+                *render_faults_observed(self.record),
                 "machine",
                 render(self.machine),
             ]
@@ -155,6 +195,16 @@ class Soak:
         self.stopping = threading.Event()
         self.clock_offset = self._clock_offset()
         self.http = httpx.Client(base_url=world.stack.api_url, timeout=30)
+        self.consumer_http = httpx.Client(base_url=world.stack.api_url, timeout=30)
+        self.consumes: Counter[str] = Counter()
+        self.rng_consume = random.Random(plan.seed + 2)
+        self.pg = PgFaults(
+            connect=world.postgres.connect,
+            dbname=world.postgres.dbname,
+            api=httpx.Client(base_url=world.stack.api_url, timeout=10),
+            probe_token=token_of(NAMESPACES[-1]),
+            log=log,
+        )
 
     # -- clocks ---------------------------------------------------------------------------
 
@@ -191,15 +241,15 @@ class Soak:
     def _send_once(self, mail: PlannedMail) -> None:
         raw = self._raw(mail)
         if mail.provider == "sink":
-            port = self.world.stack.smtp_port
+            port, host = self.world.stack.smtp_port, self.world.smtp_host
         elif mail.provider == PROVIDER_NAMES["maildev"]:
             assert self.world.maildev is not None
-            port = self.world.maildev.smtp_port
+            port, host = self.world.maildev.smtp_port, "127.0.0.1"
         else:
             assert self.world.dovecot is not None
             imap_append(self.world.dovecot, raw)
             return
-        with smtplib.SMTP("127.0.0.1", port, timeout=15) as smtp:
+        with smtplib.SMTP(host, port, timeout=15) as smtp:
             smtp.sendmail("app@example.test", [mail.recipient], raw)
 
     def deliver(
@@ -365,6 +415,43 @@ class Soak:
                         self.pushes += 1
             self.stopping.wait(self.opts.push_interval)
 
+    def consume_loop(self, until: float) -> None:
+        """A consumer: claims what is found and consumes it, as a test would.
+        Two of them run side by side over the same signals, so claims race."""
+        keys = {}
+        while not self.stopping.is_set() and time.time() < until:
+            with self.lock:
+                keys = {s["signal_id"]: s for s in self.signals.values() if s.get("signal_id")}
+            try:
+                with self.world.postgres.connect() as conn:
+                    found = [
+                        r[0]
+                        for r in conn.execute(
+                            "SELECT id FROM signals WHERE status = 'found' AND id = ANY(%s)",
+                            (list(keys),),
+                        ).fetchall()
+                    ]
+            except Exception:  # the database may be down (a fault): try again
+                found = []
+            self.rng_consume.shuffle(found)
+            for signal_id in found:
+                s = keys[signal_id]
+                headers = {"Authorization": f"Bearer {token_of(s['namespace'])}"}
+                with contextlib.suppress(httpx.HTTPError, ValueError):
+                    claim = self.consumer_http.post(
+                        f"/v1/signals/{signal_id}/claim",
+                        json={"run_id": s["run_id"], "lease_seconds": 30},
+                        headers=headers,
+                    )
+                    self.consumes[f"claim {claim.status_code}"] += 1
+                    if claim.status_code != 200:
+                        continue
+                    done = self.consumer_http.post(
+                        f"/v1/claims/{claim.json()['claim_id']}/consume", headers=headers
+                    )
+                    self.consumes[f"consume {done.status_code}"] += 1
+            self.stopping.wait(0.5)
+
     def fault_loop(self, times: list[float], kinds: list[str], last_start: float) -> None:
         for at, kind in zip(times, kinds, strict=True):
             wait = self.t0 + at - time.time()
@@ -403,6 +490,25 @@ class Soak:
             # Per round trip (see SLOW_ROUND_TRIP_SHARE): a look outlives its lease.
             return w.slow_provider(
                 self.rng, o.tuning.check_lease * SLOW_ROUND_TRIP_SHARE, o.slow_for
+            )
+        if kind == "idle_in_transaction":
+            return self.pg.idle_in_transaction(o.idle_for, after=o.idle_after)
+        if kind == "terminate_backends":
+            return self.pg.terminate_backends(self.rng, rounds=o.terminate_rounds)
+        if kind == "exhaust_connections":
+            return self.pg.exhaust_connections(o.exhaust_for)
+        if kind in PARTITIONS:
+            return w.partition(kind, o.partition_for)
+        if kind == "overload":
+            observed = Overload(self, step_seconds=o.overload_step, max_steps=o.overload_steps).run(
+                o.overload_for, self.stopping.is_set
+            )
+            self.pg.observations.append(observed)
+            return (
+                f"{observed['overload_per_second']:.1f} creates/s (1.5 x the"
+                f" {observed['sustained_per_second']:.1f}/s sustained) for {o.overload_for:.0f} s;"
+                f" oldest due peaked at {observed['oldest_due_peak']} s, drained in"
+                f" {observed['time_to_drain']} s"
             )
         raise ValueError(f"unknown fault {kind}")
 
@@ -470,6 +576,14 @@ class Soak:
         threads = [
             threading.Thread(target=self.push_loop, args=(self.t0 + last_deadline,), daemon=True)
         ]
+        consumers = [
+            threading.Thread(
+                target=self.consume_loop, args=(self.t0 + last_deadline + o.grace,), daemon=True
+            )
+            for _ in range(2)
+        ]
+        for t in consumers:
+            t.start()
         kinds = [k for k in o.faults if k]
         if kinds:
             count = (
@@ -504,6 +618,8 @@ class Soak:
             time.sleep(0.5)
         self.stopping.set()
         threads[0].join(30)
+        for t in consumers:
+            t.join(30)
         self.scheduler.close()
         return self.record()
 
@@ -524,6 +640,8 @@ class Soak:
             "faults": self.faults,
             "outages": [asdict(x) for x in self.world.outages],
             "pushes": self.pushes,
+            "observations": self.pg.observations,
+            "consumes": dict(self.consumes),
             "harness_errors": self.scheduler.errors,
             "crashes": [
                 {"at": at - self.t0, "process": name, "code": code}
@@ -570,7 +688,8 @@ def run_soak(
         busy_maildev=opts.busy_maildev,
     )
     say(f"plan: {len(plan.signals)} signals, seed {opts.seed}; starting the world in {root}")
-    world = World.start(root, opts.providers, opts.tuning, log=say)
+    partitions = opts.partition or any(f in PARTITIONS for f in opts.faults)
+    world = World.start(root, opts.providers, opts.tuning, log=say, partitions=partitions)
     try:
         say("world up: PostgreSQL, Redis, providers, api, smtp, 2 workers, dlq worker, beat")
         world.supervise()
@@ -579,10 +698,13 @@ def run_soak(
             record = soak.run()
         finally:
             soak.http.close()
+            soak.pg.api.close()
+            soak.consumer_http.close()
         alerts = wait_dead_letters(world, opts.dlq_drain)
         record["alerts"] = alerts
         with world.postgres.connect() as conn:
             report = check(conn, record, alerts)
+            record["recovery"] = recovery(conn, record)
         machine = describe(world.postgres.url, world.broker.url)
         (root / "soak-record.json").write_text(json.dumps(record, default=str, indent=1))
         if record["harness_errors"]:
@@ -638,6 +760,23 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--window", default="20-60", help="signal windows, seconds MIN-MAX")
     parser.add_argument("--provider-outage", type=float, default=60.0)
     parser.add_argument("--slow-for", type=float, default=30.0)
+    parser.add_argument("--idle-for", type=float, default=60.0, help="idle_in_transaction: s")
+    parser.add_argument("--idle-after", type=float, default=15.0, help="dead rows read again after")
+    parser.add_argument("--terminate-rounds", type=int, default=5)
+    parser.add_argument("--exhaust-for", type=float, default=60.0, help="exhaust_connections: s")
+    parser.add_argument(
+        "--partition",
+        action="store_true",
+        help="also partition a worker, the sink and the broker (network namespaces; root)",
+    )
+    parser.add_argument("--partition-for", type=float, default=30.0, help="seconds each")
+    parser.add_argument(
+        "--overload",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="also overload the stack at 1.5 x its sustained rate for SECONDS (found first)",
+    )
     parser.add_argument("--push-interval", type=float, default=2.0)
     parser.add_argument(
         "--busy-messages", type=int, default=600, help="older messages to the sink's busy address"
@@ -656,9 +795,13 @@ def parse_args(argv: list[str] | None = None) -> Options:
         if p not in PROVIDER_NAMES:
             parser.error(f"unknown provider {p!r} (sink, maildev, imap)")
     faults = [f for f in a.faults.split(",") if f]
+    if a.partition:
+        faults += [p for p in PARTITIONS if p not in faults]
+    if a.overload > 0 and "overload" not in faults:
+        faults.append("overload")
     for f in faults:
-        if f not in FAULTS:
-            parser.error(f"unknown fault {f!r} ({', '.join(FAULTS)})")
+        if f not in ALL_FAULTS:
+            parser.error(f"unknown fault {f!r} ({', '.join(ALL_FAULTS)})")
     return Options(
         signals=a.signals,
         duration=a.duration,
@@ -670,6 +813,13 @@ def parse_args(argv: list[str] | None = None) -> Options:
         window_max=int(wmax or wmin),
         provider_outage=a.provider_outage,
         slow_for=a.slow_for,
+        idle_for=a.idle_for,
+        idle_after=a.idle_after,
+        terminate_rounds=a.terminate_rounds,
+        exhaust_for=a.exhaust_for,
+        partition=a.partition,
+        partition_for=a.partition_for,
+        overload_for=a.overload or 120.0,
         push_interval=a.push_interval,
         busy_messages=a.busy_messages,
         busy_maildev=a.busy_maildev,

@@ -248,6 +248,15 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
         (grace,),
     ).fetchall()
 
+    # 6. A message is consumed at most once per namespace, and a signal at most
+    # once (the soak's consumers race for claims; one mail to a shared address
+    # may be each namespace's).
+    consumed_twice = conn.execute(
+        "SELECT namespace || ' ' || message_id, count(*) FROM receipts GROUP BY 1"
+        " HAVING count(*) > 1 UNION ALL"
+        " SELECT 'signal ' || signal_id, count(*) FROM receipts GROUP BY 1 HAVING count(*) > 1"
+    ).fetchall()
+
     not_created = [s["key"] for s in record["signals"] if not s.get("signal_id")]
     rows = [
         Row(
@@ -289,6 +298,11 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
             [f"{sid}: {age:.1f} s past its deadline" for sid, age in stuck],
         ),
         Row("signal the API never created (retried 60 s)", len(not_created), not_created),
+        Row(
+            "a message consumed more than once in a namespace, or a signal twice",
+            len(consumed_twice),
+            [f"{m}: {n} receipts" for m, n in consumed_twice],
+        ),
     ]
 
     statuses = Counter(r["status"] for r in db.values())
@@ -311,6 +325,8 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
         ("duplicated", str(len(dupes))),
         ("last second", f"{last_second_found}/{last_second} found (mail < 1 s before deadline)"),
         ("dead letters", f"{len(dl_rows)} ({unpublished} never marked published)"),
+        ("ended", _ended(signals, db)),
+        ("consumers", str(dict(sorted(record.get("consumes", {}).items())))),
     ]
     lags = sorted(
         m["acked"] - m["planned"]
@@ -346,6 +362,18 @@ def check(conn: Any, record: Mapping[str, Any], alerts: Mapping[str, int]) -> Re
             )
         )
     return Report(rows=rows, info=info)
+
+
+def _ended(signals: Sequence[Mapping[str, Any]], db: Mapping[str, Any]) -> str:
+    """Created = ended = one outcome each, for the signals the soak created."""
+    rows = [db[s["signal_id"]] for s in signals if s["signal_id"] in db]
+    found = sum(1 for r in rows if r["status"] in FOUND and r["message_id"])
+    expired = sum(1 for r in rows if r["status"] == "expired")
+    consumed = sum(1 for r in rows if r["status"] == "consumed")
+    return (
+        f"{len(signals)} created, {found + expired} ended: {found} found"
+        f" ({consumed} of them consumed) + {expired} expired"
+    )
 
 
 def _not_for(

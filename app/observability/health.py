@@ -33,7 +33,7 @@ PARTS = ("smtp", "worker", "beat")
 
 
 def database_ok(settings: Settings) -> bool:
-    """PostgreSQL answers a query on a pooled connection (pre-pinged)."""
+    """PostgreSQL answers on a pooled connection and gives a new one."""
     return readiness.database_answers(settings)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from app.db import dead_letters as dead_letters_db
 from app.db import due as due_db
+from app.db import server as server_db
 from app.db import signals as signals_db
 from app.db.engine import transaction
 from app.infra.redis import READ_TIMEOUT_SECONDS, client_for, is_redis_url, redis_url
@@ -18,12 +19,14 @@ from app.settings import Settings
 
 @dataclass(frozen=True)
 class StoredState:
-    """Signals by status, the oldest due check's age in seconds, and dead
-    letters by (reason, state, namespace)."""
+    """Signals by status, the oldest due check's age in seconds, dead letters
+    by (reason, state, namespace), and the age of the database's oldest open
+    transaction in seconds."""
 
     signals_by_status: dict[str, int]
     oldest_due_seconds: float
     dead_letters: dict[tuple[str, str, str], int]
+    oldest_transaction_seconds: float
 
 
 def stored_state() -> StoredState:
@@ -33,6 +36,7 @@ def stored_state() -> StoredState:
             signals_by_status=signals_db.signal_count_by_status(session),
             oldest_due_seconds=due_db.signal_oldest_due_age(session),
             dead_letters=dead_letters_db.dead_letter_count_by_reason_state_namespace(session),
+            oldest_transaction_seconds=server_db.db_oldest_transaction_age(session),
         )
 
 

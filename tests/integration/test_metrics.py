@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
@@ -32,6 +34,7 @@ DOCUMENTED_METRICS = {
     "signalbox_leases_lapsed": ("counter", {"namespace"}),
     "signalbox_signals": ("gauge", {"status"}),
     "signalbox_oldest_due_signal_age_seconds": ("gauge", set()),
+    "signalbox_db_oldest_transaction_age_seconds": ("gauge", set()),
     "signalbox_dead_letters": ("gauge", {"reason", "state", "namespace"}),
     "signalbox_circuit_state": ("gauge", {"provider"}),
     "signalbox_smtp_refused": ("counter", {"reason"}),
@@ -116,6 +119,25 @@ def test_every_contract_metric_is_exposed_with_its_labels(stack: Stack) -> None:
         sample_sum(families, "signalbox_circuit_state", "signalbox_circuit_state", provider="sink")
         == 0
     )
+
+
+def _oldest_transaction(stack: Stack) -> float:
+    name = "signalbox_db_oldest_transaction_age_seconds"
+    return sample_sum(scrape(stack), name, name)
+
+
+def test_the_oldest_transaction_gauge_shows_a_transaction_left_idle(stack: Stack) -> None:
+    """Issue 51: a client that opens a transaction and goes quiet pins the xmin
+    horizon; the gauge says how long it has been open, and falls back once it ends."""
+    url = stack.env["SIGNALBOX_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url) as idle:  # not autocommit: the SELECT opens a transaction
+        idle.execute("SELECT count(*) FROM signals").fetchone()
+        time.sleep(3.0)
+        held = _oldest_transaction(stack)
+        assert held >= 3.0, held
+        idle.rollback()
+        after = _oldest_transaction(stack)
+    assert after < 3.0, after
 
 
 def _pids_with(metrics_dir: Path, key_part: str) -> set[str]:

@@ -1,5 +1,6 @@
 """The soak harness, CI-sized: ~90 short-lived signals on the three providers under
-one fault of each kind; every invariant must hold (nothing lost, nothing taken
+one fault of each kind (network partitions and database faults included, each
+a few seconds long); every invariant must hold (nothing lost, nothing taken
 twice, checks and dead letters accounted for, nothing left waiting).
 
 It runs the whole of bench/soak.py: its own PostgreSQL (restarted), Redis
@@ -17,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from bench.soak import FAULTS, Options, run_soak
+from bench.soak import ALL_FAULTS, Options, run_soak
 from bench.soak_invariants import check
 from bench.soak_world import Tuning
 
@@ -25,19 +26,41 @@ pytestmark = [pytest.mark.integration, pytest.mark.providers]
 
 CI_SOAK = Options(
     signals=90,
-    duration=20.0,
+    duration=34.0,
     providers=["sink", "maildev", "imap"],
     # The quick faults first: a stopped MailDev takes a while to start again.
-    faults=["kill_worker", "restart_broker", "restart_postgres", "slow_provider", "stop_provider"],
-    fault_count=len(FAULTS),
+    faults=[
+        "kill_worker",
+        "restart_broker",
+        "restart_postgres",
+        "terminate_backends",
+        "exhaust_connections",
+        "idle_in_transaction",
+        "partition_worker_db",
+        "partition_sink_db",
+        "partition_broker",
+        "slow_provider",
+        "stop_provider",
+        "overload",  # last: it waits for the backlog of the faults before it to drain
+    ],
+    fault_count=len(ALL_FAULTS),
     shuffle_faults=False,
     seed=20261130,
     window_min=12,
-    window_max=25,
+    window_max=30,
     provider_outage=5.0,
     broker_outage=2.0,
     postgres_outage=2.0,
     slow_for=8.0,
+    idle_for=5.0,
+    idle_after=1.0,
+    terminate_rounds=2,
+    exhaust_for=3.0,
+    partition=True,  # one worker, the sink and Redis in network namespaces (root, iproute2)
+    partition_for=3.0,
+    overload_for=4.0,
+    overload_step=2.0,
+    overload_steps=3,
     push_interval=2.0,
     busy_messages=520,  # the sink's busy address: more than one page of older mail
     busy_maildev=150,
@@ -59,8 +82,33 @@ def test_soak_under_every_kind_of_fault_loses_nothing_and_keeps_every_invariant(
 ) -> None:
     outcome = run_soak(CI_SOAK, root=tmp_path / "soak", log=print)
 
-    assert set(outcome.faults) == set(FAULTS), outcome.render()
+    assert set(outcome.faults) == set(ALL_FAULTS), outcome.render()
     assert outcome.report.violations == 0, "\n" + outcome.render()
+    observed = {o["fault"]: o for o in outcome.record["observations"]}
+    # Backends of the Signalbox processes were found by name and terminated.
+    assert sum(observed["terminate_backends"]["terminated"].values()) > 0, outcome.render()
+    # With every connection taken, readiness says so and no create got a 500.
+    exhausted = observed["exhaust_connections"]
+    assert exhausted["connections_taken"] > 0, outcome.render()
+    assert 503 in exhausted["readyz"], outcome.render()
+    assert all(
+        code.split("+")[0] in ("201", "429") or code == "503+Retry-After"
+        for code in exhausted["creates"]
+    ), outcome.render()
+    # Overloaded at 1.5 x the rate found first; the backlog drained.
+    overload = observed["overload"]
+    assert overload["sustained_per_second"] > 0 and overload["signals"] > 0, outcome.render()
+    assert overload["time_to_drain"] is not None, outcome.render()
+    # The consumers claimed and consumed what was found (one receipt per
+    # message: an invariant of the table above).
+    assert outcome.record["consumes"].get("consume 200", 0) > 0, outcome.render()
+    # The held snapshot was seen as the oldest transaction.
+    assert observed["idle_in_transaction"]["oldest_transaction_peak"] >= 3.0, outcome.render()
+    # Every fault that ended while signals were still being created was
+    # followed by a create the API answered.
+    recovered = [r for r in outcome.record["recovery"] if r["ended"] < CI_SOAK.duration - 2]
+    assert recovered, outcome.render()
+    assert all(r["first_create"] is not None for r in recovered), outcome.render()
 
 
 def _signal_row(conn: psycopg.Connection[Any], sid: str, **cols: Any) -> None:
@@ -144,6 +192,14 @@ def test_invariant_checker_counts_each_kind_of_violation(database_url: str) -> N
         )
         # Still waiting long after its deadline.
         _signal_row(conn, "sig_stuck", status="waiting")
+        # One message consumed by two signals of one namespace.
+        for n, sid in enumerate(("sig_wrong", "sig_slow_ack")):
+            conn.execute(
+                "INSERT INTO receipts (id, signal_id, claim_id, namespace, run_id, message_id,"
+                " claimed_at, evidence) VALUES (%s, %s, %s, 'alpha', 'run-1', 'msg_1', now(),"
+                " '{}')",
+                (f"rcpt_{n}", sid, f"clm_{n}"),
+            )
         # A dead letter handled twice by the queue's consumer.
         conn.execute(
             "INSERT INTO dead_letters (id, signal_id, generation, namespace, run_id, provider,"
@@ -245,6 +301,7 @@ def test_invariant_checker_counts_each_kind_of_violation(database_url: str) -> N
         "dead letter not handled exactly once by the dead_letter queue consumer": 1,
         "signal still waiting more than 5 s after its deadline": 1,
         "signal the API never created (retried 60 s)": 1,
+        "a message consumed more than once in a namespace, or a signal twice": 1,
     }, report.render()
     wrong = next(r for r in report.rows if r.name.startswith("a signal found with"))
     assert any("sig_late" in e and "sent 2.0 s after the deadline" in e for e in wrong.examples)

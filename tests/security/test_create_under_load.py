@@ -5,6 +5,7 @@ create that was refused stored nothing."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable
 
@@ -93,3 +94,54 @@ def test_creates_when_postgres_is_out_of_connections_never_answer_500(
             "SELECT count(*) FROM signals WHERE run_id = %s", (run_id,)
         ).fetchone()
     assert stored is not None and stored[0] == statuses.count(201) <= limit
+
+
+def _ready(stack: Stack) -> tuple[int, dict[str, object]]:
+    r = httpx.get(f"{stack.api_url}/readyz", timeout=10)
+    return r.status_code, r.json()
+
+
+def _until(predicate: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.3)
+    return predicate()
+
+
+@pytest.mark.timeout(180)
+def test_readyz_says_so_while_another_client_holds_every_connection(
+    stack_factory: Callable[..., Stack], service_env: dict[str, str]
+) -> None:
+    """Issue 51: another client takes every connection PostgreSQL has left for
+    the stack's role. The API still answers from what its pools hold, but
+    `/readyz` says PostgreSQL is not ready (503 naming `postgresql`), creates
+    answer 201 or 503 with Retry-After (never 500), and once the client lets
+    go readiness is back."""
+    url = service_env["SIGNALBOX_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
+    limited = limited_role_url(url, 12)
+    stack = stack_factory({"SIGNALBOX_DATABASE_URL": limited})
+    stack.start_api()
+    assert _until(lambda: _ready(stack)[0] == 200, 30), _ready(stack)
+    held: list[psycopg.Connection[tuple[object, ...]]] = []
+    try:
+        while len(held) < 12:
+            try:
+                held.append(psycopg.connect(limited.replace("+psycopg", ""), connect_timeout=5))
+            except psycopg.OperationalError:
+                break
+        assert held, "the role had no slot left to take"
+        assert _until(lambda: _ready(stack)[0] == 503, 10), _ready(stack)
+        code, body = _ready(stack)
+        assert code == 503 and body["failing"] == ["postgresql"], body
+        with stack.client() as api:
+            answers = [
+                api.post("/v1/signals", json=signal_body(f"run-{i}", "exhausted")) for i in range(5)
+            ]
+        assert all(a.status_code in (201, 503) for a in answers), [a.text for a in answers]
+        assert all("retry-after" in a.headers for a in answers if a.status_code == 503)
+    finally:
+        for conn in held:
+            conn.close()
+    assert _until(lambda: _ready(stack)[0] == 200, 15), _ready(stack)
