@@ -5,7 +5,7 @@ PYTHON ?= python3
 UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 PYTEST_ARGS ?=
 
-.PHONY: help install test-deps run test test-fast test-unit test-ts test-deploy lint typecheck bench soak clean
+.PHONY: help install test-deps run test test-fast test-unit test-ts test-deploy lint typecheck bench soak soak-bloat clean
 
 help: ## Show the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -57,8 +57,13 @@ bench: install ## Benchmarks (each prints its machine and figures): lifecycles, 
 	$(UV) run python bench/found_path.py
 	$(UV) run python bench/inbox.py
 
-soak: install test-deps ## The full soak and chaos run (thousands of signals, every fault) and its invariant table
-	$(UV) run python bench/soak.py --signals 2000 --duration 300
+soak: install test-deps ## The full soak and chaos run (thousands of signals, every fault once, partitions and overload included; root) and its invariant table
+	$(UV) run python bench/soak.py --signals 2000 --duration 420 --partition --overload 60 \
+		--fault-count 12 --provider-outage 30 --exhaust-for 30 --partition-for 20 --idle-for 60
+
+soak-bloat: install test-deps ## The soak with a transaction left idle for five minutes (the xmin horizon pinned), dead rows reported
+	$(UV) run python bench/soak.py --signals 2000 --duration 420 --faults idle_in_transaction \
+		--fault-count 1 --idle-for 300 --idle-after 30
 
 clean: ## Remove the embedded services' data (.signalbox/) and caches
 	rm -rf .signalbox .pytest_cache .mypy_cache .ruff_cache

@@ -19,7 +19,16 @@ from app.domain.states import CLAIM, CONSUME, GIVE_BACK
 
 _CLAIM_TAKE = raw.Query(
     """
-                WITH taken AS (
+                WITH seen AS (
+                    SELECT s.run_id = :run_id AS run_matches, s.status, s.expect,
+                           s.message_id IS NOT NULL AS has_message,
+                           s.claims_used < s.max_claims AS claims_left,
+                           a.id AS lapsed_claim_id, a.fence AS lapsed_fence
+                      FROM signals s
+                      LEFT JOIN claims a ON a.signal_id = s.id AND a.state = 'active'
+                                        AND a.lease_until <= now()
+                     WHERE s.id = :id AND s.namespace = :namespace
+                ), taken AS (
                     UPDATE signals
                        SET status = :dst, claim_fence = claim_fence + 1,
                            claims_used = claims_used + 1, updated_at = now()
@@ -36,12 +45,21 @@ _CLAIM_TAKE = raw.Query(
                            :owner
                       FROM taken
                     RETURNING id, lease_until, owner
+                ), took AS (
+                    SELECT t.id AS signal_id, t.run_id, t.recipient, t.max_claims,
+                           t.claims_used, c.id AS claim_id, c.lease_until, c.owner,
+                           m.id AS message_id, m.subject, m.received_at, m.raw
+                      FROM taken t CROSS JOIN claim c
+                      LEFT JOIN messages m ON m.id = t.message_id
                 )
-                SELECT t.id AS signal_id, t.run_id, t.recipient, t.max_claims, t.claims_used,
-                       c.id AS claim_id, c.lease_until, c.owner,
-                       m.id AS message_id, m.subject, m.received_at, m.raw
-                  FROM taken t CROSS JOIN claim c
-                  LEFT JOIN messages m ON m.id = t.message_id
+                SELECT took.*, seen.status IS NOT NULL AS seen_exists,
+                       seen.run_matches AS seen_run_matches, seen.status AS seen_status,
+                       seen.expect AS seen_expect, seen.has_message AS seen_has_message,
+                       seen.claims_left AS seen_claims_left,
+                       seen.lapsed_claim_id, seen.lapsed_fence
+                  FROM (SELECT 1) AS one
+                  LEFT JOIN seen ON true
+                  LEFT JOIN took ON true
 """
 )
 
@@ -55,18 +73,21 @@ def claim_take(
     claim_id: str,
     lease_seconds: float,
     owner: str | None = None,
-) -> Row | None:
+) -> Row:
     """found → claimed, the claim row (held by `owner`) and the claimed
-    message, in one statement.
+    message, in one statement; one row always.
 
     The guarded UPDATE bumps the claim fence and the claims used; the claim is
     inserted from what it returned, and the message (raw bytes included, None
-    once purged) read with it. None when the signal is not this namespace's
-    and run's, not `found` (someone moved first), has no claim left or no
-    message (deleted by hand): the caller then reads why. Taking nothing it
-    writes nothing, so it may run committed on its own; what it takes has its
-    message (the foreign key holds it), raw bytes None once purged."""
-    return raw.row(
+    once purged) read with it. `claim_id` is NULL when it took nothing: the
+    signal is not this namespace's and run's, not `found` (someone moved
+    first), has no claim left or no message (deleted by hand). The row then
+    holds the facts the statement saw (`seen_*`: whether the signal exists,
+    its run matches, its status, expect, whether it has a message and claims
+    left; `lapsed_claim_id` and `lapsed_fence`: its active claim whose lease
+    has lapsed), for `app.domain.claiming.claim_refusal` to decide on.
+    Taking nothing it writes nothing, so it may run committed on its own."""
+    row = raw.row(
         session,
         _CLAIM_TAKE,
         {
@@ -80,6 +101,8 @@ def claim_take(
         },
         binary=True,  # the raw bytes cross once, not as hex twice their size
     )
+    assert row is not None  # one row always
+    return row
 
 
 def claim_get(session: Connection, claim_id: str) -> RowMapping | None:
@@ -175,7 +198,12 @@ def signal_release_claim(session: Connection, signal_id: str, fence: int) -> boo
 
 _CLAIM_CONSUME = raw.Query(
     """
-                WITH ended AS (
+                WITH seen AS (
+                    SELECT c.state AS seen_state, c.lease_until > now() AS seen_live,
+                           c.fence = s.claim_fence AS seen_current
+                      FROM claims c JOIN signals s ON s.id = c.signal_id
+                     WHERE c.id = :claim_id
+                ), ended AS (
                     UPDATE claims SET state = 'consumed', ended_at = now()
                      WHERE id = :claim_id AND fence = :fence AND state = 'active'
                        AND lease_until > now()
@@ -188,20 +216,21 @@ _CLAIM_CONSUME = raw.Query(
                      WHERE id = :signal_id AND status = :src AND claim_fence = :fence
                        AND EXISTS (SELECT 1 FROM ended)
                      RETURNING id, run_id
+                ), receipt AS (
+                    INSERT INTO receipts (id, signal_id, claim_id, namespace, run_id, message_id,
+                                          claimed_at, evidence, owner)
+                    SELECT :id, sig.id, ended.id, :namespace, sig.run_id, ended.message_id,
+                           ended.claimed_at, :evidence, ended.owner
+                      FROM sig CROSS JOIN ended
+                    RETURNING *
                 )
-                INSERT INTO receipts (id, signal_id, claim_id, namespace, run_id, message_id,
-                                      claimed_at, evidence, owner)
-                SELECT :id, sig.id, ended.id, :namespace, sig.run_id, ended.message_id,
-                       ended.claimed_at, :evidence, ended.owner
-                  FROM sig CROSS JOIN ended
-                RETURNING *
+                SELECT r.*, seen.* FROM (SELECT 1) AS one
+                  LEFT JOIN seen ON true LEFT JOIN receipt r ON true
 """
 )
 
 
-def claim_consume(
-    session: Connection, claim: Mapping[Any, Any], receipt: Mapping[str, Any]
-) -> Row | None:
+def claim_consume(session: Connection, claim: Mapping[Any, Any], receipt: Mapping[str, Any]) -> Row:
     """claimed → consumed, the claim ended and its receipt written, in one
     statement, guarded by the claim's fence, its live lease and the signal
     still claimed under that fence. ``claim`` is a row of
@@ -210,8 +239,11 @@ def claim_consume(
     the signal moved only if it was, so a guard that fails on either row
     writes nothing (a writer that ends the claim also moves the signal, and
     must wait for the claim's lock). ``receipt`` holds the receipt's id and
-    evidence. None when a guard failed (nothing written)."""
-    return raw.row(
+    evidence. One row always: the receipt's (`id` NULL when a guard failed
+    and nothing was written), with the facts the guards saw of the claim
+    (`seen_state`, `seen_live`: its lease, `seen_current`: its fence is the
+    signal's) for `app.domain.claiming.consume_refusal`."""
+    row = raw.row(
         session,
         _CLAIM_CONSUME,
         {
@@ -224,6 +256,8 @@ def claim_consume(
             **CONSUME.params,
         },
     )
+    assert row is not None  # one row always
+    return row
 
 
 def claim_lapsed_ids(session: Connection, limit: int) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, RowMapping, text
 
 from app.db import raw
+from app.db.near import near_address_sql, near_params
 from app.db.rows import Row, by_column, every, first
 from app.domain.ids import new_id
 
@@ -361,19 +362,14 @@ def near_miss_list(session: Connection, signal_id: str) -> Sequence[Row]:
 
 
 _NEAR_ADDRESSES = raw.Query(
-    """
+    f"""
     SELECT w.id, w.provider_message_id, w.received_at, w.recipients, w.size
       FROM (SELECT id, provider_message_id, received_at, recipients, size
               FROM messages
              WHERE provider = :provider AND received_at >= :since AND received_at <= :until
                AND raw IS NOT NULL
              ORDER BY received_at DESC LIMIT :scan) w
-     WHERE NOT (:rcpt = ANY(w.recipients))
-       AND EXISTS (
-            SELECT 1 FROM unnest(w.recipients) AS r(a)
-             WHERE abs(length(r.a) - length(:rcpt)) <= 2
-               AND (right(r.a, length(:at_domain)) = :at_domain
-                    OR left(r.a, length(:local_at)) = :local_at))
+     WHERE {near_address_sql("w.recipients")}
      ORDER BY w.received_at, w.id
      LIMIT :limit
     """
@@ -417,7 +413,6 @@ def message_near_address(
     of its length ± 2 sharing its local part or its domain (with their size,
     not their bytes: `message_raws`; purged ones are left out): the
     candidates of a recipient typo."""
-    local, _, domain = recipient.lower().rpartition("@")
     return raw.rows(
         session,
         _NEAR_ADDRESSES,
@@ -427,9 +422,7 @@ def message_near_address(
             "until": until,
             "scan": scan,
             "limit": limit,
-            "rcpt": recipient.lower(),
-            "at_domain": "@" + domain,
-            "local_at": local + "@",
+            **near_params(recipient),
         },
     )
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -26,22 +25,10 @@ from app.db.pagination import BY_CREATION
 from app.db.rows import Row, every, first
 from app.domain.states import REDRIVE, Status, transition
 
-
-@dataclass(frozen=True)
-class CreateFacts:
-    """What a create must know before it inserts, read in one statement."""
-
-    now: datetime
-    mailbox_owner: str | None
-    waiting: int
-    holder: str | None
-
-
-# A create's facts (the one-statement create reads them too): the clock, the
-# owner of `:address`'s mailbox, `:namespace`'s trigger-kept waiting count and
-# the namespace holding the address (its open hold; `{lock}` FOR SHARE in the
-# one-statement create, so that another namespace cannot take it over while
-# that create commits).
+# A create's facts: the clock, the owner of `:address`'s mailbox,
+# `:namespace`'s trigger-kept waiting count and the namespace holding the
+# address (its open hold; `{lock}` FOR SHARE, so that another namespace cannot
+# take it over while the create commits).
 _CREATE_FACTS_OF = """
     SELECT clock_timestamp() AS now,
            (SELECT namespace FROM mailboxes WHERE address = :address) AS mailbox_owner,
@@ -53,21 +40,6 @@ _CREATE_FACTS_OF = """
                           WHERE address = :address AND released_at IS NULL
                           {lock}) AS h ON true
 """
-_CREATE_FACTS = _CREATE_FACTS_OF.format(lock="")
-
-
-def signal_create_facts(session: Connection, namespace: str, address: str) -> CreateFacts:
-    """The database's clock, the namespace owning `address`'s mailbox (live or
-    deleted; None), how many of the namespace's signals are waiting (the
-    trigger-kept count of `namespace_waiting`: no scan) and who holds it."""
-    row = session.execute(
-        text(_CREATE_FACTS), {"address": address.strip().lower(), "namespace": namespace}
-    ).one()
-    return CreateFacts(
-        now=row.now, mailbox_owner=row.mailbox_owner, waiting=int(row.waiting), holder=row.holder
-    )
-
-
 # What a view needs beside the signal's row (see signal_view_get): the
 # database clock and the summary of its message (joined as `m`) ...
 _VIEW_COLUMNS = """
@@ -146,31 +118,36 @@ def signal_create(session: Connection, values: Mapping[Any, Any], ttl_hours: flo
     )
 
 
-# The common create, decided in the statement: the facts of
-# signal_create_facts, and the insert only when they clear every check by a
-# margin (the caller's checks, made in a transaction, decide the rest). One
-# row always: the created signal's, or NULLs.
+# The create, decided in the statement: the facts of signal_create_facts, the
+# statement's verdicts on them (`fact_*`), and the insert only when they clear
+# every check (`app.domain.admission` says why when they do not). One row
+# always: the facts, with the created signal's columns, or NULLs.
 _SIGNAL_CREATE_CLEAR = raw.Query(
     f"""
-    WITH facts AS ({_CREATE_FACTS_OF.format(lock="FOR SHARE")}), base AS (
-        SELECT now, mailbox_owner, holder FROM facts
-         WHERE waiting < :clear_below
-           AND coalesce(mailbox_owner, CAST(:domain_owner AS text), :namespace) = :namespace
-           AND coalesce(
+    WITH seen AS ({_CREATE_FACTS_OF.format(lock="FOR SHARE")}), facts AS (
+        SELECT now, mailbox_owner, holder, waiting,
+               coalesce(
                  CAST(:received_after AS timestamptz)
-                   BETWEEN now - make_interval(secs => :lookback_seconds - 1)
-                       AND now + make_interval(secs => :lookahead_seconds - 1),
-                 true)
+                   BETWEEN now - make_interval(secs => :lookback_seconds)
+                       AND now + make_interval(secs => :lookahead_seconds),
+                 true) AS in_window,
+               coalesce(mailbox_owner, CAST(:domain_owner AS text), :namespace)
+                 = :namespace AS owner_ok,
+               waiting < :clear_below AS under_bound,
+               (SELECT k.signal_id FROM idempotency_keys k
+                 WHERE k.namespace = :namespace AND k.key = :idempotency_key
+                   AND k.expires_at > now()) AS key_signal
+          FROM seen
+    ), base AS (
+        SELECT now, mailbox_owner, holder FROM facts
+         WHERE in_window AND owner_ok AND under_bound
     ), held AS (
         -- Only a create that can bind its key takes a hold: a live binding
         -- means a replay (200) or a conflict (409), and neither keeps one.
         INSERT INTO address_holds (address, namespace, held_from)
         SELECT :address, :namespace, now FROM base
          WHERE CAST(:holdable AS boolean) AND mailbox_owner IS NULL AND holder IS NULL
-           AND NOT EXISTS (
-                SELECT 1 FROM idempotency_keys k
-                 WHERE k.namespace = :namespace AND k.key = :idempotency_key
-                   AND k.expires_at > now())
+           AND (SELECT key_signal FROM facts) IS NULL
         ON CONFLICT (address) WHERE released_at IS NULL DO NOTHING
         RETURNING namespace
     ), clear AS (
@@ -188,7 +165,11 @@ _SIGNAL_CREATE_CLEAR = raw.Query(
         {_INSERT_SIGNAL.format(now="clear.now", source="FROM clear")}
         RETURNING *
     )
-    SELECT c.*, {_NEW_VIEW_COLUMNS} FROM facts LEFT JOIN created c ON true
+    SELECT c.*, {_NEW_VIEW_COLUMNS},
+           f.now AS fact_now, f.mailbox_owner AS fact_mailbox_owner, f.holder AS fact_holder,
+           f.in_window AS fact_in_window, f.owner_ok AS fact_owner_ok,
+           f.under_bound AS fact_under_bound, f.key_signal AS fact_key_signal
+      FROM facts f LEFT JOIN created c ON true
     """
 )
 
@@ -203,15 +184,22 @@ def signal_create_if_clear(
     clear_below: int,
     lookback_hours: float,
     lookahead_hours: float,
-) -> Row | None:
+) -> Row:
     """A create in one statement, when it is clear: the namespace has fewer
     than `clear_below` waiting signals, may use the address (its mailbox's
     owner, else `domain_owner`, is None or the namespace; when it is
     `holdable` and no mailbox's, the namespace holds it already or takes it
-    now, nobody holding it), `received_after`
-    is None or a second inside the lookback and lookahead, and the key has
-    no live binding. The new row with signal_view_get's columns, or None
-    when nothing was inserted: the caller then decides, in a transaction."""
+    now, nobody holding it), `received_after` is None or inside the
+    lookback and lookahead, and the key has no live binding.
+
+    One row always: the new signal's with signal_view_get's columns (`id`
+    NULL when nothing was inserted), and the facts the statement decided on
+    (`fact_now`, `fact_mailbox_owner`, `fact_holder`, `fact_key_signal`: the
+    signal a live binding of the key names) with its verdicts
+    (`fact_in_window`, `fact_owner_ok`, `fact_under_bound`), for
+    `app.domain.admission` to say why it refused. Inserting nothing, it
+    writes nothing; run again (under the namespace's lock, with the exact
+    limit), it decides on fresh facts."""
     row = raw.row(
         session,
         _SIGNAL_CREATE_CLEAR,
@@ -228,7 +216,8 @@ def signal_create_if_clear(
             "ttl": ttl_hours * 3600.0,
         },
     )
-    return row if row is not None and row["id"] is not None else None
+    assert row is not None  # one row always
+    return row
 
 
 def signal_view_by_key(session: Connection, namespace: str, key: str) -> Row | None:
@@ -241,16 +230,6 @@ def signal_view_by_key(session: Connection, namespace: str, key: str) -> Row | N
          WHERE k.namespace = :ns AND k.key = :key AND k.expires_at > now()
     """
     return first(session, sql, {"ns": namespace, "key": key})
-
-
-def idempotency_key_signal(session: Connection, namespace: str, key: str) -> str | None:
-    return session.execute(
-        text(
-            "SELECT signal_id FROM idempotency_keys"
-            " WHERE namespace = :ns AND key = :key AND expires_at > now()"
-        ),
-        {"ns": namespace, "key": key},
-    ).scalar_one_or_none()
 
 
 def signal_get(session: Connection, signal_id: str, namespace: str | None = None) -> Row | None:
@@ -308,6 +287,16 @@ def signal_notified_row(payload: str) -> Row | None:
     return row
 
 
+def signal_waiting_lock(session: Connection, namespace: str) -> None:
+    """Take a transaction-scoped advisory lock on the namespace's waiting
+    count: creates and redrives near its quota count one after another, each
+    seeing the others' committed rows (in a statement after the lock)."""
+    session.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended('signalbox.waiting:' || :ns, 0))"),
+        {"ns": namespace},
+    )
+
+
 def signal_waiting_count(session: Connection, namespace: str, *, serialise: bool = False) -> int:
     """How many of the namespace's signals are waiting: the sum of its rows
     in `namespace_waiting`, which a trigger on `signals` keeps (no scan).
@@ -317,10 +306,7 @@ def signal_waiting_count(session: Connection, namespace: str, *, serialise: bool
     and each sees the others' committed rows.
     """
     if serialise:
-        session.execute(
-            text("SELECT pg_advisory_xact_lock(hashtextextended('signalbox.waiting:' || :ns, 0))"),
-            {"ns": namespace},
-        )
+        signal_waiting_lock(session, namespace)
     return int(
         session.execute(
             text("SELECT coalesce(sum(waiting), 0) FROM namespace_waiting WHERE namespace = :ns"),

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from app.db import raw
+from app.db.near import near_address_sql, near_params
 from app.db.pagination import Keyset
 from app.db.rows import Row, affected
 from app.domain.ids import new_id
@@ -243,11 +244,10 @@ def sink_message_before_windows(
     )
 
 
-# A recipient typo differs in the local part or in the domain, never both: a
-# near address keeps one of them whole. Only the latest `scan` messages of the
+# A recipient typo (app.db.near). Only the latest `scan` messages of the
 # window are looked at, so a busy window costs a bounded read.
 _NEAR_ADDRESSES = raw.Query(
-    """
+    f"""
     SELECT w.id, w.received_at, w.all_recipients, sm.envelope_recipients, sm.size,
            sm.message_id, sm.auth_namespace
       FROM (SELECT id, received_at, all_recipients
@@ -255,12 +255,7 @@ _NEAR_ADDRESSES = raw.Query(
              WHERE received_at >= :since AND received_at <= :until
              ORDER BY received_at DESC LIMIT :scan) w
       JOIN sink_messages sm ON sm.id = w.id
-     WHERE NOT (:rcpt = ANY(w.all_recipients))
-       AND EXISTS (
-            SELECT 1 FROM unnest(w.all_recipients) AS r(a)
-             WHERE abs(length(r.a) - length(:rcpt)) <= 2
-               AND (right(r.a, length(:at_domain)) = :at_domain
-                    OR left(r.a, length(:local_at)) = :local_at))
+     WHERE {near_address_sql("w.all_recipients")}
      ORDER BY w.received_at, w.id
      LIMIT :limit
     """
@@ -280,17 +275,8 @@ def sink_message_near_address(
     the latest `scan` of them) that are not to `recipient` but to an address
     of its length ± 2 sharing its local part or its domain: the candidates of
     a recipient typo."""
-    local, _, domain = recipient.lower().rpartition("@")
     return raw.rows(
         session,
         _NEAR_ADDRESSES,
-        {
-            "since": since,
-            "until": until,
-            "scan": scan,
-            "limit": limit,
-            "rcpt": recipient.lower(),
-            "at_domain": "@" + domain,
-            "local_at": local + "@",
-        },
+        {"since": since, "until": until, "scan": scan, "limit": limit, **near_params(recipient)},
     )

@@ -10,39 +10,44 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
 from app.db import claims as claims_db
-from app.db import dead_letters as dead_letters_db
 from app.db import messages as messages_db
 from app.db import server as server_db
 from app.db import signals as signals_db
 from app.db.engine import autocommit, retryable, transaction
+from app.db.rows import Row
 from app.domain import whole_message
+from app.domain.claiming import (
+    ClaimFacts,
+    ClaimOutcome,
+    ConsumeRefusal,
+    Refusal,
+    claim_refusal,
+    consume_refusal,
+)
 from app.domain.expectations import Expect
 from app.domain.ids import new_id
 from app.domain.masking import mask_subject
 from app.domain.states import ExpiryReason, Status
-from app.errors import Conflict, LeaseExpired, NotFound
+from app.errors import LeaseExpired, NotFound
 from app.infra.keys import recipient_hash
 from app.observability import metrics
 from app.usecases import views
+from app.usecases.claim_answers import Answer, refused
 from app.usecases.expiry import expire_signal, publish
 from app.usecases.inputs import ClaimCreate, ClaimExtend
 
 log = logging.getLogger("signalbox.claims")
 
 
-@dataclass(frozen=True)
-class Answer:
-    """An HTTP-shaped answer: the contract gives claims bodies on 2xx and 4xx."""
-
-    status_code: int
-    body: dict[str, Any]
+# Times the claim statement runs when another writer moved first (or a
+# lapsed lease was ended) before it is answered as refused.
+CLAIM_ATTEMPTS = 3
 
 
 def _give_back(
@@ -97,47 +102,61 @@ def lapse_leases(limit: int = 500) -> int:
 
 def claim(namespace: str, signal_id: str, req: ClaimCreate) -> Answer:
     """Lease a found signal's message to `req.owner` (default: the token's
-    name, which for a tenant's token is its namespace)."""
-    # The common case, a found signal, is one statement committed alone: no
-    # BEGIN and COMMIT around it. When it takes nothing, it wrote nothing.
-    with autocommit() as session:
-        taken = _take(session, signal_id, namespace, req)
-    if taken is not None:
-        return _claimed(taken)
+    name, which for a tenant's token is its namespace).
+
+    One statement, committed alone, takes it; when it takes nothing it
+    wrote nothing and says what it saw, and `claim_refusal` decides. A
+    lease that lapsed (the sweep has not ended it yet) is ended, and the
+    same statement runs again, as it does when another writer moved first."""
     dead: list[str] = []
-    with transaction() as session:
-        # Anything else (not found, another run, claimed, a lease to lapse,
-        # a message gone) reads why, or takes it if it turned found meanwhile.
-        taken = _take(session, signal_id, namespace, req)
-        if taken is None:
-            signal = signals_db.signal_get(session, signal_id, namespace)
-            if signal is None:
-                raise NotFound(f"no signal {signal_id}")
-            if signal["run_id"] != req.run_id:
-                raise Conflict("run_id is not this signal's run", code="run_mismatch")
-            if signal["status"] == Status.CLAIMED:
-                active = claims_db.claim_active_for_signal(session, signal_id)
-                now = server_db.db_now(session)
-                if active is not None and active["lease_until"] <= now:
-                    # The sweep has not lapsed it yet: do it now, then try again.
-                    dlq = _lapse(session, active, signal)
-                    if dlq:
-                        dead.append(dlq)
-                    taken = _take(session, signal_id, namespace, req)
-            if taken is None:
-                signal = signals_db.signal_get(session, signal_id, namespace)
-                assert signal is not None
-                if signal["status"] == Status.FOUND and signal["message_id"] is None:
-                    raise NotFound(f"no message of signal {signal_id}")  # deleted by hand
-                answer = _refusal(session, signal)
+    refusal = Refusal.ALREADY_CLAIMED
+    for attempt in range(1, CLAIM_ATTEMPTS + 1):
+        with autocommit() as session:
+            row = _take(session, signal_id, namespace, req)
+        if row["claim_id"] is not None:
+            publish(dead)
+            # Parsed for its content once committed: no lock is held meanwhile.
+            return _claimed(row)
+        refusal = claim_refusal(_claim_facts(row))
+        if refusal is Refusal.LEASE_LAPSED:
+            dead += _lapse_seen(namespace, signal_id, row)
+        if refusal not in (Refusal.LEASE_LAPSED, Refusal.RACED):
+            break
+        if attempt == CLAIM_ATTEMPTS:
+            refusal = Refusal.ALREADY_CLAIMED
     publish(dead)
-    # Parsed for its content once committed: no lock is held meanwhile.
-    return _claimed(taken) if taken is not None else answer
+    return refused(namespace, signal_id, refusal)
 
 
-def _take(
-    session: Connection, signal_id: str, namespace: str, req: ClaimCreate
-) -> Mapping[Any, Any] | None:
+def _claim_facts(row: Mapping[Any, Any]) -> ClaimFacts:
+    """The facts the claim statement returned when it took nothing."""
+    if not row["seen_exists"]:
+        return ClaimFacts(exists=False)
+    return ClaimFacts(
+        exists=True,
+        run_matches=bool(row["seen_run_matches"]),
+        status=Status(row["seen_status"]),
+        expect=Expect(row["seen_expect"]),
+        has_message=bool(row["seen_has_message"]),
+        claims_left=bool(row["seen_claims_left"]),
+        lease_lapsed=row["lapsed_claim_id"] is not None,
+    )
+
+
+def _lapse_seen(namespace: str, signal_id: str, row: Mapping[Any, Any]) -> list[str]:
+    """End the lapsed claim the statement saw (guarded by its fence and its
+    state, so a claim another writer ended meanwhile is left alone) and give
+    its message back; the new dead letter ids."""
+    with transaction() as session:
+        signal = signals_db.signal_get(session, signal_id, namespace)
+        if signal is None:
+            return []
+        lapsed = {"id": row["lapsed_claim_id"], "fence": row["lapsed_fence"]}
+        dlq = _lapse(session, lapsed, signal)
+    return [dlq] if dlq else []
+
+
+def _take(session: Connection, signal_id: str, namespace: str, req: ClaimCreate) -> Row:
     taken = claims_db.claim_take(
         session,
         signal_id,
@@ -147,9 +166,9 @@ def _take(
         lease_seconds=float(req.lease_seconds),
         owner=req.owner or namespace,
     )
-    if taken is not None and taken["message_id"] is None:
+    if taken["claim_id"] is not None and taken["message_id"] is None:
         # A claimed message outlives its signal's claims (foreign key): only
-        # a hand-made deletion gets here. Nothing is written (rolled back).
+        # a hand-made deletion gets here.
         raise NotFound(f"no message of signal {signal_id}")
     return taken
 
@@ -177,7 +196,7 @@ def _claim_answer(
     # more than its bytes (docs/api.md, "Large messages").
     content = whole_message.claim_content(raw) if raw is not None else None
     return Answer(
-        200,
+        ClaimOutcome.CLAIMED,
         {
             "status": "claimed",
             "claim_id": claim_id,
@@ -220,59 +239,6 @@ def _claimed(taken: Mapping[Any, Any]) -> Answer:
     )
 
 
-def _refusal(session: Connection, signal: Mapping[Any, Any]) -> Answer:
-    status = Status(signal["status"])
-    if signal["expect"] == Expect.NONE or status is Status.CANCELLED:
-        # It expects no email, or its test ended: there is nothing to claim.
-        why = "is cancelled" if status is Status.CANCELLED else "expects no email (expect 'none')"
-        raise Conflict(
-            f"signal {signal['id']} {why}, result {status.value}: there is nothing to claim",
-            code="not_claimable",
-        )
-    if status is Status.WAITING:
-        now = server_db.db_now(session)
-        return _state_answer(
-            202,
-            "waiting",
-            signal,
-            retry_after_seconds=views.poll_hint(now, signal),
-        )
-    if status is Status.EXPIRED:
-        dl = dead_letters_db.dead_letter_latest_many(session, [signal["id"]]).get(signal["id"])
-        return _state_answer(
-            410,
-            "expired",
-            signal,
-            reason=signal["expiry_reason"],
-            dead_letter=views.dead_letter_view(dl) if dl else None,
-        )
-    if status is Status.CONSUMED:
-        receipt = claims_db.receipt_by_signal_many(session, [signal["id"]]).get(signal["id"])
-        return _state_answer(
-            409,
-            "already_consumed",
-            signal,
-            receipt=views.receipt_view(receipt) if receipt else None,
-        )
-    active = claims_db.claim_active_for_signal(session, signal["id"])
-    return _state_answer(
-        409,
-        "already_claimed",
-        signal,
-        claim_id=active["id"] if active else None,
-        message_id=signal["message_id"],
-        lease_until=views.iso(active["lease_until"]) if active else None,
-        owner=active["owner"] if active else None,
-    )
-
-
-def _state_answer(
-    status_code: int, status: str, signal: Mapping[Any, Any], **fields: Any
-) -> Answer:
-    """A claim refused for the signal's state: `status`, the signal's id, then `fields`."""
-    return Answer(status_code, {"status": status, "signal_id": signal["id"], **fields})
-
-
 def _live_claim(session: Connection, namespace: str, claim_id: str) -> Mapping[Any, Any]:
     claim_row = claims_db.claim_lock_live(session, claim_id)
     if claim_row is None or claim_row["namespace"] != namespace:
@@ -295,65 +261,63 @@ def _require_live(claim_row: Mapping[Any, Any]) -> None:
 def consume(namespace: str, claim_id: str) -> dict[str, Any]:
     """Consume the claimed message; consuming again returns the same receipt.
 
-    The common case, a live claim, is two statements committed alone: the
-    claim and its message read unlocked (hashing a large message holds no
-    lock), then the consume, guarded by the fence, the state and the lease.
-    Anything else, or a guard that failed meanwhile (a concurrent consume,
-    a release, a lapse), is decided on the locked rows as before."""
-    with autocommit() as session:  # one connection for both statements
+    Two statements committed alone: the claim and its message read unlocked
+    (hashing a large message holds no lock), then the consume, guarded by
+    the fence, the state and the lease. When a guard fails it writes
+    nothing and says what it saw, and `consume_refusal` decides: the kept
+    receipt, LeaseExpired, or the same statement again (a concurrent writer
+    held the rows, or PostgreSQL aborted it for a deadlock)."""
+    with autocommit() as session:  # one connection for every statement
         unlocked = claims_db.claim_message_raw(session, claim_id)
         if unlocked is None or unlocked["namespace"] != namespace:
             raise NotFound(f"no claim {claim_id}")
-        receipt = None
         pinned: dict[str, Any] = {}
-        if unlocked["state"] == "active":
+        if unlocked["state"] == "active":  # the evidence of a claim that can be consumed
             pinned = _message_digest(unlocked["raw"], unlocked["message_id"])
-        if pinned and unlocked["live"] and unlocked["fence"] == unlocked["claim_fence"]:
+        for _ in range(CLAIM_ATTEMPTS):
             try:
-                receipt = _consume_row(session, unlocked, pinned)
+                row = _consume_row(session, unlocked, pinned)
             except OperationalError as exc:
                 # Aborted for a deadlock or a lock wait (with a release or a
                 # lapse at the same moment): nothing was written.
                 if not retryable(exc):
                     raise
-    # Released first: the locked path takes a connection of its own.
-    return receipt if receipt is not None else _consume_locked(namespace, claim_id, pinned)
-
-
-def _consume_locked(namespace: str, claim_id: str, pinned: dict[str, Any]) -> dict[str, Any]:
-    with transaction() as session:
-        claim_row = _live_claim(session, namespace, claim_id)
-        if claim_row["state"] == "consumed":
-            kept = claims_db.receipt_by_claim(session, claim_id)
-            assert kept is not None
-            return views.receipt_view(kept)
-        _require_live(claim_row)  # so `pinned` was read while it was active
-        receipt = _consume_row(session, claim_row, pinned)
-        if receipt is None:  # a guard failed: the transaction rolls back
-            raise LeaseExpired(claim_id=claim_id)
-        return receipt
+                continue
+            if row["id"] is not None:
+                return views.receipt_view(row)
+            refusal = consume_refusal(row["seen_state"], row["seen_live"], row["seen_current"])
+            if refusal is ConsumeRefusal.CONSUMED:
+                kept = claims_db.receipt_by_claim(session, claim_id)
+                assert kept is not None
+                return views.receipt_view(kept)
+            if refusal is ConsumeRefusal.LAPSED:
+                raise LeaseExpired(
+                    "this claim's lease lapsed or it was ended; claim the signal again",
+                    claim_id=claim_id,
+                )
+    raise LeaseExpired(claim_id=claim_id)
 
 
 def _consume_row(
     session: Connection, claim_row: Mapping[Any, Any], pinned: dict[str, Any]
-) -> dict[str, Any] | None:
-    """The consume's one statement; the receipt's view, or None if a guard failed."""
-    receipt = claims_db.claim_consume(
+) -> Mapping[Any, Any]:
+    """The consume's one statement: its row (the receipt's columns, `id`
+    NULL when a guard failed, and the facts the guards saw)."""
+    row = claims_db.claim_consume(
         session,
         claim_row,
         {"id": new_id("rcp"), "evidence": {**_evidence(claim_row), **pinned}},
     )
-    if receipt is None:
-        return None
-    _log_claim_event(
-        "signal consumed",
-        "signal_consumed",
-        run_id=claim_row["run_id"],
-        signal_id=claim_row["signal_id"],
-        claim_id=claim_row["id"],
-        recipient=claim_row["recipient"],
-    )
-    return views.receipt_view(receipt)
+    if row["id"] is not None:
+        _log_claim_event(
+            "signal consumed",
+            "signal_consumed",
+            run_id=claim_row["run_id"],
+            signal_id=claim_row["signal_id"],
+            claim_id=claim_row["id"],
+            recipient=claim_row["recipient"],
+        )
+    return row
 
 
 def _log_claim_event(
@@ -484,7 +448,7 @@ def claim_live_or_ended(
         claim_row,
         signal,
         Answer(
-            410,
+            ClaimOutcome.ENDED,
             {
                 "status": state,
                 "claim_id": claim_id,

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from app.domain.expectations import MAX_SETTLE_SECONDS, MIN_SETTLE_SECONDS
+
+if TYPE_CHECKING:
+    from app.errors import InvalidInput
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 # Provider and namespace names: a safe alphabet, never a NUL.
@@ -143,20 +146,29 @@ def check_received_after(
 ) -> None:
     """`received_after` must lie within [now - lookback, now + lookahead] of the
     server's clock; else InvalidInput naming the field."""
-    from app.errors import InvalidInput
-
     if received_after is None:
         return
-    earliest = now - timedelta(hours=lookback_hours)
-    latest = now + timedelta(hours=lookahead_hours)
-    if received_after < earliest:
-        raise InvalidInput(
+    early = received_after < now - timedelta(hours=lookback_hours)
+    if early or received_after > now + timedelta(hours=lookahead_hours):
+        raise received_after_error(
+            early=early, lookback_hours=lookback_hours, lookahead_hours=lookahead_hours
+        )
+
+
+def received_after_error(
+    *, early: bool, lookback_hours: float, lookahead_hours: float
+) -> InvalidInput:
+    """The error of a `received_after` before the lookback (`early`) or after
+    the lookahead."""
+    from app.errors import InvalidInput
+
+    if early:
+        return InvalidInput(
             f"received_after: must be at most {lookback_hours:g} h before the server's clock"
             " (SIGNALBOX_MAX_LOOKBACK_HOURS)",
             field="received_after",
         )
-    if received_after > latest:
-        raise InvalidInput(
-            f"received_after: must be at most {lookahead_hours:g} h after the server's clock",
-            field="received_after",
-        )
+    return InvalidInput(
+        f"received_after: must be at most {lookahead_hours:g} h after the server's clock",
+        field="received_after",
+    )

@@ -18,11 +18,13 @@ from sqlalchemy import Connection
 from app.db import messages as messages_db
 from app.db.engine import transaction
 from app.domain import whole_message
+from app.domain.claiming import ClaimOutcome
 from app.domain.whole_message import Attachment
 from app.errors import NotFound
 from app.settings import get_settings
 from app.usecases import inbox, views
-from app.usecases.claims import Answer, claim_live_or_ended
+from app.usecases.claim_answers import Answer
+from app.usecases.claims import claim_live_or_ended
 from app.usecases.visibility import may_see, visible_ids
 
 
@@ -100,7 +102,7 @@ def claim_message(namespace: str, claim_id: str) -> Answer:
     found = _claimed(namespace, claim_id)
     if isinstance(found, Answer):
         return found
-    return Answer(200, message_view(found))
+    return Answer(ClaimOutcome.CLAIMED, message_view(found))
 
 
 def _attachment(loaded: Loaded, attachment_id: str) -> AttachmentBody:

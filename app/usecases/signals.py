@@ -8,20 +8,25 @@ sweep because the database says what is due.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any
 
-from sqlalchemy import Connection
-
 from app.db import due as due_db
-from app.db import holds as holds_db
 from app.db import signals as signals_db
 from app.db import takes as takes_db
 from app.db.engine import autocommit, transaction
 from app.domain import ownership
+from app.domain.admission import (
+    Admission,
+    CreateFacts,
+    CreateOutcome,
+    admission,
+    conflicting_fields,
+    replay_outcome,
+)
 from app.domain.expectations import Expect, effective_settle
 from app.domain.ids import new_id
 from app.domain.scheduling import first_check_delay
@@ -31,6 +36,7 @@ from app.errors import (
     NotFound,
     ProviderNotAllowed,
     RecipientNotOwned,
+    SignalboxError,
     TooManyWaiting,
     UnknownProvider,
 )
@@ -41,25 +47,19 @@ from app.providers.runtime import provider_configs, pushes
 from app.settings import Settings
 from app.usecases import holds, views
 from app.usecases.checks import BATCH_LIMIT, CheckRequest, CheckRunner, Why
-from app.usecases.inputs import SignalCreate, check_received_after
+from app.usecases.inputs import SignalCreate, received_after_error
 
 log = logging.getLogger("signalbox.signals")
 
-# Fields whose difference under the same key is a conflict (docs/api.md, "Signals").
-CONFLICT_FIELDS = (
-    "recipient",
-    "test_case",
-    "subject_contains",
-    "body_contains",
-    "provider",
-    "expect",
-    "settle_seconds",
-)
 # Creates that count without the namespace's lock: exact unless more than this
 # many creates of one namespace are in flight at once while it is this close to
 # its quota (then it can be over by at most the number in flight).
 QUOTA_SLACK = 64
 QUOTA_RETRY_AFTER_SECONDS = 10.0
+# Times the create statement runs when another create moved first (took the
+# address's hold, bound the key) or a lapsed hold was released, before the
+# caller is asked to retry.
+CREATE_ATTEMPTS = 4
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,8 @@ class Created:
     first_look: Callable[[], None] | None = None
 
     @property
-    def status_code(self) -> int:
-        if self.created:
-            return 201
-        return 202 if self.view["status"] == Status.WAITING else 200
+    def outcome(self) -> CreateOutcome:
+        return CreateOutcome.CREATED if self.created else replay_outcome(self.view["status"])
 
 
 def check_provider(settings: Settings, provider: str, namespace: str) -> None:
@@ -131,56 +129,95 @@ def signal_create(
             req.expires_in_seconds, req.max_checks, pushes=pushes(settings, req.provider)
         ),
     }
-    # The common create is one statement, committed alone: the database
-    # inserts only when its facts clear every check with room to spare.
-    # Anything else (a replay, a refusal, a quota nearly reached) is decided
-    # below, in a transaction, on the same checks.
-    with autocommit() as session:
-        row = signals_db.signal_create_if_clear(
-            session,
-            values,
-            settings.idempotency_ttl_hours,
-            domain_owner=domain_owner,
-            holdable=holdable,
-            clear_below=settings.max_waiting_per_namespace - QUOTA_SLACK,
-            lookback_hours=settings.max_lookback_hours,
-            lookahead_hours=settings.max_lookahead_hours,
-        )
-        view = views.signal_views(session, [row])[0] if row is not None else None
-    if view is not None:
-        return _created(settings, namespace, req, row, view, runner)
-    with transaction() as session:
-        facts = signals_db.signal_create_facts(session, namespace, req.recipient)
-        # Judged by the database's clock, the authority for every timestamp.
-        check_received_after(
-            req.received_after,
-            facts.now,
-            lookback_hours=settings.max_lookback_hours,
-            lookahead_hours=settings.max_lookahead_hours,
-        )
-        _check_owner(settings, namespace, req.recipient, facts.mailbox_owner)
-        if (
-            holdable
-            and facts.mailbox_owner is None
-            and (
-                facts.holder != namespace
-                or not holds_db.hold_keep(session, req.recipient, namespace)
+    # The create is one statement, committed alone: the database inserts only
+    # when its facts clear every check. When they do not, it says what it saw
+    # and `admission` decides: an answer, or a step before the same statement
+    # runs again (the exact count near the quota, a lapsed hold released).
+    exactly = False
+    for _ in range(CREATE_ATTEMPTS):
+        with autocommit() if not exactly else transaction() as session:
+            if exactly:
+                signals_db.signal_waiting_lock(session, namespace)
+            row = signals_db.signal_create_if_clear(
+                session,
+                values,
+                settings.idempotency_ttl_hours,
+                domain_owner=domain_owner,
+                holdable=holdable,
+                clear_below=settings.max_waiting_per_namespace - (0 if exactly else QUOTA_SLACK),
+                lookback_hours=settings.max_lookback_hours,
+                lookahead_hours=settings.max_lookahead_hours,
             )
-        ):
-            holds.take_hold(settings, session, namespace, req.recipient, facts.now)
-        _check_quota(settings, session, namespace, key, facts.waiting)
-        row = signals_db.signal_create(
-            session, {**values, "now": facts.now}, settings.idempotency_ttl_hours
-        )
-        if row is not None:
-            view = views.signal_views(session, [row])[0]
-        else:
-            row = signals_db.signal_view_by_key(session, namespace, key)
-            if row is None:  # the key lapsed between the two statements
-                raise IdempotencyConflict("idempotency key changed hands; retry the request")
-            _raise_if_conflicting(row, values)
-            return Created(view=views.signal_views(session, [row])[0], created=False)
+            if row["id"] is not None:
+                view = views.signal_views(session, [row])[0]
+                break
+        refused = admission(namespace, _create_facts(req, row, holdable, exactly))
+        if refused is Admission.EXISTING:
+            return _existing(namespace, key, values)
+        if refused is Admission.COUNT_EXACTLY:
+            exactly = True
+        elif refused is Admission.HELD_BY_OTHER:
+            holds.release_lapsed(settings, namespace, req.recipient)
+        elif refused is not Admission.RACED:
+            raise _refusal(settings, refused)
+    else:
+        raise IdempotencyConflict("the create met concurrent changes; retry the request")
     return _created(settings, namespace, req, row, view, runner)
+
+
+def _create_facts(
+    req: SignalCreate, row: Mapping[str, Any], holdable: bool, exactly: bool
+) -> CreateFacts:
+    """The facts the create statement returned when it inserted nothing."""
+    return CreateFacts(
+        now=row["fact_now"],
+        received_after=req.received_after,
+        in_window=row["fact_in_window"],
+        owner_ok=row["fact_owner_ok"],
+        under_bound=row["fact_under_bound"],
+        needs_hold=holdable and row["fact_mailbox_owner"] is None,
+        holder=row["fact_holder"],
+        key_signal=row["fact_key_signal"],
+        counted_exactly=exactly,
+    )
+
+
+def _existing(namespace: str, key: str, values: dict[str, Any]) -> Created:
+    """A replay: the signal the key names, unless its fields differ."""
+    with autocommit() as session:
+        row = signals_db.signal_view_by_key(session, namespace, key)
+        if row is None:  # the key lapsed after the statement
+            raise IdempotencyConflict("idempotency key changed hands; retry the request")
+        differing = conflicting_fields(row, values)
+        if differing:
+            raise IdempotencyConflict(
+                "this idempotency key already names a signal with a different "
+                + ", ".join(differing),
+                fields=differing,
+            )
+        return Created(view=views.signal_views(session, [row])[0], created=False)
+
+
+def _refusal(settings: Settings, refused: Admission) -> SignalboxError:
+    """The error a create refused for `refused` answers."""
+    if refused is Admission.TOO_EARLY or refused is Admission.TOO_LATE:
+        return received_after_error(
+            early=refused is Admission.TOO_EARLY,
+            lookback_hours=settings.max_lookback_hours,
+            lookahead_hours=settings.max_lookahead_hours,
+        )
+    if refused is Admission.NOT_OWNED:
+        # Says no more than that: which namespace owns it is not this caller's business.
+        return RecipientNotOwned(
+            "the address belongs to another namespace (a mailbox or an owned domain)",
+            field="recipient",
+        )
+    assert refused is Admission.TOO_MANY, refused
+    return TooManyWaiting(
+        f"this namespace already has {settings.max_waiting_per_namespace} waiting signals"
+        " (SIGNALBOX_MAX_WAITING_PER_NAMESPACE); retry when some are found or expired",
+        retry_after_seconds=QUOTA_RETRY_AFTER_SECONDS,
+    )
 
 
 def _created(
@@ -214,49 +251,6 @@ def _created(
 
 def _first_look(runner: CheckRunner, request: CheckRequest) -> None:
     runner.check(request)
-
-
-def _check_owner(
-    settings: Settings, namespace: str, address: str, mailbox_owner: str | None
-) -> None:
-    owner = ownership.owner_of(address, settings.namespace_domain_owners, mailbox_owner)
-    if not ownership.may_use(namespace, owner):
-        # Says no more than that: which namespace owns it is not this caller's business.
-        raise RecipientNotOwned(
-            "the address belongs to another namespace (a mailbox or an owned domain)",
-            field="recipient",
-        )
-
-
-def _check_quota(
-    settings: Settings, session: Connection, namespace: str, key: str, waiting: int
-) -> None:
-    """At most `max_waiting_per_namespace` waiting signals; a replay of an
-    existing key is never refused. Near the limit, creates of one namespace
-    count under an advisory lock, one at a time, so the limit is exact;
-    farther from it they count in parallel (see QUOTA_SLACK)."""
-    limit = settings.max_waiting_per_namespace
-    if waiting < limit - QUOTA_SLACK:
-        return
-    if signals_db.signal_waiting_count(session, namespace, serialise=True) < limit:
-        return
-    if signals_db.idempotency_key_signal(session, namespace, key) is not None:
-        return
-    raise TooManyWaiting(
-        f"this namespace already has {limit} waiting signals"
-        " (SIGNALBOX_MAX_WAITING_PER_NAMESPACE); retry when some are found or expired",
-        retry_after_seconds=QUOTA_RETRY_AFTER_SECONDS,
-    )
-
-
-def _raise_if_conflicting(row: Any, values: dict[str, Any]) -> None:
-    """`values` are the create's, as stored (`settle_seconds` with its default)."""
-    differing = [f for f in CONFLICT_FIELDS if row[f] != values[f]]
-    if differing:
-        raise IdempotencyConflict(
-            "this idempotency key already names a signal with a different " + ", ".join(differing),
-            fields=differing,
-        )
 
 
 def signal_read(namespace: str | None, signal_id: str, *, masked: bool = False) -> dict[str, Any]:

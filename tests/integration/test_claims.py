@@ -316,7 +316,9 @@ def test_a_consume_whose_lease_ran_out_writes_nothing_even_unlocked(stack: Stack
             ).scalar()
     finally:
         engine.dispose()
-    assert receipt is None
+    # Nothing written: no receipt, and the facts the guards saw say why.
+    assert receipt["id"] is None
+    assert (receipt["seen_state"], receipt["seen_live"]) == ("active", False)
     assert (status, state, receipts) == ("claimed", "active", 0)
 
 

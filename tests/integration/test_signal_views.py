@@ -106,7 +106,7 @@ def _claimed(engine: Engine) -> tuple[str, str]:
         taken = claims_db.claim_take(
             s, signal_id, NS, run_id="run-views", claim_id=claim_id, lease_seconds=90
         )
-        assert taken is not None and taken["message_id"] == message_id
+        assert taken["claim_id"] == claim_id and taken["message_id"] == message_id
     return signal_id, claim_id
 
 
@@ -120,7 +120,7 @@ def _consumed(engine: Engine) -> str:
             claim,
             {"id": f"rcp_{uuid.uuid4().hex[:24]}", "evidence": {"recipient": "matched"}},
         )
-        assert receipt is not None
+        assert receipt["id"] is not None  # written
     return signal_id
 
 

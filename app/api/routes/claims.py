@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from app.api.deps import Namespace
+from app.api.outcomes import claim_response
 from app.api.responses import V1, StateBody, errors
 from app.usecases import claims
 from app.usecases.inputs import ClaimCreate, ClaimExtend
@@ -41,8 +42,7 @@ def _claim_action(action: str) -> Callable[[_Route], _Route]:
     },
 )
 def claim_signal(signal_id: SignalId, body: ClaimCreate, namespace: Namespace) -> JSONResponse:
-    answer = claims.claim(namespace, signal_id, body)
-    return JSONResponse(answer.body, status_code=answer.status_code)
+    return claim_response(claims.claim(namespace, signal_id, body))
 
 
 @_claim_action("consume")

@@ -9,10 +9,11 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.api.deps import Namespace
+from app.api.outcomes import claim_response
 from app.api.responses import V1, errors
 from app.domain.whole_message import ATTACHMENT_ID_PATTERN
 from app.usecases import message_content
-from app.usecases.claims import Answer
+from app.usecases.claim_answers import Answer
 from app.web.downloads import attachment_response, raw_response
 from app.web.params import ClaimId
 
@@ -24,7 +25,7 @@ _BYTES = {"description": "The bytes.", "content": {"application/octet-stream": {
 
 
 def _ended(answer: Answer) -> JSONResponse:
-    return JSONResponse(answer.body, status_code=answer.status_code)
+    return claim_response(answer)
 
 
 @router.get("/claims/{claim_id}/message", response_model=dict[str, Any], responses=_ERRORS)

@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import AppSettings, Caller, Namespace
 from app.api.notify import Wake
+from app.api.outcomes import CREATE_CODES
 from app.api.responses import V1, errors
 from app.usecases import cancel, evidence, mailboxes, signals, typos
 from app.usecases.inputs import Cancel, MailboxCreate, SignalCreate
@@ -58,7 +59,7 @@ def create_signal(
         answer = {**answer, "warnings": warnings}
     # A sink signal's first look is made here, once the answer is sent.
     later = BackgroundTask(created.first_look) if created.first_look else None
-    return JSONResponse(answer, status_code=created.status_code, background=later)
+    return JSONResponse(answer, status_code=CREATE_CODES[created.outcome], background=later)
 
 
 # Answered as a JSONResponse like the claim routes (see app/api/routes/claims.py).

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.api.deps import AppSettings, Caller, Namespace
+from app.api.outcomes import claim_response
 from app.api.responses import V1, errors
 from app.usecases import claims, matches, triage
 from app.web.params import ClaimId, Cursor, Limit, SignalId
@@ -46,5 +47,4 @@ def list_matches(
 def read_claim(claim_id: ClaimId, namespace: Namespace) -> JSONResponse:
     """While the claim is active: the claim's 200 body again (content
     included); after it ended: 410 with its status."""
-    answer = claims.claim_read(namespace, claim_id)
-    return JSONResponse(answer.body, status_code=answer.status_code)
+    return claim_response(claims.claim_read(namespace, claim_id))

@@ -9,7 +9,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -24,7 +24,7 @@ from app.db.engine import autocommit, retryable, transaction
 from app.domain.expectations import Expect
 from app.domain.matching import Candidate, pick
 from app.domain.ownership import sees
-from app.domain.scheduling import spends_budget
+from app.domain.scheduling import NextStep, spends_budget
 from app.domain.states import CheckOutcome, CheckReason, Status
 from app.infra.keys import recipient_hash
 from app.infra.parse_budget import parse_on_budget
@@ -67,6 +67,26 @@ class CheckBatch:
     started_monotonic: float
     # How this check parses a message it matches (the runner's parser).
     parse: Parser = parse_on_budget
+    # Each signal's next step, decided once (`step`): the path of the write
+    # is chosen on it, and a write made again keeps it.
+    steps: dict[str, NextStep] = field(default_factory=dict, compare=False)
+
+    def step(self, row: _Row, now: datetime) -> NextStep:
+        """The next step of the signal `row` after this look (decided once)."""
+        made = self.steps.get(row["id"])
+        if made is None:
+            made = self.steps[row["id"]] = next_step(
+                self.settings,
+                row,
+                self.answer.outcome,
+                reason=CheckReason(row["next_check_reason"] or CheckReason.SCHEDULED.value),
+                looked_at=self.started_at,
+                now=now,
+                retry_after=self.answer.retry_after,
+                rand=self.rng.random(),
+                pushes=self.pushes,
+            )
+        return made
 
     def now(self) -> datetime:
         """The server's clock now, without asking it: `started_at` (its
@@ -103,36 +123,29 @@ class Effects:
             log.info(message, extra=extra)
 
 
-class _NeedsTransaction(Exception):
-    """Raised before anything is written when a write made statement by
-    statement turns out to need more than one (an expiry)."""
-
-
 def _one_statement_write(batch: CheckBatch) -> bool:
-    """Whether `batch`'s write is, but for an expiry, one fenced statement:
-    one `first` signal and no message seen (the usual look before the mail
-    arrives). It then commits alone: no BEGIN and COMMIT round trips."""
-    return (
-        len(batch.taken) == 1
-        and not batch.answer.messages
-        and batch.taken[0]["expect"] == Expect.FIRST
-    )
+    """Whether `batch`'s write may be one fenced statement: one `first`
+    signal and no message seen (the usual look before the mail arrives), and
+    its next step, decided first, no expiry (the check and the expiry are
+    written together). It then commits alone: no BEGIN and COMMIT round trips."""
+    if len(batch.taken) != 1 or batch.answer.messages or batch.taken[0]["expect"] != Expect.FIRST:
+        return False
+    return batch.step(batch.taken[0], batch.now()).expiry is None
 
 
 def write_answer(batch: CheckBatch, signal_id: str) -> Effects:
     """Transaction 2 for `batch` (checked on behalf of `signal_id`), written
     again when PostgreSQL aborts it to break a deadlock or a conflict; its
     effects are the caller's to emit. A write of one statement
-    (`_one_statement_write`) is made outside a transaction, and in one when
-    it turns out to expire its signal (recorded check and expiry together)."""
+    (`_one_statement_write`) is made outside a transaction. Each signal's
+    next step is decided once (`CheckBatch.step`), whichever path and
+    attempt writes it."""
     if _one_statement_write(batch):
         effects = Effects()
         try:
             with autocommit() as session:
                 _Writer(session, batch, effects, one_statement=True).write()
             return effects
-        except _NeedsTransaction:
-            pass  # nothing was written
         except OperationalError as exc:
             if not retryable(exc):
                 raise
@@ -302,19 +315,9 @@ class _Writer:
                 )
                 return
 
-        step = next_step(
-            settings,
-            row,
-            answer.outcome,
-            reason=reason,
-            looked_at=batch.started_at,
-            now=now,
-            retry_after=answer.retry_after,
-            rand=batch.rng.random(),
-            pushes=batch.pushes,
-        )
-        if self.one_statement and step.expiry is not None:
-            raise _NeedsTransaction  # the check and the expiry are written together
+        step = batch.step(row, now)
+        # A one-statement write was chosen on this step: it expires nothing.
+        assert not (self.one_statement and step.expiry is not None)
         write = checks_db.CheckWrite(
             signal_id,
             fence,
