@@ -97,19 +97,6 @@ def make_engine(
     return engine
 
 
-def opens_new_connection(engine: Engine, timeout_seconds: int = 2) -> bool:
-    """Whether the server still gives this process a new connection, beside
-    those its pool holds: False when it refuses one (no slot free: another
-    client holds them all) or does not answer. One connect and one round trip."""
-    url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-    try:
-        with psycopg.connect(url, connect_timeout=max(1, timeout_seconds)) as conn:
-            conn.execute("SELECT 1")
-        return True
-    except psycopg.Error:
-        return False
-
-
 def refused_for_slots(error: BaseException) -> bool:
     """PostgreSQL refused the connection because it has no slot free (SQLSTATE
     53300, which psycopg does not expose for a failed connect: its message)."""

@@ -339,9 +339,6 @@ _RUNNER = "app.db.runner"
 # SQLAlchemy's `text` may appear only where the schema is declared for the
 # models and Alembic (a server default, a partial index's WHERE), never to run SQL.
 _SCHEMA_TEXT = {"app.db.model_base"}
-# The engine's set-up may probe a bare psycopg connection of its own, outside
-# the pool (`opens_new_connection`): no SQLAlchemy connection runs SQL there.
-_ENGINE_SETUP = {"app.db.engine"}
 # Modules still on the two runners the runner replaces (removed as they are converted).
 _NOT_YET_ON_THE_RUNNER = {
     "app.db.raw",
@@ -372,7 +369,6 @@ def test_only_the_runner_runs_sql() -> None:
                 wrong.append(f"{name}:{node.lineno}: driver_connection")
             if (
                 uses_sqlalchemy
-                and name not in _ENGINE_SETUP
                 and isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr == "execute"
