@@ -11,13 +11,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import Connection, RowMapping, text
+from sqlalchemy import Connection
 
-from app.db import raw
-from app.db.rows import Row, by_column, every, first, touched_one
+from app.db import runner
+from app.db.runner import Statement
 from app.domain.states import CLAIM, CONSUME, GIVE_BACK
 
-_CLAIM_TAKE = raw.Query(
+_CLAIM_TAKE: Statement = Statement(
+    "claim_take",
     """
                 WITH seen AS (
                     SELECT s.run_id = :run_id AS run_matches, s.status, s.expect,
@@ -60,7 +61,7 @@ _CLAIM_TAKE = raw.Query(
                   FROM (SELECT 1) AS one
                   LEFT JOIN seen ON true
                   LEFT JOIN took ON true
-"""
+""",
 )
 
 
@@ -73,7 +74,7 @@ def claim_take(
     claim_id: str,
     lease_seconds: float,
     owner: str | None = None,
-) -> Row:
+) -> dict[str, Any]:
     """found → claimed, the claim row (held by `owner`) and the claimed
     message, in one statement; one row always.
 
@@ -87,7 +88,7 @@ def claim_take(
     left; `lapsed_claim_id` and `lapsed_fence`: its active claim whose lease
     has lapsed), for `app.domain.claiming.claim_refusal` to decide on.
     Taking nothing it writes nothing, so it may run committed on its own."""
-    row = raw.row(
+    row = runner.one(
         session,
         _CLAIM_TAKE,
         {
@@ -105,8 +106,11 @@ def claim_take(
     return row
 
 
-def claim_get(session: Connection, claim_id: str) -> RowMapping | None:
-    return first(session, "SELECT * FROM claims WHERE id = :id", {"id": claim_id})
+_GET: Statement = Statement("claim_get", "SELECT * FROM claims WHERE id = :id")
+
+
+def claim_get(session: Connection, claim_id: str) -> dict[str, Any] | None:
+    return runner.one(session, _GET, {"id": claim_id})
 
 
 # A claim as `claim_lock_live` reads it, unlocked, with its message's bytes.
@@ -115,88 +119,107 @@ _CLAIM_COLUMNS = """
                        c.lease_until > now() AS live, now() AS now,
                        s.recipient, s.provider, s.subject_contains, s.body_contains,
                        s.received_after, m.run_marker, m.received_at AS message_received_at"""
-_CLAIM_MESSAGE_RAW = raw.Query(
+_CLAIM_MESSAGE_RAW: Statement = Statement(
+    "claim_message_raw",
     _CLAIM_COLUMNS
     + """, m.raw
                   FROM claims c JOIN signals s ON s.id = c.signal_id
                   LEFT JOIN messages m ON m.id = c.message_id
                  WHERE c.id = :id
-"""
+""",
 )
 
 
-def claim_message_raw(session: Connection, claim_id: str) -> Row | None:
+def claim_message_raw(session: Connection, claim_id: str) -> dict[str, Any] | None:
     """A claim as :func:`claim_lock_live` reads it and its message's raw bytes
     (None once purged), unlocked, in one round trip and in binary format
     (what a consume hashes before it locks anything, or consumes from)."""
-    return raw.row(session, _CLAIM_MESSAGE_RAW, {"id": claim_id}, binary=True)
+    return runner.one(session, _CLAIM_MESSAGE_RAW, {"id": claim_id}, binary=True)
 
 
-def claim_active_for_signal(session: Connection, signal_id: str) -> RowMapping | None:
-    return first(
-        session,
-        "SELECT * FROM claims WHERE signal_id = :id AND state = 'active'",
-        {"id": signal_id},
-    )
+_ACTIVE_FOR_SIGNAL: Statement = Statement(
+    "claim_active_for_signal", "SELECT * FROM claims WHERE signal_id = :id AND state = 'active'"
+)
 
 
-def claim_active_many(session: Connection, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
-    return by_column(
-        session,
-        "SELECT * FROM claims WHERE signal_id = ANY(:ids) AND state = 'active'",
-        {"ids": list(signal_ids)},
-    )
+def claim_active_for_signal(session: Connection, signal_id: str) -> dict[str, Any] | None:
+    return runner.one(session, _ACTIVE_FOR_SIGNAL, {"id": signal_id})
 
 
-_CLAIM_LOCK_LIVE = raw.Query(
+_ACTIVE_MANY: Statement = Statement(
+    "claim_active_many", "SELECT * FROM claims WHERE signal_id = ANY(:ids) AND state = 'active'"
+)
+
+
+def claim_active_many(session: Connection, signal_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    return _by_signal(runner.all(session, _ACTIVE_MANY, {"ids": list(signal_ids)}))
+
+
+def _by_signal(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The rows keyed by `signal_id` (the last row wins a repeat)."""
+    return {r["signal_id"]: r for r in rows}
+
+
+_CLAIM_LOCK_LIVE: Statement = Statement(
+    "claim_lock_live",
     _CLAIM_COLUMNS
     + """
                   FROM claims c JOIN signals s ON s.id = c.signal_id
                   LEFT JOIN messages m ON m.id = c.message_id
                  WHERE c.id = :id
                  FOR UPDATE OF c, s
-"""
+""",
 )
 
 
-def claim_lock_live(session: Connection, claim_id: str) -> Row | None:
+def claim_lock_live(session: Connection, claim_id: str) -> dict[str, Any] | None:
     """The claim and its signal, locked, with what a receipt's evidence needs
     of the signal and the message. ``live``: the lease has not lapsed."""
-    return raw.row(session, _CLAIM_LOCK_LIVE, {"id": claim_id})
+    return runner.one(session, _CLAIM_LOCK_LIVE, {"id": claim_id})
+
+
+_END: Statement = Statement(
+    "claim_end",
+    "UPDATE claims SET state = :to, ended_at = now()"
+    " WHERE id = :id AND fence = :fence AND state = 'active'",
+)
 
 
 def claim_end(session: Connection, claim_id: str, fence: int, *, to_state: str) -> bool:
-    return touched_one(
-        session,
-        "UPDATE claims SET state = :to, ended_at = now()"
-        " WHERE id = :id AND fence = :fence AND state = 'active'",
-        {"id": claim_id, "fence": fence, "to": to_state},
-    )
+    params = {"id": claim_id, "fence": fence, "to": to_state}
+    return runner.exec(session, _END, params) == 1
+
+
+_EXTEND: Statement = Statement(
+    "claim_extend",
+    "UPDATE claims SET lease_until = now() + make_interval(secs => :lease)"
+    " WHERE id = :id AND fence = :fence AND state = 'active' AND lease_until > now()"
+    " RETURNING *",
+)
 
 
 def claim_extend(
     session: Connection, claim_id: str, fence: int, lease_seconds: float
-) -> RowMapping | None:
-    return first(
-        session,
-        "UPDATE claims SET lease_until = now() + make_interval(secs => :lease)"
-        " WHERE id = :id AND fence = :fence AND state = 'active' AND lease_until > now()"
-        " RETURNING *",
-        {"id": claim_id, "fence": fence, "lease": lease_seconds},
-    )
+) -> dict[str, Any] | None:
+    params = {"id": claim_id, "fence": fence, "lease": lease_seconds}
+    return runner.one(session, _EXTEND, params)
+
+
+_RELEASE: Statement = Statement(
+    "signal_release_claim",
+    "UPDATE signals SET status = :dst, updated_at = now()"
+    " WHERE id = :id AND status = :src AND claim_fence = :fence",
+)
 
 
 def signal_release_claim(session: Connection, signal_id: str, fence: int) -> bool:
     """claimed → found, if `fence` is still the signal's claim fence."""
-    return touched_one(
-        session,
-        "UPDATE signals SET status = :dst, updated_at = now()"
-        " WHERE id = :id AND status = :src AND claim_fence = :fence",
-        {"id": signal_id, "fence": fence, **GIVE_BACK.params},
-    )
+    params = {"id": signal_id, "fence": fence, **GIVE_BACK.params}
+    return runner.exec(session, _RELEASE, params) == 1
 
 
-_CLAIM_CONSUME = raw.Query(
+_CLAIM_CONSUME: Statement = Statement(
+    "claim_consume",
     """
                 WITH seen AS (
                     SELECT c.state AS seen_state, c.lease_until > now() AS seen_live,
@@ -226,11 +249,13 @@ _CLAIM_CONSUME = raw.Query(
                 )
                 SELECT r.*, seen.* FROM (SELECT 1) AS one
                   LEFT JOIN seen ON true LEFT JOIN receipt r ON true
-"""
+""",
 )
 
 
-def claim_consume(session: Connection, claim: Mapping[Any, Any], receipt: Mapping[str, Any]) -> Row:
+def claim_consume(
+    session: Connection, claim: Mapping[Any, Any], receipt: Mapping[str, Any]
+) -> dict[str, Any]:
     """claimed → consumed, the claim ended and its receipt written, in one
     statement, guarded by the claim's fence, its live lease and the signal
     still claimed under that fence. ``claim`` is a row of
@@ -243,7 +268,7 @@ def claim_consume(session: Connection, claim: Mapping[Any, Any], receipt: Mappin
     and nothing was written), with the facts the guards saw of the claim
     (`seen_state`, `seen_live`: its lease, `seen_current`: its fence is the
     signal's) for `app.domain.claiming.consume_refusal`."""
-    row = raw.row(
+    row = runner.one(
         session,
         _CLAIM_CONSUME,
         {
@@ -260,44 +285,57 @@ def claim_consume(session: Connection, claim: Mapping[Any, Any], receipt: Mappin
     return row
 
 
+_LAPSED_IDS: Statement = Statement(
+    "claim_lapsed_ids",
+    "SELECT id FROM claims WHERE state = 'active' AND lease_until <= now()"
+    " ORDER BY lease_until LIMIT :limit FOR UPDATE SKIP LOCKED",
+)
+
+
 def claim_lapsed_ids(session: Connection, limit: int) -> list[str]:
-    return list(
-        session.execute(
-            text(
-                "SELECT id FROM claims WHERE state = 'active' AND lease_until <= now()"
-                " ORDER BY lease_until LIMIT :limit FOR UPDATE SKIP LOCKED"
-            ),
-            {"limit": limit},
-        ).scalars()
-    )
+    return [r["id"] for r in runner.all(session, _LAPSED_IDS, {"limit": limit})]
 
 
-def receipt_by_signal_many(session: Connection, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
-    return by_column(
-        session, "SELECT * FROM receipts WHERE signal_id = ANY(:ids)", {"ids": list(signal_ids)}
-    )
+_RECEIPT_BY_SIGNAL_MANY: Statement = Statement(
+    "receipt_by_signal_many", "SELECT * FROM receipts WHERE signal_id = ANY(:ids)"
+)
 
 
-def receipt_by_claim(session: Connection, claim_id: str) -> RowMapping | None:
-    return first(session, "SELECT * FROM receipts WHERE claim_id = :id", {"id": claim_id})
+def receipt_by_signal_many(
+    session: Connection, signal_ids: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    return _by_signal(runner.all(session, _RECEIPT_BY_SIGNAL_MANY, {"ids": list(signal_ids)}))
 
 
-def claim_latest_many(session: Connection, signal_ids: Sequence[str]) -> dict[str, RowMapping]:
+_RECEIPT_BY_CLAIM: Statement = Statement(
+    "receipt_by_claim", "SELECT * FROM receipts WHERE claim_id = :id"
+)
+
+
+def receipt_by_claim(session: Connection, claim_id: str) -> dict[str, Any] | None:
+    return runner.one(session, _RECEIPT_BY_CLAIM, {"id": claim_id})
+
+
+_LATEST_MANY: Statement = Statement(
+    "claim_latest_many",
+    "SELECT DISTINCT ON (signal_id) * FROM claims WHERE signal_id = ANY(:ids)"
+    " ORDER BY signal_id, fence DESC",
+)
+
+
+def claim_latest_many(session: Connection, signal_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The latest claim of each signal (for evidence timings)."""
-    return by_column(
-        session,
-        "SELECT DISTINCT ON (signal_id) * FROM claims WHERE signal_id = ANY(:ids)"
-        " ORDER BY signal_id, fence DESC",
-        {"ids": list(signal_ids)},
-    )
+    return _by_signal(runner.all(session, _LATEST_MANY, {"ids": list(signal_ids)}))
+
+
+_LIST_FOR_SIGNAL: Statement = Statement(
+    "claim_list_for_signal",
+    "SELECT * FROM claims WHERE signal_id = :id ORDER BY claimed_at, id LIMIT :limit",
+)
 
 
 def claim_list_for_signal(
     session: Connection, signal_id: str, limit: int = 500
-) -> Sequence[RowMapping]:
+) -> list[dict[str, Any]]:
     """Every claim of the signal, oldest first (its timeline)."""
-    return every(
-        session,
-        "SELECT * FROM claims WHERE signal_id = :id ORDER BY claimed_at, id LIMIT :limit",
-        {"id": signal_id, "limit": limit},
-    )
+    return runner.all(session, _LIST_FOR_SIGNAL, {"id": signal_id, "limit": limit})

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
-from app.db import raw
-from app.db.rows import Row, first
+from app.db import runner
+from app.db.runner import Statement
 from app.domain.ownership import Hold
 from app.domain.states import Status
 
@@ -25,71 +26,87 @@ _ENDED_AT = f"""CASE WHEN status = '{Status.FOUND.value}' THEN expires_at
                     ELSE coalesce(expired_at, updated_at) END"""
 
 
+_LOCK: Statement = Statement(
+    "hold_lock", "SELECT pg_advisory_xact_lock(hashtextextended('hold:' || :a, 0))"
+)
+
+
 def hold_lock(session: Connection, address: str) -> None:
     """Serialise, until the transaction ends, the creates deciding who holds `address`."""
-    session.execute(
-        text("SELECT pg_advisory_xact_lock(hashtextextended('hold:' || :a, 0))"),
-        {"a": address},
-    )
+    runner.exec(session, _LOCK, {"a": address})
 
 
-def hold_open_get(session: Connection, address: str, *, for_update: bool = False) -> Row | None:
+_OPEN_GET = (
+    "SELECT id, namespace, held_from FROM address_holds WHERE address = :a AND released_at IS NULL"
+)
+_OPEN: Statement = Statement("hold_open_get", _OPEN_GET)
+_OPEN_FOR_UPDATE: Statement = Statement("hold_open_get_for_update", _OPEN_GET + " FOR UPDATE")
+
+
+def hold_open_get(
+    session: Connection, address: str, *, for_update: bool = False
+) -> dict[str, Any] | None:
     """The address's open hold (id, namespace, held_from), if any; locked
     `for_update` (a create of its holder, which locks it FOR SHARE, then waits)."""
-    return first(
-        session,
-        "SELECT id, namespace, held_from FROM address_holds"
-        " WHERE address = :a AND released_at IS NULL" + (" FOR UPDATE" if for_update else ""),
-        {"a": address},
-    )
+    return runner.one(session, _OPEN_FOR_UPDATE if for_update else _OPEN, {"a": address})
+
+
+_KEEP: Statement = Statement(
+    "hold_keep",
+    "SELECT 1 AS kept FROM address_holds WHERE address = :a AND namespace = :ns"
+    " AND released_at IS NULL FOR SHARE",
+)
 
 
 def hold_keep(session: Connection, address: str, namespace: str) -> bool:
     """Lock `namespace`'s open hold of `address` FOR SHARE until the
     transaction ends (no other namespace takes the address meanwhile); False
     when the open hold is not (or no longer) `namespace`'s."""
-    row = first(
-        session,
-        "SELECT 1 AS kept FROM address_holds WHERE address = :a AND namespace = :ns"
-        " AND released_at IS NULL FOR SHARE",
-        {"a": address, "ns": namespace},
-    )
-    return row is not None
+    return runner.one(session, _KEEP, {"a": address, "ns": namespace}) is not None
 
 
-def hold_signals_facts(session: Connection, address: str, namespace: str) -> Row:
-    """Whether `namespace` has a live signal on `address`, and when its last
-    one ended (`live`, `last_end`): what the hold's lapse is judged on."""
-    row = first(
-        session,
-        f"""
+_SIGNALS_FACTS: Statement = Statement(
+    "hold_signals_facts",
+    f"""
         SELECT coalesce(bool_or({_LIVE}), false) AS live,
                max(CASE WHEN {_LIVE} THEN NULL ELSE {_ENDED_AT} END) AS last_end
           FROM signals WHERE recipient = :a AND namespace = :ns
         """,
-        {"a": address, "ns": namespace},
-    )
+)
+
+
+def hold_signals_facts(session: Connection, address: str, namespace: str) -> dict[str, Any]:
+    """Whether `namespace` has a live signal on `address`, and when its last
+    one ended (`live`, `last_end`): what the hold's lapse is judged on."""
+    row = runner.one(session, _SIGNALS_FACTS, {"a": address, "ns": namespace})
     assert row is not None  # an aggregate always answers one row
     return row
 
 
+_RELEASE: Statement = Statement(
+    "hold_release",
+    "UPDATE address_holds SET released_at = :t WHERE id = :id AND released_at IS NULL",
+)
+
+
 def hold_release(session: Connection, hold_id: int, released_at: datetime) -> None:
-    session.execute(
-        text("UPDATE address_holds SET released_at = :t WHERE id = :id AND released_at IS NULL"),
-        {"id": hold_id, "t": released_at},
-    )
+    runner.exec(session, _RELEASE, {"id": hold_id, "t": released_at})
+
+
+_INSERT: Statement = Statement(
+    "hold_insert",
+    "INSERT INTO address_holds (address, namespace, held_from) VALUES (:a, :ns, :t)",
+)
 
 
 def hold_insert(session: Connection, address: str, namespace: str, held_from: datetime) -> None:
-    session.execute(
-        text("INSERT INTO address_holds (address, namespace, held_from) VALUES (:a, :ns, :t)"),
-        {"a": address, "ns": namespace, "t": held_from},
-    )
+    runner.exec(session, _INSERT, {"a": address, "ns": namespace, "t": held_from})
 
 
 # The mailbox owners (kind 'm') and the hold episodes (kind 'h') of a set of
 # addresses, in one round trip.
-_STANDING = raw.Query(
+_STANDING: Statement = Statement(
+    "hold_standing_many",
     """
     SELECT 'm' AS kind, address, namespace, NULL::timestamptz AS held_from,
            NULL::timestamptz AS released_at, 0::bigint AS id
@@ -98,7 +115,7 @@ _STANDING = raw.Query(
     SELECT 'h', address, namespace, held_from, released_at, id
       FROM address_holds WHERE address = ANY(:a)
     ORDER BY kind, address, held_from, id
-    """
+    """,
 )
 
 
@@ -111,7 +128,7 @@ def standing_many(
         return {}, {}
     mailboxes: dict[str, str] = {}
     holds: dict[str, list[Hold]] = {}
-    for r in raw.rows(session, _STANDING, {"a": sorted({a.lower() for a in addresses})}):
+    for r in runner.all(session, _STANDING, {"a": sorted({a.lower() for a in addresses})}):
         if r["kind"] == "m":
             mailboxes[r["address"]] = r["namespace"]
         else:

@@ -16,13 +16,13 @@ from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import Connection, DateTime, bindparam, text
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import Connection, DateTime
 
-from app.db import raw
+from app.db import runner
 from app.db.models import Signal
 from app.db.pagination import BY_CREATION
-from app.db.rows import Row, every, first
+from app.db.records import SignalRow
+from app.db.runner import Statement
 from app.domain.states import REDRIVE, Status, transition
 
 # A create's facts: the clock, the owner of `:address`'s mailbox,
@@ -87,7 +87,8 @@ _INSERT_SIGNAL = """
     WHERE EXISTS (SELECT 1 FROM key WHERE signal_id = :id)
 """
 
-_SIGNAL_CREATE = text(
+_SIGNAL_CREATE: Statement = Statement(
+    "signal_create",
     f"""
     WITH key AS (
         {
@@ -98,11 +99,13 @@ _SIGNAL_CREATE = text(
     )
     {_INSERT_SIGNAL.format(now=":now", source="")}
     RETURNING *, {_NEW_VIEW_COLUMNS}
-    """
-).bindparams(bindparam("metadata", type_=JSONB))
+    """,
+)
 
 
-def signal_create(session: Connection, values: Mapping[Any, Any], ttl_hours: float) -> Row | None:
+def signal_create(
+    session: Connection, values: Mapping[Any, Any], ttl_hours: float
+) -> dict[str, Any] | None:
     """Bind the idempotency key to a new signal and insert it, in one
     statement; the new row (with signal_view_get's columns), or None when a
     live binding of the key exists (nothing is inserted then).
@@ -111,18 +114,21 @@ def signal_create(session: Connection, values: Mapping[Any, Any], ttl_hours: flo
     losers wait for the winner's commit, then see a live key and insert
     nothing. The key's foreign key is checked at the end of the statement,
     when the signal exists."""
-    return (
-        session.execute(_SIGNAL_CREATE, {**_DEFAULTS, **values, "ttl": ttl_hours * 3600.0})
-        .mappings()
-        .first()
-    )
+    params = {
+        **_DEFAULTS,
+        **values,
+        "metadata": Jsonb(values["metadata"]),
+        "ttl": ttl_hours * 3600.0,
+    }
+    return runner.one(session, _SIGNAL_CREATE, params)
 
 
 # The create, decided in the statement: the facts of signal_create_facts, the
 # statement's verdicts on them (`fact_*`), and the insert only when they clear
 # every check (`app.domain.admission` says why when they do not). One row
 # always: the facts, with the created signal's columns, or NULLs.
-_SIGNAL_CREATE_CLEAR = raw.Query(
+_SIGNAL_CREATE_CLEAR: Statement = Statement(
+    "signal_create_if_clear",
     f"""
     WITH seen AS ({_CREATE_FACTS_OF.format(lock="FOR SHARE")}), facts AS (
         SELECT now, mailbox_owner, holder, waiting,
@@ -170,7 +176,7 @@ _SIGNAL_CREATE_CLEAR = raw.Query(
            f.in_window AS fact_in_window, f.owner_ok AS fact_owner_ok,
            f.under_bound AS fact_under_bound, f.key_signal AS fact_key_signal
       FROM facts f LEFT JOIN created c ON true
-    """
+    """,
 )
 
 
@@ -184,7 +190,7 @@ def signal_create_if_clear(
     clear_below: int,
     lookback_hours: float,
     lookahead_hours: float,
-) -> Row:
+) -> dict[str, Any]:
     """A create in one statement, when it is clear: the namespace has fewer
     than `clear_below` waiting signals, may use the address (its mailbox's
     owner, else `domain_owner`, is None or the namespace; when it is
@@ -200,7 +206,7 @@ def signal_create_if_clear(
     `app.domain.admission` to say why it refused. Inserting nothing, it
     writes nothing; run again (under the namespace's lock, with the exact
     limit), it decides on fresh facts."""
-    row = raw.row(
+    row = runner.one(
         session,
         _SIGNAL_CREATE_CLEAR,
         {
@@ -220,46 +226,61 @@ def signal_create_if_clear(
     return row
 
 
-def signal_view_by_key(session: Connection, namespace: str, key: str) -> Row | None:
-    """The signal a live idempotency key names, with signal_view_get's columns."""
-    sql = f"""
+_VIEW_BY_KEY: Statement = Statement(
+    "signal_view_by_key",
+    f"""
         SELECT s.*, {_VIEW_COLUMNS}
           FROM idempotency_keys k
           JOIN signals s ON s.id = k.signal_id
           LEFT JOIN messages m ON m.id = s.message_id
          WHERE k.namespace = :ns AND k.key = :key AND k.expires_at > now()
-    """
-    return first(session, sql, {"ns": namespace, "key": key})
+    """,
+)
 
 
-def signal_get(session: Connection, signal_id: str, namespace: str | None = None) -> Row | None:
-    sql = "SELECT * FROM signals WHERE id = :id"
-    if namespace is not None:
-        sql += " AND namespace = :ns"
-    return first(session, sql, {"id": signal_id, "ns": namespace})
+def signal_view_by_key(session: Connection, namespace: str, key: str) -> dict[str, Any] | None:
+    """The signal a live idempotency key names, with signal_view_get's columns."""
+    return runner.one(session, _VIEW_BY_KEY, {"ns": namespace, "key": key})
 
 
-_VIEW_GET = raw.Query(
+_GET: Statement[SignalRow] = Statement("signal_get", "SELECT * FROM signals WHERE id = :id")
+_GET_IN: Statement[SignalRow] = Statement(
+    "signal_get_in_namespace", _GET.sql + " AND namespace = :ns"
+)
+
+
+def signal_get(
+    session: Connection, signal_id: str, namespace: str | None = None
+) -> SignalRow | None:
+    if namespace is None:
+        return runner.one(session, _GET, {"id": signal_id})
+    return runner.one(session, _GET_IN, {"id": signal_id, "ns": namespace})
+
+
+_VIEW_GET: Statement = Statement(
+    "signal_view_get",
     f"""
     SELECT s.*, {_VIEW_COLUMNS}
       FROM signals s LEFT JOIN messages m ON m.id = s.message_id
      WHERE s.id = :id
-    """
+    """,
 )
-_VIEW_GET_IN = raw.Query(_VIEW_GET.sql + " AND s.namespace = :ns")
+_VIEW_GET_IN: Statement = Statement(
+    "signal_view_get_in_namespace", _VIEW_GET.sql + " AND s.namespace = :ns"
+)
 
 
 def signal_view_get(
     session: Connection, signal_id: str, namespace: str | None = None
-) -> Row | None:
+) -> dict[str, Any] | None:
     """A signal and what its view needs, in one statement: the row, the
     database clock (`view_now`) and its message's summary (`view_message_id`,
     `_received_at`, `_subject`, `_run_marker`; NULL before a match).
     `views.signal_views` then asks nothing more for a waiting or found signal.
     """
     if namespace is None:
-        return raw.row(session, _VIEW_GET, {"id": signal_id})
-    return raw.row(session, _VIEW_GET_IN, {"id": signal_id, "ns": namespace})
+        return runner.one(session, _VIEW_GET, {"id": signal_id})
+    return runner.one(session, _VIEW_GET_IN, {"id": signal_id, "ns": namespace})
 
 
 # A signal's timestamps, which a notification's JSON gives as text.
@@ -270,7 +291,7 @@ def _timestamp(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value is not None else None
 
 
-def signal_notified_row(payload: str) -> Row | None:
+def signal_notified_row(payload: str) -> dict[str, Any] | None:
     """The row a notification of a signal that stopped waiting carries
     (migration 0018: its id, a space, then the row and its message's
     summary as JSON), shaped as `signal_view_get` reads it but without
@@ -287,14 +308,21 @@ def signal_notified_row(payload: str) -> Row | None:
     return row
 
 
+_WAITING_LOCK: Statement = Statement(
+    "signal_waiting_lock",
+    "SELECT pg_advisory_xact_lock(hashtextextended('signalbox.waiting:' || :ns, 0))",
+)
+_WAITING_COUNT: Statement = Statement(
+    "signal_waiting_count",
+    "SELECT coalesce(sum(waiting), 0) FROM namespace_waiting WHERE namespace = :ns",
+)
+
+
 def signal_waiting_lock(session: Connection, namespace: str) -> None:
     """Take a transaction-scoped advisory lock on the namespace's waiting
     count: creates and redrives near its quota count one after another, each
     seeing the others' committed rows (in a statement after the lock)."""
-    session.execute(
-        text("SELECT pg_advisory_xact_lock(hashtextextended('signalbox.waiting:' || :ns, 0))"),
-        {"ns": namespace},
-    )
+    runner.exec(session, _WAITING_LOCK, {"ns": namespace})
 
 
 def signal_waiting_count(session: Connection, namespace: str, *, serialise: bool = False) -> int:
@@ -307,22 +335,18 @@ def signal_waiting_count(session: Connection, namespace: str, *, serialise: bool
     """
     if serialise:
         signal_waiting_lock(session, namespace)
-    return int(
-        session.execute(
-            text("SELECT coalesce(sum(waiting), 0) FROM namespace_waiting WHERE namespace = :ns"),
-            {"ns": namespace},
-        ).scalar_one()
-    )
+    row = runner.one(session, _WAITING_COUNT, {"ns": namespace})
+    assert row is not None  # an aggregate always answers one row
+    return int(row["coalesce"])
 
 
-def signal_rows_many(session: Connection, signal_ids: Sequence[str]) -> list[Row]:
-    return list(
-        every(
-            session,
-            "SELECT * FROM signals WHERE id = ANY(:ids) ORDER BY created_at, id",
-            {"ids": list(signal_ids)},
-        )
-    )
+_ROWS_MANY: Statement[SignalRow] = Statement(
+    "signal_rows_many", "SELECT * FROM signals WHERE id = ANY(:ids) ORDER BY created_at, id"
+)
+
+
+def signal_rows_many(session: Connection, signal_ids: Sequence[str]) -> list[SignalRow]:
+    return runner.all(session, _ROWS_MANY, {"ids": list(signal_ids)})
 
 
 def signal_list_by_run(
@@ -332,7 +356,7 @@ def signal_list_by_run(
     *,
     after: tuple[datetime, str] | None = None,
     limit: int,
-) -> Sequence[Row]:
+) -> list[SignalRow]:
     """One page of the run's signals in one namespace, or in every one
     (`namespace` None), oldest first, after the cursor `after`."""
     params: dict[str, Any] = {"ns": namespace, "run": run_id}
@@ -344,24 +368,23 @@ def signal_list_by_run(
         + BY_CREATION.after(after, params)
         + BY_CREATION.page(limit, params)
     )
-    return every(session, sql, params)
+    stmt: Statement[SignalRow] = runner.variant("signal_list_by_run", sql)
+    return runner.all(session, stmt, params)
+
+
+_IDS_BY_RUN: Statement = Statement(
+    "signal_ids_by_run",
+    "SELECT id FROM signals WHERE namespace = :ns AND run_id = :run ORDER BY created_at, id",
+)
 
 
 def signal_ids_by_run(session: Connection, namespace: str, run_id: str) -> list[str]:
-    return list(
-        session.execute(
-            text(
-                "SELECT id FROM signals WHERE namespace = :ns AND run_id = :run"
-                " ORDER BY created_at, id"
-            ),
-            {"ns": namespace, "run": run_id},
-        ).scalars()
-    )
+    return [r["id"] for r in runner.all(session, _IDS_BY_RUN, {"ns": namespace, "run": run_id})]
 
 
 def signal_expire(
     session: Connection, signal_id: str, *, expected: str, reason: str, fence: int | None = None
-) -> Row | None:
+) -> SignalRow | None:
     """`expected` → expired with `reason`; returns the row, or None if it moved."""
     sql = """
         UPDATE signals
@@ -371,9 +394,10 @@ def signal_expire(
     """
     if fence is not None:
         sql += " AND check_fence = :fence"
-    return first(
+    stmt: Statement[SignalRow] = runner.variant("signal_expire", sql + " RETURNING *")
+    return runner.one(
         session,
-        sql + " RETURNING *",
+        stmt,
         {
             **transition(Status(expected), Status.EXPIRED).params,
             "id": signal_id,
@@ -383,13 +407,9 @@ def signal_expire(
     )
 
 
-def signal_redrive(
-    session: Connection, signal_id: str, *, expires_in: float, max_checks: int
-) -> Row | None:
-    """expired → waiting, with a new deadline and budget; history stays."""
-    return first(
-        session,
-        """
+_REDRIVE: Statement[SignalRow] = Statement(
+    "signal_redrive",
+    """
                 UPDATE signals
                    SET status = :dst, expiry_reason = NULL, expired_at = NULL,
                        generation = generation + 1,
@@ -405,13 +425,25 @@ def signal_redrive(
                  WHERE id = :id AND status = :src
                  RETURNING *
         """,
-        {"id": signal_id, "exp": expires_in, "max_checks": max_checks, **REDRIVE.params},
-    )
+)
+
+
+def signal_redrive(
+    session: Connection, signal_id: str, *, expires_in: float, max_checks: int
+) -> SignalRow | None:
+    """expired → waiting, with a new deadline and budget; history stays."""
+    params = {"id": signal_id, "exp": expires_in, "max_checks": max_checks, **REDRIVE.params}
+    return runner.one(session, _REDRIVE, params)
+
+
+_COUNT_BY_STATUS: Statement = Statement(
+    "signal_count_by_status", "SELECT status, count(*) FROM signals GROUP BY status"
+)
 
 
 def signal_count_by_status(session: Connection) -> dict[str, int]:
-    rows = session.execute(text("SELECT status, count(*) FROM signals GROUP BY status")).all()
-    return {r[0]: int(r[1]) for r in rows}
+    rows = runner.all(session, _COUNT_BY_STATUS)
+    return {r["status"]: int(r["count"]) for r in rows}
 
 
 def signal_count_by_namespace_provider_status(
@@ -420,7 +452,8 @@ def signal_count_by_namespace_provider_status(
     sql = "SELECT namespace, provider, status, count(*) FROM signals"
     if namespace is not None:
         sql += " WHERE namespace = :ns"
-    rows = session.execute(
-        text(sql + " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"), {"ns": namespace}
-    ).all()
-    return [(r[0], r[1], r[2], int(r[3])) for r in rows]
+    stmt = runner.variant(
+        "signal_count_by_namespace_provider_status", sql + " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+    )
+    rows = runner.all(session, stmt, {"ns": namespace})
+    return [(r["namespace"], r["provider"], r["status"], int(r["count"])) for r in rows]

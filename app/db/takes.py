@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.db import due as due_db
-from app.db import raw, runner
-from app.db.rows import Row, affected
+from app.db import runner
 from app.db.runner import Statement
 
-_LOCK_FOR_CHECK = raw.Query(
+_LOCK_FOR_CHECK: Statement = Statement(
+    "signal_lock_for_check",
     """
                 WITH target AS (
                     SELECT provider FROM signals WHERE id = :id
@@ -42,7 +43,7 @@ _LOCK_FOR_CHECK = raw.Query(
                        updated_at = now()
                   FROM due, clock WHERE s.id = due.id
                 RETURNING s.*, clock.looked_at
-"""
+""",
 )
 
 
@@ -94,7 +95,7 @@ def signal_push_and_lock(
     lease_seconds: float,
     batch_limit: int,
     coalesce_seconds: float = 0.0,
-) -> tuple[list[tuple[str, datetime]], list[Row]]:
+) -> tuple[list[tuple[str, datetime]], list[dict[str, Any]]]:
     """A push (`due.signal_push_due` for `recipients`, its first `limit`) and
     the lock of `signal_lock_for_check` that takes what it made due, sent
     together: one round trip and, on an autocommit connection, one commit.
@@ -121,7 +122,7 @@ def signal_push_and_lock(
             ),
         ],
     )
-    return due_db.pushed_of(pushed), list[Row](taken)
+    return due_db.pushed_of(pushed), taken
 
 
 def signal_lock_for_check(
@@ -131,7 +132,7 @@ def signal_lock_for_check(
     lease_seconds: float,
     batch_limit: int,
     coalesce_seconds: float = 0.0,
-) -> list[Row]:
+) -> list[dict[str, Any]]:
     """Take `signal_id` and the other due signals of its provider for one check.
 
     Signals due within `coalesce_seconds` ride along: one provider call then
@@ -140,7 +141,7 @@ def signal_lock_for_check(
     new fence and a lease; the caller commits at once and calls the provider
     with no lock held. Each row carries `looked_at`, the server's now.
     """
-    return raw.rows(
+    return runner.all(
         session,
         _LOCK_FOR_CHECK,
         {"id": signal_id, "lease": lease_seconds, "limit": batch_limit, "window": coalesce_seconds},
@@ -157,7 +158,8 @@ def signal_lock_for_check(
 # statement does not write). Any sink message to the recipient from the
 # near-miss lookback before its window on, in the window or before it, and
 # nothing is written: the caller makes the whole look instead.
-_FIRST_LOOK_EMPTY = raw.Query(
+_FIRST_LOOK_EMPTY: Statement = Statement(
+    "signal_first_look_if_empty",
     """
                 WITH clock AS (
                     SELECT clock_timestamp() AS looked_at
@@ -210,7 +212,7 @@ _FIRST_LOOK_EMPTY = raw.Query(
                     ON CONFLICT (signal_id, fence) DO NOTHING
                 )
                 SELECT count(*) AS n FROM upd
-"""
+""",
 )
 
 
@@ -231,7 +233,7 @@ def signal_first_look_if_empty(
     `first`, outcome `no_match`, none seen) and the signal's next check, as
     the whole look would write them. False when nothing was written: the
     signal was not as its create left it, or the sink holds mail for it."""
-    row = raw.row(
+    row = runner.one(
         session,
         _FIRST_LOOK_EMPTY,
         {
@@ -248,26 +250,30 @@ def signal_first_look_if_empty(
     return row is not None and int(row["n"]) == 1
 
 
+# The heartbeat: each (signal, fence) still held gets a new lease.
+_EXTEND_CHECK_LEASES: Statement = Statement(
+    "signal_extend_check_leases",
+    """
+                UPDATE signals s
+                   SET check_lease_until = now() + make_interval(secs => :lease)
+                  FROM unnest(CAST(:ids AS text[]), CAST(:fences AS bigint[])) AS f(id, fence)
+                 WHERE s.id = f.id AND s.check_fence = f.fence AND s.status = 'waiting'
+                """,
+)
+
+
 def signal_extend_check_leases(
     session: Connection, fences: Sequence[tuple[str, int]], lease_seconds: float
 ) -> int:
     """Heartbeat: push the check lease of each (signal, fence) still held."""
     if not fences:
         return 0
-    return affected(
-        session.execute(
-            text(
-                """
-                UPDATE signals s
-                   SET check_lease_until = now() + make_interval(secs => :lease)
-                  FROM unnest(CAST(:ids AS text[]), CAST(:fences AS bigint[])) AS f(id, fence)
-                 WHERE s.id = f.id AND s.check_fence = f.fence AND s.status = 'waiting'
-                """
-            ),
-            {
-                "ids": [i for i, _ in fences],
-                "fences": [f for _, f in fences],
-                "lease": lease_seconds,
-            },
-        )
+    return runner.exec(
+        session,
+        _EXTEND_CHECK_LEASES,
+        {
+            "ids": [i for i, _ in fences],
+            "fences": [f for _, f in fences],
+            "lease": lease_seconds,
+        },
     )

@@ -20,7 +20,6 @@ from app.db import messages as messages_db
 from app.db import server as server_db
 from app.db import signals as signals_db
 from app.db.engine import autocommit, retryable, transaction
-from app.db.rows import Row
 from app.domain import whole_message
 from app.domain.claiming import (
     ClaimFacts,
@@ -156,7 +155,7 @@ def _lapse_seen(namespace: str, signal_id: str, row: Mapping[Any, Any]) -> list[
     return [dlq] if dlq else []
 
 
-def _take(session: Connection, signal_id: str, namespace: str, req: ClaimCreate) -> Row:
+def _take(session: Connection, signal_id: str, namespace: str, req: ClaimCreate) -> dict[str, Any]:
     taken = claims_db.claim_take(
         session,
         signal_id,

@@ -339,15 +339,6 @@ _RUNNER = "app.db.runner"
 # SQLAlchemy's `text` may appear only where the schema is declared for the
 # models and Alembic (a server default, a partial index's WHERE), never to run SQL.
 _SCHEMA_TEXT = {"app.db.model_base"}
-# Modules still on the two runners the runner replaces (removed as they are converted).
-_NOT_YET_ON_THE_RUNNER = {
-    "app.db.raw",
-    "app.db.rows",
-    "app.db.signals",
-    "app.db.claims",
-    "app.db.holds",
-    "app.db.takes",
-}
 
 
 def test_only_the_runner_runs_sql() -> None:
@@ -357,7 +348,7 @@ def test_only_the_runner_runs_sql() -> None:
     wrong: list[str] = []
     for path in _sources("app"):
         name = _module_name(path)
-        if name == _RUNNER or name in _NOT_YET_ON_THE_RUNNER:
+        if name == _RUNNER:
             continue
         imports = _imports(path)
         if "sqlalchemy.text" in imports and name not in _SCHEMA_TEXT:
