@@ -8,12 +8,13 @@ lapses unless extended, and a consume writes the receipt.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg.types.json import Jsonb
 from sqlalchemy import Connection
 
 from app.db import runner
+from app.db.records import ClaimRow, ReceiptRow
 from app.db.runner import Statement
 from app.domain.states import CLAIM, CONSUME, GIVE_BACK
 
@@ -106,10 +107,10 @@ def claim_take(
     return row
 
 
-_GET: Statement = Statement("claim_get", "SELECT * FROM claims WHERE id = :id")
+_GET: Statement[ClaimRow] = Statement("claim_get", "SELECT * FROM claims WHERE id = :id")
 
 
-def claim_get(session: Connection, claim_id: str) -> dict[str, Any] | None:
+def claim_get(session: Connection, claim_id: str) -> ClaimRow | None:
     return runner.one(session, _GET, {"id": claim_id})
 
 
@@ -137,25 +138,28 @@ def claim_message_raw(session: Connection, claim_id: str) -> dict[str, Any] | No
     return runner.one(session, _CLAIM_MESSAGE_RAW, {"id": claim_id}, binary=True)
 
 
-_ACTIVE_FOR_SIGNAL: Statement = Statement(
+_ACTIVE_FOR_SIGNAL: Statement[ClaimRow] = Statement(
     "claim_active_for_signal", "SELECT * FROM claims WHERE signal_id = :id AND state = 'active'"
 )
 
 
-def claim_active_for_signal(session: Connection, signal_id: str) -> dict[str, Any] | None:
+def claim_active_for_signal(session: Connection, signal_id: str) -> ClaimRow | None:
     return runner.one(session, _ACTIVE_FOR_SIGNAL, {"id": signal_id})
 
 
-_ACTIVE_MANY: Statement = Statement(
+_ACTIVE_MANY: Statement[ClaimRow] = Statement(
     "claim_active_many", "SELECT * FROM claims WHERE signal_id = ANY(:ids) AND state = 'active'"
 )
 
 
-def claim_active_many(session: Connection, signal_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+def claim_active_many(session: Connection, signal_ids: Sequence[str]) -> dict[str, ClaimRow]:
     return _by_signal(runner.all(session, _ACTIVE_MANY, {"ids": list(signal_ids)}))
 
 
-def _by_signal(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+_Keyed = TypeVar("_Keyed", ClaimRow, ReceiptRow)
+
+
+def _by_signal(rows: list[_Keyed]) -> dict[str, _Keyed]:
     """The rows keyed by `signal_id` (the last row wins a repeat)."""
     return {r["signal_id"]: r for r in rows}
 
@@ -190,7 +194,7 @@ def claim_end(session: Connection, claim_id: str, fence: int, *, to_state: str) 
     return runner.exec(session, _END, params) == 1
 
 
-_EXTEND: Statement = Statement(
+_EXTEND: Statement[ClaimRow] = Statement(
     "claim_extend",
     "UPDATE claims SET lease_until = now() + make_interval(secs => :lease)"
     " WHERE id = :id AND fence = :fence AND state = 'active' AND lease_until > now()"
@@ -200,7 +204,7 @@ _EXTEND: Statement = Statement(
 
 def claim_extend(
     session: Connection, claim_id: str, fence: int, lease_seconds: float
-) -> dict[str, Any] | None:
+) -> ClaimRow | None:
     params = {"id": claim_id, "fence": fence, "lease": lease_seconds}
     return runner.one(session, _EXTEND, params)
 
@@ -296,46 +300,42 @@ def claim_lapsed_ids(session: Connection, limit: int) -> list[str]:
     return [r["id"] for r in runner.all(session, _LAPSED_IDS, {"limit": limit})]
 
 
-_RECEIPT_BY_SIGNAL_MANY: Statement = Statement(
+_RECEIPT_BY_SIGNAL_MANY: Statement[ReceiptRow] = Statement(
     "receipt_by_signal_many", "SELECT * FROM receipts WHERE signal_id = ANY(:ids)"
 )
 
 
-def receipt_by_signal_many(
-    session: Connection, signal_ids: Sequence[str]
-) -> dict[str, dict[str, Any]]:
+def receipt_by_signal_many(session: Connection, signal_ids: Sequence[str]) -> dict[str, ReceiptRow]:
     return _by_signal(runner.all(session, _RECEIPT_BY_SIGNAL_MANY, {"ids": list(signal_ids)}))
 
 
-_RECEIPT_BY_CLAIM: Statement = Statement(
+_RECEIPT_BY_CLAIM: Statement[ReceiptRow] = Statement(
     "receipt_by_claim", "SELECT * FROM receipts WHERE claim_id = :id"
 )
 
 
-def receipt_by_claim(session: Connection, claim_id: str) -> dict[str, Any] | None:
+def receipt_by_claim(session: Connection, claim_id: str) -> ReceiptRow | None:
     return runner.one(session, _RECEIPT_BY_CLAIM, {"id": claim_id})
 
 
-_LATEST_MANY: Statement = Statement(
+_LATEST_MANY: Statement[ClaimRow] = Statement(
     "claim_latest_many",
     "SELECT DISTINCT ON (signal_id) * FROM claims WHERE signal_id = ANY(:ids)"
     " ORDER BY signal_id, fence DESC",
 )
 
 
-def claim_latest_many(session: Connection, signal_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+def claim_latest_many(session: Connection, signal_ids: Sequence[str]) -> dict[str, ClaimRow]:
     """The latest claim of each signal (for evidence timings)."""
     return _by_signal(runner.all(session, _LATEST_MANY, {"ids": list(signal_ids)}))
 
 
-_LIST_FOR_SIGNAL: Statement = Statement(
+_LIST_FOR_SIGNAL: Statement[ClaimRow] = Statement(
     "claim_list_for_signal",
     "SELECT * FROM claims WHERE signal_id = :id ORDER BY claimed_at, id LIMIT :limit",
 )
 
 
-def claim_list_for_signal(
-    session: Connection, signal_id: str, limit: int = 500
-) -> list[dict[str, Any]]:
+def claim_list_for_signal(session: Connection, signal_id: str, limit: int = 500) -> list[ClaimRow]:
     """Every claim of the signal, oldest first (its timeline)."""
     return runner.all(session, _LIST_FOR_SIGNAL, {"id": signal_id, "limit": limit})

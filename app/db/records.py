@@ -202,3 +202,33 @@ class DeliveryRow(TypedDict, total=False):
     delivered_at: datetime | None
     now: datetime
     namespace: str
+
+
+class ClaimRow(TypedDict):
+    """A claim's columns (`SELECT * FROM claims`)."""
+
+    id: str
+    signal_id: str
+    fence: int
+    run_id: str
+    message_id: str
+    state: str
+    claimed_at: datetime
+    lease_until: datetime
+    ended_at: datetime | None
+    owner: str | None
+
+
+class ReceiptRow(TypedDict):
+    """A receipt's columns (`SELECT * FROM receipts`)."""
+
+    id: str
+    signal_id: str
+    claim_id: str
+    namespace: str
+    run_id: str
+    message_id: str
+    claimed_at: datetime
+    consumed_at: datetime
+    evidence: dict[str, Any]
+    owner: str | None
