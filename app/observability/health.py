@@ -33,7 +33,7 @@ PARTS = ("smtp", "worker", "beat")
 
 
 def database_ok(settings: Settings) -> bool:
-    """PostgreSQL answers on a pooled connection and gives a new one."""
+    """PostgreSQL answers on a pooled connection and has a slot left for our role."""
     return readiness.database_answers(settings)
 
 
