@@ -203,7 +203,6 @@ class Soak:
             dbname=world.postgres.dbname,
             api=httpx.Client(base_url=world.stack.api_url, timeout=10),
             probe_token=token_of(NAMESPACES[-1]),
-            log=log,
         )
 
     # -- clocks ---------------------------------------------------------------------------
@@ -418,7 +417,6 @@ class Soak:
     def consume_loop(self, until: float) -> None:
         """A consumer: claims what is found and consumes it, as a test would.
         Two of them run side by side over the same signals, so claims race."""
-        keys = {}
         while not self.stopping.is_set() and time.time() < until:
             with self.lock:
                 keys = {s["signal_id"]: s for s in self.signals.values() if s.get("signal_id")}

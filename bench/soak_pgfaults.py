@@ -56,7 +56,6 @@ class PgFaults:
     dbname: str
     api: httpx.Client
     probe_token: str
-    log: Callable[[str], None] = print
     observations: list[dict[str, Any]] = field(default_factory=list)
 
     # -- what the database looks like -------------------------------------------------
