@@ -86,7 +86,9 @@ def test_up_runs_the_whole_stack_on_the_embedded_default_and_keeps_data(tmp_path
         banner = read_banner(proc)
         assert "Signalbox is up." in banner
         # Both SMTP ports: STARTTLS on the plain one, implicit TLS on the other.
-        assert f"SMTP sink  127.0.0.1:{ports['smtp']}  (STARTTLS, AUTH optional, 1 process)" in banner
+        assert (
+            f"SMTP sink  127.0.0.1:{ports['smtp']}  (STARTTLS, AUTH optional, 1 process)" in banner
+        )
         assert f"SMTPS      127.0.0.1:{ports['smtps']}  (implicit TLS)" in banner
         # "up" means ready: /readyz answers 200 by the time the banner says so.
         assert ready(f"http://127.0.0.1:{ports['api']}")

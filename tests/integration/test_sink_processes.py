@@ -72,7 +72,9 @@ def test_two_sink_processes_listen_on_both_ports_and_both_take_connections(
     assert listeners(two_sinks.smtps_port) == plain
     # The kernel spreads connections by their address and port: of 24, each
     # process takes some (all on one: a chance of 2 in 2^24).
-    sessions = [smtplib.SMTP(two_sinks.smtp_host, two_sinks.smtp_port, timeout=30) for _ in range(24)]
+    sessions = [
+        smtplib.SMTP(two_sinks.smtp_host, two_sinks.smtp_port, timeout=30) for _ in range(24)
+    ]
     try:
         for session in sessions:
             assert session.ehlo()[0] == 250
