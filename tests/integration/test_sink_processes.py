@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import create_signal, db_rows, mail, wait_result
+from tests.integration.test_metrics import sample_sum, scrape
+from tests.servers import free_port
 from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.integration
@@ -138,3 +140,52 @@ def test_parallel_deliveries_to_two_sink_processes_are_durable_and_found_once(
         list(signals.values()),
     )
     assert sorted(count for _, count in matched) == [1] * len(signals)
+
+
+def test_the_sink_supervisor_serves_the_counters_of_both_sink_processes(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """With SIGNALBOX_METRICS_PORT the supervisor serves its tree's counters:
+    refusals counted by either sink process add up, each counted once."""
+    stack = stack_factory(
+        {
+            "SIGNALBOX_SMTP_PROCESSES": "2",
+            "SIGNALBOX_SMTP_DOMAINS": "example.test",
+            "SIGNALBOX_SMTP_MAX_CONNECTIONS_PER_IP": "64",
+        }
+    )
+    port = free_port()
+    stack.spawn("smtp", ["smtp"], {"SIGNALBOX_METRICS_PORT": str(port)})
+    wait_until(lambda: len(listeners(stack.smtp_port)) == 2, 60, what="two sink listeners")
+    sinks = listeners(stack.smtp_port)
+    sessions = [smtplib.SMTP(stack.smtp_host, stack.smtp_port, timeout=30) for _ in range(24)]
+    try:
+        for session in sessions:
+            session.ehlo()
+            session.mail("app@example.test")
+            assert session.rcpt("someone@elsewhere.test")[0] == 550
+    finally:
+        for session in sessions:
+            session.quit()
+
+    def refused() -> float:
+        families = scrape(f"http://127.0.0.1:{port}/metrics")
+        return sample_sum(
+            families,
+            "signalbox_smtp_refused",
+            "signalbox_smtp_refused_total",
+            reason="recipient_domain",
+        )
+
+    # The port serves the sum, and both processes counted some (their own files).
+    wait_until(lambda: refused() >= 24, 20, what="24 refusals counted")
+    assert refused() == 24
+    counted = {int(f.stem.rpartition("_")[2]) for f in _tree_files(stack, port)}
+    assert sinks <= counted
+
+
+def _tree_files(stack: Stack, port: int) -> list[Path]:
+    """The counter files of the sink's metrics directory (its process tree's)."""
+    supervisor = stack.procs["smtp"].pid
+    tree = stack.data_dir / "metrics" / f"process-{supervisor}"
+    return sorted(tree.glob("counter_*.db"))
