@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     # AUTH PLAIN/LOGIN: any credentials (optional), a namespace's token only
     # (required), or not offered (off).
     smtp_auth: Literal["optional", "required", "off"] = "optional"
+    # Sink processes sharing the SMTP and SMTPS ports (SO_REUSEPORT), each with
+    # its own event loop, parse pool and group commit; the connection limits
+    # above hold per process. Default: the cores this process may run on.
+    smtp_processes: int = Field(default_factory=lambda: usable_cores(), ge=1, le=256)
     api_tokens: str = ""
     # Operators: `name:token,…`; they triage every namespace, never read content.
     ops_tokens: str = ""
@@ -275,6 +279,14 @@ class Settings(BaseSettings):
                 "SIGNALBOX_DATABASE_URL is not set and nothing embedded started"
             )
         return to_sqlalchemy_url(self.database_url)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), at least one."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _is_loopback(host: str) -> bool:

@@ -167,6 +167,13 @@ class Processes:
         pids = self.roots.get(kind) or []
         return pids[0] if pids else None
 
+    def listening(self, port: int) -> list[int]:
+        """The sink's processes that listen on `port`: its root, or (several
+        sink processes) the root's children."""
+        roots = self.roots.get("smtp", [])
+        children = [pid for pid, (ppid, _) in _all_stats().items() if ppid in roots]
+        return [pid for pid in [*roots, *children] if _listens_on(pid, port)]
+
     def worker_children(self) -> list[int]:
         stats = _all_stats()
         parents = set(self.roots.get("worker", []))
@@ -336,6 +343,15 @@ def stat_reset(stack: UpStack) -> None:
         conn.execute("SELECT pg_stat_reset()")
 
 
+def smtp_processes() -> int:
+    """The sink processes a benchmark's stack runs: SIGNALBOX_SMTP_PROCESSES
+    of the caller's environment, else `up`'s default (the usable cores)."""
+    from app.settings import usable_cores
+
+    value = os.environ.get("SIGNALBOX_SMTP_PROCESSES", "").strip()
+    return int(value) if value else usable_cores()
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -370,6 +386,9 @@ def running_stack(
             "SIGNALBOX_FLOWER_PORT": str(flower_port),
             "PYTHONUNBUFFERED": "1",
             **({"SIGNALBOX_DATABASE_URL": database_url} if database_url else {}),
+            # The caller's choice of sink processes is the stack's (the rest
+            # of its SIGNALBOX_* variables are not).
+            "SIGNALBOX_SMTP_PROCESSES": str(smtp_processes()),
             **(env_extra or {}),
         }
     )
@@ -403,14 +422,19 @@ def running_stack(
             + (() if database_url else ("postgres",))
         )
 
+        sinks = int(env["SIGNALBOX_SMTP_PROCESSES"])
+
         def found_all() -> bool:
             stack.processes = Processes.find(up.pid, data_dir, redis_port)
-            # The worker's pool children are forked a moment after the parent.
-            return all(stack.processes.roots.get(k) for k in wanted) and bool(
-                stack.processes.worker_children()
+            # The worker's pool children are forked a moment after the parent,
+            # and the sink's processes (more than one) after their supervisor.
+            return (
+                all(stack.processes.roots.get(k) for k in wanted)
+                and bool(stack.processes.worker_children())
+                and len(stack.processes.listening(smtp_port)) == sinks
             )
 
-        stack.wait_for("the stack's processes", found_all, 60, process="up")
+        stack.wait_for("the stack's processes", found_all, 120, process="up")
         yield stack
         failed = False
     except KeyboardInterrupt:

@@ -2,6 +2,7 @@
 
     uv run python bench/ingest.py [--duration 30] [--connections 1,8]
     uv run python bench/ingest.py --duration 5                 # quick
+    uv run python bench/ingest.py --smtp-processes 1           # one sink process
 
 Starts `signalbox-server up` (embedded PostgreSQL and Redis) and a MailDev
 (from scripts/install-test-deps.sh) on free loopback ports. For each
@@ -154,6 +155,12 @@ def main() -> int:
     parser.add_argument("--no-flower", action="store_true", help="run the stack without Flower")
     parser.add_argument("--keep", action="store_true", help="keep the temporary data dir")
     parser.add_argument(
+        "--smtp-processes",
+        type=int,
+        default=0,
+        help="sink processes (SIGNALBOX_SMTP_PROCESSES; default: that variable, else the cores)",
+    )
+    parser.add_argument(
         "--bare",
         action="store_true",
         help="also a bare aiosmtpd that stores nothing (bench/floor.py's)",
@@ -162,6 +169,9 @@ def main() -> int:
     counts = [int(c) for c in args.connections.split(",") if c.strip()]
     if not counts or min(counts) < 1 or args.duration <= 0:
         parser.error("--connections must be positive integers and --duration positive")
+    if args.smtp_processes < 0:
+        parser.error("--smtp-processes must be positive")
+    args.smtp_processes = args.smtp_processes or _stack.smtp_processes()
     try:
         return _run(args, counts)
     except KeyboardInterrupt:
@@ -177,7 +187,11 @@ def _run(args: argparse.Namespace, counts: list[int]) -> int:
     sink_acked = 0
     print("starting signalbox-server up and MailDev ...", flush=True)
     with (
-        _stack.running_stack(flower=not args.no_flower, keep=args.keep) as stack,
+        _stack.running_stack(
+            flower=not args.no_flower,
+            keep=args.keep,
+            env_extra={"SIGNALBOX_SMTP_PROCESSES": str(args.smtp_processes)},
+        ) as stack,
         maildev_server(stack.data_dir / "maildev") as maildev,
         _bare_sink(args.bare) as bare_port,
     ):
@@ -185,7 +199,9 @@ def _run(args: argparse.Namespace, counts: list[int]) -> int:
         if bare_port is not None:
             targets.append(("bare", bare_port))
         for target, port in targets:
-            warm = _warm(port, args.warmup)
+            # On as many connections as the sink has processes (and then
+            # some): the kernel spreads them, so each process gets warmed.
+            warm = _warm(port, args.warmup, 2 * args.smtp_processes)
             if target == "sink":
                 sink_acked += warm
         for n in counts:
@@ -225,15 +241,15 @@ def _bare_sink(wanted: bool) -> Iterator[int | None]:
         proc.wait(timeout=10)
 
 
-def _warm(port: int, messages: int) -> int:
-    """A few messages on one connection: imports, pools and first parses, not measured."""
+def _warm(port: int, messages: int, connections: int) -> int:
+    """`messages` on each of `connections` connections, one after the other:
+    imports, pools and first parses, not measured."""
     sent = 0
-    if messages < 1:
-        return 0
-    with smtplib.SMTP(HOST, port, timeout=SMTP_TIMEOUT_SECONDS) as smtp:
-        for i in range(messages):
-            smtp.sendmail("app@example.test", [_recipient(i, "warm")], _message(i, "warm"))
-            sent += 1
+    for _ in range(connections if messages >= 1 else 0):
+        with smtplib.SMTP(HOST, port, timeout=SMTP_TIMEOUT_SECONDS) as smtp:
+            for i in range(messages):
+                smtp.sendmail("app@example.test", [_recipient(i, "warm")], _message(i, "warm"))
+                sent += 1
     return sent
 
 
@@ -253,6 +269,7 @@ def report(
     print(f"  date        {datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}")
     print(f"  command     {' '.join(['bench/ingest.py', *sys.argv[1:]])}")
     print(f"  message     ~{len(_message(0, 'ingest-00000000'))} bytes")
+    print(f"  sink        {args.smtp_processes} process(es) (SIGNALBOX_SMTP_PROCESSES)")
     print(f"  load avg    {load} (at the end)")
     print()
     rows = []

@@ -44,6 +44,12 @@ import _stack
 MIB = 1024 * 1024
 
 
+# One sink process, whatever the caller's SIGNALBOX_SMTP_PROCESSES: the
+# figure is the peak of a process (with its parse pool), and one process
+# taking every connection is its worst case.
+ONE_SINK = {"SIGNALBOX_SMTP_PROCESSES": "1"}
+
+
 def rss_kib(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -123,7 +129,7 @@ def one_address(args: argparse.Namespace) -> int:
     watch (some find one of them, some wait and expire, one watches a typo
     of it), while a client lists the run's signals: the peak resident set of
     every process of the stack (issue 45)."""
-    with _stack.running_stack(flower=False) as stack:
+    with _stack.running_stack(flower=False, env_extra=ONE_SINK) as stack:
         kinds = ("api", "smtp", "worker", "beat")
         pids = {k: stack.processes.pid(k) for k in kinds}
         assert all(pids.values()), pids
@@ -229,7 +235,7 @@ def main() -> int:
     if args.one_address:
         return one_address(args)
     print("starting signalbox-server up ...", flush=True)
-    with _stack.running_stack(flower=False) as stack:
+    with _stack.running_stack(flower=False, env_extra=ONE_SINK) as stack:
         pids = {"api": stack.processes.pid("api"), "smtp": stack.processes.pid("smtp")}
         assert all(pids.values()), pids
         time.sleep(2)  # let start-up settle before the resting figure

@@ -302,10 +302,12 @@ def _run(args: argparse.Namespace) -> int:
         if args.py_spy:
             args.profile_dir.mkdir(parents=True, exist_ok=True)
             children = stack.processes.worker_children()
+            # Each sink process (not their supervisor, when there are several).
+            sinks = stack.processes.listening(stack.smtp_port)
             targets = {
                 "api": stack.processes.pid("api"),
                 "worker-child": children[0] if children else None,
-                "smtp": stack.processes.pid("smtp"),
+                **{f"smtp-{i}" if i else "smtp": pid for i, pid in enumerate(sinks)},
             }
             for name, pid in targets.items():
                 if pid is None:

@@ -65,6 +65,9 @@ def base_env(database_url: str, broker_url: str, data_dir: Path) -> dict[str, st
             "SIGNALBOX_LATE_WATCH_INTERVAL_SECONDS": "1",
             "SIGNALBOX_PROVIDERS_FILE": str(data_dir / "providers.toml"),
             "SIGNALBOX_LOG_LEVEL": "INFO",
+            # One sink process (the default is one per core): lighter on a
+            # busy machine; several are tested in test_sink_processes.
+            "SIGNALBOX_SMTP_PROCESSES": "1",
             # Fixed QA inboxes every namespace may watch at once (no privacy).
             "SIGNALBOX_SHARED_ADDRESSES": f"@{SHARED_DOMAIN}",
             "PYTHONUNBUFFERED": "1",

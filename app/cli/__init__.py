@@ -15,6 +15,7 @@ from app.cli.admin import cmd_db_upgrade, cmd_probe, cmd_token_create
 from app.cli.celery_commands import cmd_beat, cmd_flower, cmd_worker
 from app.cli.demo import cmd_demo
 from app.cli.serve import cmd_api, cmd_smtp
+from app.cli.sink_processes import parse_process_arg
 from app.cli.up import cmd_up
 from app.errors import ConfigurationError
 from app.settings import load_settings
@@ -22,7 +23,8 @@ from app.settings import load_settings
 EPILOG = (
     "Settings come from SIGNALBOX_* environment variables or config/signalbox.toml: "
     "SIGNALBOX_DATABASE_URL, SIGNALBOX_BROKER_URL, SIGNALBOX_REDIS_URL, "
-    "SIGNALBOX_API_HOST/_PORT, SIGNALBOX_SMTP_HOST/_PORT, SIGNALBOX_SMTP_DOMAINS, "
+    "SIGNALBOX_API_HOST/_PORT, SIGNALBOX_SMTP_HOST/_PORT, SIGNALBOX_SMTP_PROCESSES, "
+    "SIGNALBOX_SMTP_DOMAINS, "
     "SIGNALBOX_API_TOKENS, SIGNALBOX_FLOWER_HOST/_PORT, SIGNALBOX_FLOWER_BASIC_AUTH, "
     "SIGNALBOX_DATA_DIR, SIGNALBOX_PROVIDERS_FILE."
 )
@@ -37,7 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--concurrency", type=int, default=0, help="worker processes (default: cores)")
     up.set_defaults(func=cmd_up)
     sub.add_parser("api", help="the HTTP API").set_defaults(func=cmd_api)
-    sub.add_parser("smtp", help="the SMTP sink").set_defaults(func=cmd_smtp)
+    smtp = sub.add_parser(
+        "smtp", help="the SMTP sink (SIGNALBOX_SMTP_PROCESSES processes, default: the cores)"
+    )
+    # Set by the sink's supervisor on each process it starts: this one is I of N.
+    smtp.add_argument("--process", type=parse_process_arg, default=None, help=argparse.SUPPRESS)
+    smtp.set_defaults(func=cmd_smtp)
     worker = sub.add_parser("worker", help="a Celery worker")
     worker.add_argument("--concurrency", type=int, default=0)
     worker.add_argument("--queues", default="signals,dead_letter")

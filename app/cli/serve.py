@@ -10,7 +10,7 @@ from typing import Any
 
 from app.cli.ports import check_ports, tcp_listener
 from app.cli.services import resolve_services
-from app.settings import get_settings
+from app.settings import Settings, get_settings
 
 # uvicorn's httptools protocol with a 431 for a header block over 64 KiB
 # (httptools has no limit of its own); named by import path, so that uvicorn's
@@ -65,15 +65,31 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 
 def cmd_smtp(args: argparse.Namespace) -> int:
+    """The sink: one process, or (SIGNALBOX_SMTP_PROCESSES > 1) a supervisor
+    of that many, each started as `smtp --process I/N`."""
     from app.observability.exposition import serve_metrics_port
     from app.observability.logs import configure_logging
-    from app.smtp.server import make_controller
 
+    if args.process:
+        # One of several: its supervisor checked the ports and serves the metrics.
+        settings, _handles = resolve_services(get_settings())
+        configure_logging("smtp", settings.log_level, settings.log_format)
+        return _serve_sink(settings, reuse_port=True)
     check_ports(get_settings(), ["smtp", "metrics"])
     settings, _handles = resolve_services(get_settings())
     configure_logging("smtp", settings.log_level, settings.log_format)
     serve_metrics_port(settings, "smtp")
-    controller = make_controller(settings)
+    if settings.smtp_processes > 1:
+        from app.cli.sink_processes import supervise
+
+        return supervise(settings)
+    return _serve_sink(settings, reuse_port=False)
+
+
+def _serve_sink(settings: Settings, *, reuse_port: bool) -> int:
+    from app.smtp.server import make_controller
+
+    controller = make_controller(settings, reuse_port=reuse_port)
     controller.start()
     done = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: done.set())

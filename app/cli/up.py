@@ -15,7 +15,7 @@ from pathlib import Path
 
 from app.cli.ports import check_ports, wait_port, wait_ready
 from app.cli.services import resolve_services
-from app.settings import Settings, get_settings
+from app.settings import Settings, get_settings, usable_cores
 
 DEV_TOKEN_FILE = "dev-token"
 DEV_NAMESPACE = "default"
@@ -93,18 +93,15 @@ def api_processes() -> int:
     one. `up` runs the whole stack on one machine, and the sink, the workers
     and PostgreSQL need the other half: on 2 cores one API process spent a
     sixth less CPU per lifecycle than two, with a lower p99 (bench/HISTORY.md)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // 2)
+    return max(1, usable_cores() // 2)
 
 
 def _plain_port_offers(settings: Settings) -> str:
-    """What the plain SMTP port offers, for the banner."""
+    """What the plain SMTP port offers, and how many sink processes serve it, for the banner."""
     tls = {"on": "STARTTLS", "required": "STARTTLS required", "off": "no TLS"}[settings.smtp_tls]
     auth = {"optional": "AUTH optional", "required": "AUTH required", "off": "no AUTH"}
-    return f"{tls}, {auth[settings.smtp_auth]}"
+    n = settings.smtp_processes
+    return f"{tls}, {auth[settings.smtp_auth]}, {n} process{'es' if n > 1 else ''}"
 
 
 def _banner(settings: Settings, ready: bool, flower: bool, token: str | None) -> str:
@@ -171,7 +168,7 @@ def _stop(procs: dict[str, subprocess.Popen[bytes]]) -> None:
             proc.kill()
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
+def parent_death_signal() -> Callable[[], None] | None:
     """On Linux, what makes a child get SIGTERM when `up` dies (even of
     SIGKILL): in their own process groups, they no longer die with its group."""
     if not sys.platform.startswith("linux"):
@@ -200,7 +197,7 @@ def _start(name: str, args: argparse.Namespace, settings: Settings) -> subproces
         env=_child_env(name, settings),
         process_group=0,
         # preexec_fn is safe here: `up` runs no threads of its own.
-        preexec_fn=_parent_death_signal(),
+        preexec_fn=parent_death_signal(),
     )
 
 

@@ -224,7 +224,9 @@ class _CappedSMTP(SinkSMTP):
 class SinkController(Controller):
     """The plain listener (STARTTLS unless `SIGNALBOX_SMTP_TLS=off`) and, on
     `SIGNALBOX_SMTPS_PORT` (0: none), the implicit-TLS one: one event loop,
-    one handler, one connection gate for both."""
+    one handler, one connection gate for both. With `reuse_port` both are
+    bound with SO_REUSEPORT: one of `SIGNALBOX_SMTP_PROCESSES` sink processes,
+    among which the kernel spreads the connections."""
 
     def __init__(
         self,
@@ -232,12 +234,14 @@ class SinkController(Controller):
         settings: Settings,
         *,
         tls_context: ssl.SSLContext | None = None,
+        reuse_port: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(handler, **kwargs)
         self.sink = handler
         self.settings = settings
         self.tls = tls_context
+        self.reuse_port = reuse_port
         self.smtps_port = settings.smtps_port if tls_context is not None else 0
         self.smtps_server: asyncio.AbstractServer | None = None
         self.gate = _ConnectionGate(
@@ -267,13 +271,20 @@ class SinkController(Controller):
         return self._create_servers()
 
     async def _create_servers(self) -> asyncio.AbstractServer:
+        # Only when asked: a lone sink bound with SO_REUSEPORT would let a
+        # second one (another stack on the same port) share its connections.
+        reuse = self.reuse_port or None
         plain = await self.loop.create_server(
-            self._factory_invoker, host=self.hostname, port=self.port
+            self._factory_invoker, host=self.hostname, port=self.port, reuse_port=reuse
         )
         if self.smtps_port:
             try:
                 self.smtps_server = await self.loop.create_server(
-                    self._smtps_factory, host=self.hostname, port=self.smtps_port, ssl=self.tls
+                    self._smtps_factory,
+                    host=self.hostname,
+                    port=self.smtps_port,
+                    ssl=self.tls,
+                    reuse_port=reuse,
                 )
             except BaseException:
                 plain.close()
@@ -308,7 +319,9 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def make_controller(settings: Settings) -> SinkController:
+def make_controller(settings: Settings, *, reuse_port: bool = False) -> SinkController:
+    """One sink process's controller; `reuse_port` when it is one of several
+    on the same ports (`app.cli.sink_processes`)."""
     from app.infra.parse_pool import ParsePool
     from app.usecases.chaos import SinkChaos
     from app.usecases.checks import process_runner
@@ -326,6 +339,7 @@ def make_controller(settings: Settings) -> SinkController:
         handler,
         settings,
         tls_context=tls,
+        reuse_port=reuse_port,
         hostname=settings.smtp_host,
         port=settings.smtp_port,
         # The name in the banner, EHLO and the self-signed certificate:

@@ -33,6 +33,8 @@ def server_env(data: Path, ports: dict[str, int]) -> dict[str, str]:
             # One uvicorn process instead of one per core: lighter on a busy CI
             # machine; several API processes are tested in test_api_workers.
             "SIGNALBOX_API_WORKERS": "1",
+            # One sink process for the same reason; several: test_up_sink_processes.
+            "SIGNALBOX_SMTP_PROCESSES": "1",
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -84,7 +86,9 @@ def test_up_runs_the_whole_stack_on_the_embedded_default_and_keeps_data(tmp_path
         banner = read_banner(proc)
         assert "Signalbox is up." in banner
         # Both SMTP ports: STARTTLS on the plain one, implicit TLS on the other.
-        assert f"SMTP sink  127.0.0.1:{ports['smtp']}  (STARTTLS, AUTH optional)" in banner
+        assert (
+            f"SMTP sink  127.0.0.1:{ports['smtp']}  (STARTTLS, AUTH optional, 1 process)" in banner
+        )
         assert f"SMTPS      127.0.0.1:{ports['smtps']}  (implicit TLS)" in banner
         # "up" means ready: /readyz answers 200 by the time the banner says so.
         assert ready(f"http://127.0.0.1:{ports['api']}")
