@@ -4,6 +4,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 PYTEST_ARGS ?=
+# `make test` runs on this many pytest-xdist workers, each with its own
+# PostgreSQL, Redis, stacks and ports (0: in this process, no workers).
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 .PHONY: help install test-deps run test test-fast test-unit test-ts test-deploy lint typecheck bench soak soak-bloat clean
 
@@ -20,8 +24,8 @@ test-deps: ## Install the real mail servers the provider tests use (Dovecot, Mai
 run: install ## Start the whole stack (API, SMTP sink, worker, beat, Flower) on embedded PostgreSQL and Redis
 	$(UV) run signalbox-server up
 
-test: install test-deps ## Run the whole test suite on real PostgreSQL, Redis, workers and mail servers
-	$(UV) run pytest $(PYTEST_ARGS)
+test: install test-deps ## Run the whole test suite on real PostgreSQL, Redis, workers and mail servers (TEST_WORKERS=2 in parallel)
+	$(UV) run pytest $(XDIST) $(PYTEST_ARGS)
 
 test-fast: install ## The inner loop: unit and architecture tests, and the integration tests needing no server beyond PostgreSQL and Redis
 	$(UV) run pytest tests/unit tests/integration tests/security clients/python/tests -m "not servers and not providers" $(PYTEST_ARGS)

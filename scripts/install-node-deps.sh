@@ -38,9 +38,28 @@ npm_ci_cached() {
     printf '%s' "${digest}" >"${stamp}"
 }
 
+# One install at a time: parallel test workers (pytest-xdist) run this script
+# from more than one test module, and a build empties dist/ while another
+# test may be importing from it.
+mkdir -p "${repo_root}/.signalbox"
+exec 9>"${repo_root}/.signalbox/install-node-deps.lock"
+flock 9
+
 npm_ci_cached "${client}" "$(sha256sum "${client}/package-lock.json" | cut -d' ' -f1)"
-say "clients/typescript: npm run build"
-(cd "${client}" && rm -rf dist && npm run --silent build)
+
+# Build unless dist/ was built from these very sources (the digest of every
+# input, kept beside node_modules' own stamp): a run that changes nothing
+# leaves dist/ in place for whoever is reading it.
+build_stamp="${client}/node_modules/.signalbox-built"
+build_digest="$(cd "${client}" && find src package.json package-lock.json tsconfig*.json -type f -print0 \
+    | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
+if [ -f "${build_stamp}" ] && [ -d "${client}/dist" ] && [ "$(cat "${build_stamp}")" = "${build_digest}" ]; then
+    say "clients/typescript: dist up to date"
+else
+    say "clients/typescript: npm run build"
+    (cd "${client}" && rm -rf dist && npm run --silent build)
+    printf '%s' "${build_digest}" >"${build_stamp}"
+fi
 
 # The example copies the client in: reinstall when the client's build changed.
 client_digest="$(cd "${client}" && cat package.json README.md dist/* | sha256sum | cut -d' ' -f1)"

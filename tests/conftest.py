@@ -59,6 +59,15 @@ SERVER_DIRS = frozenset({"acceptance", "browser", "clients", "deploy"})
 SERVER_FILES = frozenset({"test_faults.py", "test_pods.py", "test_sink_mta_relay.py"})
 
 
+# `make test` runs the suite on two pytest-xdist workers. Each has its own
+# PostgreSQL, Redis, stacks and block of ports (tests/servers/base.py); what
+# the workers share of the checkout is made safe to share where it is used
+# (scripts/install-node-deps.sh builds under a lock, and only when its sources
+# changed; `npm pack` runs in a copy of the client). No test may rely on
+# running alone: xdist_group cannot say so (pytest 9 ignores the node ids
+# pytest-xdist 3.8 rewrites for it).
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark `servers` every test that needs a server beyond PostgreSQL and Redis."""
     for item in items:

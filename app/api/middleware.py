@@ -91,40 +91,36 @@ def client_address(scope: Scope) -> str:
 Refusal = Callable[[Send, Scope], Awaitable[None]]
 
 
-async def _unauthorized(send: Send, scope: Scope) -> None:
-    await _respond(
-        send,
-        scope,
-        401,
-        "unauthorized",
-        "A valid bearer token is required (Authorization: Bearer <token>).",
-        {"WWW-Authenticate": "Bearer"},
-    )
-
-
-def _too_many_failures(wait: float) -> Refusal:
+def _refusal(status: int, code: str, message: str, headers: dict[str, str]) -> Refusal:
     async def answer(send: Send, scope: Scope) -> None:
-        await _respond(
-            send,
-            scope,
-            429,
-            TooManyFailures.code,
-            TooManyFailures.default_message,
-            {"Retry-After": str(max(1, math.ceil(wait)))},
-        )
+        await _respond(send, scope, status, code, message, headers)
 
     return answer
 
 
-async def _database_unavailable(send: Send, scope: Scope) -> None:
-    await _respond(
-        send,
-        scope,
-        503,
-        "database_unavailable",
-        DATABASE_UNAVAILABLE_MESSAGE,
-        {"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+_unauthorized = _refusal(
+    401,
+    "unauthorized",
+    "A valid bearer token is required (Authorization: Bearer <token>).",
+    {"WWW-Authenticate": "Bearer"},
+)
+
+
+def _too_many_failures(wait: float) -> Refusal:
+    return _refusal(
+        429,
+        TooManyFailures.code,
+        TooManyFailures.default_message,
+        {"Retry-After": str(max(1, math.ceil(wait)))},
     )
+
+
+_database_unavailable = _refusal(
+    503,
+    "database_unavailable",
+    DATABASE_UNAVAILABLE_MESSAGE,
+    {"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+)
 
 
 def _is_protected(path: str) -> bool:

@@ -198,21 +198,31 @@ def signal_record_checks(session: Connection, writes: Sequence[CheckWrite]) -> d
     return {r["id"]: bool(r["pushed"]) for r in rows}
 
 
-_MARK_FOUND: Statement = Statement(
-    "signal_mark_found",
-    """
+def _last_look(name: str, *, sets: str, outcome: str) -> Statement:
+    """A look that ends the wait: the signal moves `:src` → `:dst` if its
+    fence holds, its check fields are closed, `sets` are what else the look
+    records and `outcome` its last outcome; with the check's row, in one
+    statement. `n` is 1 when the signal was written."""
+    return Statement(
+        name,
+        f"""
             WITH upd AS (
                 UPDATE signals
-                   SET status = :dst, message_id = :mid, found_at = now(),
+                   SET status = :dst, {sets}
                        checks_count = checks_count + :inc, consecutive_errors = 0,
                        last_check_at = now(), last_look_at = :c_started,
-                       last_outcome = 'matched', last_error_code = NULL, next_check_at = NULL,
+                       last_outcome = {outcome}, last_error_code = NULL, next_check_at = NULL,
                        check_lease_until = NULL, updated_at = now()
                  WHERE id = :id AND check_fence = :fence AND status = :src
                 RETURNING id, generation, provider
             )"""
-    + _CHECK_ROW
-    + "SELECT count(*) AS n FROM upd",
+        + _CHECK_ROW
+        + "SELECT count(*) AS n FROM upd",
+    )
+
+
+_MARK_FOUND: Statement = _last_look(
+    "signal_mark_found", sets="message_id = :mid, found_at = now(),", outcome="'matched'"
 )
 
 
@@ -246,21 +256,7 @@ def signal_mark_found(
     return row is not None and int(row["n"]) == 1
 
 
-_MARK_ABSENT: Statement = Statement(
-    "signal_mark_absent",
-    """
-            WITH upd AS (
-                UPDATE signals
-                   SET status = :dst, checks_count = checks_count + :inc, consecutive_errors = 0,
-                       last_check_at = now(), last_look_at = :c_started,
-                       last_outcome = :c_outcome, last_error_code = NULL, next_check_at = NULL,
-                       check_lease_until = NULL, updated_at = now()
-                 WHERE id = :id AND check_fence = :fence AND status = :src
-                RETURNING id, generation, provider
-            )"""
-    + _CHECK_ROW
-    + "SELECT count(*) AS n FROM upd",
-)
+_MARK_ABSENT: Statement = _last_look("signal_mark_absent", sets="", outcome=":c_outcome")
 
 
 def signal_mark_absent(session: Connection, signal_id: str, fence: int, check: CheckRecord) -> bool:

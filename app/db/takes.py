@@ -17,6 +17,19 @@ from app.db import due as due_db
 from app.db import runner
 from app.db.runner import Statement
 
+# The end of each take: lock the first `:limit` due rows, skipping those
+# another take holds, and stamp each with a lease and a new fence.
+_LEASE_DUE = """                    LIMIT :limit
+                    FOR UPDATE OF s SKIP LOCKED
+                )
+                UPDATE signals s
+                   SET check_fence = s.check_fence + 1,
+                       check_lease_until = now() + make_interval(secs => :lease),
+                       updated_at = now()
+                  FROM due, clock WHERE s.id = due.id
+                RETURNING s.*, clock.looked_at
+"""
+
 _LOCK_FOR_CHECK: Statement = Statement(
     "signal_lock_for_check",
     """
@@ -34,16 +47,8 @@ _LOCK_FOR_CHECK: Statement = Statement(
                       AND s.next_check_at <= now() + make_interval(secs => :window)
                       AND (s.check_lease_until IS NULL OR s.check_lease_until < now())
                     ORDER BY (s.id = :id) DESC, s.next_check_at
-                    LIMIT :limit
-                    FOR UPDATE OF s SKIP LOCKED
-                )
-                UPDATE signals s
-                   SET check_fence = s.check_fence + 1,
-                       check_lease_until = now() + make_interval(secs => :lease),
-                       updated_at = now()
-                  FROM due, clock WHERE s.id = due.id
-                RETURNING s.*, clock.looked_at
-""",
+"""
+    + _LEASE_DUE,
 )
 
 
@@ -73,16 +78,8 @@ _LOCK_PUSHED: Statement = Statement(
                       AND s.next_check_at <= clock.looked_at + make_interval(secs => :window)
                       AND (s.check_lease_until IS NULL OR s.check_lease_until < now())
                     ORDER BY (s.recipient = ANY(:rcpts)) DESC, s.next_check_at
-                    LIMIT :limit
-                    FOR UPDATE OF s SKIP LOCKED
-                )
-                UPDATE signals s
-                   SET check_fence = s.check_fence + 1,
-                       check_lease_until = now() + make_interval(secs => :lease),
-                       updated_at = now()
-                  FROM due, clock WHERE s.id = due.id
-                RETURNING s.*, clock.looked_at
-""",
+"""
+    + _LEASE_DUE,
 )
 
 

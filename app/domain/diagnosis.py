@@ -13,10 +13,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from app.domain.masking import mask_subject
 from app.domain.matching import Why
+from app.domain.moments import as_utc, rounded_span
 from app.domain.refusals import Refusal, refusal_sentence
 
 __all__ = ["Diagnosis", "NearMiss", "recommend"]
@@ -176,7 +177,7 @@ def _most_telling(near_misses: Sequence[NearMiss]) -> NearMiss | None:
         key=lambda n: (
             len([a for a in n.also if a in _WHY_RANK]),
             _WHY_RANK[n.why],
-            -_as_utc(n.received_at).timestamp(),
+            -as_utc(n.received_at).timestamp(),
         ),
     )
 
@@ -193,7 +194,7 @@ def _near_miss_parts(near: NearMiss, d: Diagnosis) -> tuple[str, str]:
     """(what happened, what to do) for the near miss."""
     why = Why(near.why)
     if why is Why.RECEIVED_BEFORE_WINDOW:
-        gap = _format_gap(_as_utc(d.received_after) - _as_utc(near.received_at))
+        gap = _format_gap(as_utc(d.received_after) - as_utc(near.received_at))
         return (
             f"A message to this recipient arrived {gap} before the window opened",
             "send the email after creating the signal, or set received_after earlier.",
@@ -288,12 +289,4 @@ def _format_gap(gap: timedelta) -> str:
     seconds = gap.total_seconds()
     if seconds < 1:
         return "less than 1 s"
-    if seconds < 120:
-        return f"{int(seconds + 0.5)} s"
-    if seconds < 2 * 3600:
-        return f"{int(seconds / 60 + 0.5)} min"
-    return f"{int(seconds / 3600 + 0.5)} h"
-
-
-def _as_utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+    return rounded_span(seconds)

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
+
+from app.domain.moments import as_utc, rounded_span
 
 __all__ = [
     "Absent",
@@ -100,7 +102,7 @@ class Duplicate:
 
     @property
     def seconds_apart(self) -> float:
-        return (_utc(self.second.received_at) - _utc(self.first.received_at)).total_seconds()
+        return (as_utc(self.second.received_at) - as_utc(self.first.received_at)).total_seconds()
 
 
 @dataclass(frozen=True)
@@ -136,8 +138,8 @@ def decide(
     ends `precision` later than its stamp says, and gaps are measured on the
     stamps.
     """
-    ordered = sorted(arrivals, key=lambda a: (_utc(a.received_at), a.message_id))
-    looked_at, deadline = _utc(looked_at), _utc(deadline)
+    ordered = sorted(arrivals, key=lambda a: (as_utc(a.received_at), a.message_id))
+    looked_at, deadline = as_utc(looked_at), as_utc(deadline)
     if expect is Expect.FIRST:
         return Take(ordered[0]) if ordered else Undecided()
     if expect is Expect.NONE:
@@ -149,9 +151,9 @@ def decide(
         return Undecided()
     first = ordered[0]
     settle = timedelta(seconds=effective_settle(expect, settle_seconds) or 0)
-    if len(ordered) > 1 and _utc(ordered[1].received_at) - _utc(first.received_at) <= settle:
+    if len(ordered) > 1 and as_utc(ordered[1].received_at) - as_utc(first.received_at) <= settle:
         return Duplicate(first, ordered[1])
-    until = min(_utc(first.received_at) + max(precision, timedelta(0)) + settle, deadline)
+    until = min(as_utc(first.received_at) + max(precision, timedelta(0)) + settle, deadline)
     if looked_at < until:
         return Settle(first, until)
     return Take(first)
@@ -184,12 +186,4 @@ def _gap(seconds: float) -> str:
     seconds = max(seconds, 0.0)
     if seconds < 10:
         return f"{seconds:.1f} s"
-    if seconds < 120:
-        return f"{int(seconds + 0.5)} s"
-    if seconds < 2 * 3600:
-        return f"{int(seconds / 60 + 0.5)} min"
-    return f"{int(seconds / 3600 + 0.5)} h"
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+    return rounded_span(seconds)

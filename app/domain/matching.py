@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from app.domain.mail import DEFAULT_TEXT_MAX_BYTES, ParsedMail, normalize_whitespace
+from app.domain.moments import as_utc
 
 __all__ = [
     "Candidate",
@@ -71,7 +72,7 @@ class Criteria:
     @property
     def window_opens(self) -> datetime:
         """``received_after`` floored to the provider's precision."""
-        return floor_to(_as_utc(self.received_after), self.precision)
+        return floor_to(as_utc(self.received_after), self.precision)
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ def evaluate(criteria: Criteria, candidate: Candidate) -> Verdict:
         failures.append(Why.RUN_MARKER_MISMATCH)
     if not marker and criteria.require_run_marker:
         failures.append(Why.RUN_MARKER_MISSING)
-    if _as_utc(candidate.received_at) < criteria.window_opens:
+    if as_utc(candidate.received_at) < criteria.window_opens:
         failures.append(Why.RECEIVED_BEFORE_WINDOW)
     if criteria.subject_contains is not None and not _contains_folded(
         mail.subject, criteria.subject_contains
@@ -226,13 +227,7 @@ def floor_to(moment: datetime, precision: timedelta) -> datetime:
 
 
 def _order_key(candidate: Candidate) -> tuple[datetime, str]:
-    return _as_utc(candidate.received_at), candidate.message_id
-
-
-def _as_utc(moment: datetime) -> datetime:
-    # Comparing naive with aware datetimes raises; the server stores UTC, so a
-    # naive value can only mean UTC.
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+    return as_utc(candidate.received_at), candidate.message_id
 
 
 # A subject or a needle this short is folded once and remembered: a look at

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -56,36 +56,30 @@ class SinkProvider:
         try:
             with autocommit() as session:  # reads only: no BEGIN, no COMMIT
                 before: Sequence[Any] = ()
-                if lookback:  # the first page and the mail just before, in one
-                    page, before = sink_messages_db.sink_message_first_page(
-                        session,
-                        windows=windows,
-                        limit=PAGE_SIZE,
-                        lookback_seconds=lookback,
-                        per_recipient=BEFORE_WINDOW_PER_RECIPIENT,
-                        recorded_by=self.name,
-                    )
-                else:
-                    page = sink_messages_db.sink_message_page(
-                        session,
-                        windows=windows,
-                        after=None,
-                        limit=PAGE_SIZE,
-                        recorded_by=self.name,
-                    )
+                after: tuple[datetime, int] | None = None
                 while True:
+                    if after is None and lookback:  # the first page and the mail just before
+                        page, before = sink_messages_db.sink_message_first_page(
+                            session,
+                            windows=windows,
+                            limit=PAGE_SIZE,
+                            lookback_seconds=lookback,
+                            per_recipient=BEFORE_WINDOW_PER_RECIPIENT,
+                            recorded_by=self.name,
+                        )
+                    else:
+                        page = sink_messages_db.sink_message_page(
+                            session,
+                            windows=windows,
+                            after=after,
+                            limit=PAGE_SIZE,
+                            recorded_by=self.name,
+                        )
                     for r in page:
                         rows[int(r["id"])] = r
                     if len(page) < PAGE_SIZE:
                         break
                     after = (page[-1]["received_at"], int(page[-1]["id"]))
-                    page = sink_messages_db.sink_message_page(
-                        session,
-                        windows=windows,
-                        after=after,
-                        limit=PAGE_SIZE,
-                        recorded_by=self.name,
-                    )
                 for r in before:
                     rows.setdefault(int(r["id"]), r)
         except SQLAlchemyError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 
@@ -72,18 +72,13 @@ def _record_dead_letter(
     counts = checks_db.check_counts_by_outcome(session, [signal_id]).get(signal_id, {})
     by_outcome = {o.value: counts.get(o.value, 0) for o in CheckOutcome}
     if typo_look is not None and reason != ExpiryReason.CLAIMS_EXHAUSTED:
-        try:
-            with session.begin_nested():  # a failed look never costs the dead letter
-                typo_look(session, get_settings(), row)
-        except Exception as exc:
-            log.warning(
-                "recipient typos could not be looked for",
-                extra={
-                    "event": "typo_look_failed",
-                    "signal_id": signal_id,
-                    "error": type(exc).__name__,
-                },
-            )
+        _look(
+            session,
+            lambda: typo_look(session, get_settings(), row),
+            "recipient typos could not be looked for",
+            "typo_look_failed",
+            signal_id,
+        )
     near = [
         NearMiss(
             message_id=n["message_id"],
@@ -149,17 +144,29 @@ def _refusal(session: Connection, row: Mapping[Any, Any], reason: str) -> Refusa
     """The sink's refusal of a delivery to the signal's recipient in its window."""
     if reason == ExpiryReason.CLAIMS_EXHAUSTED:
         return None
+    return _look(
+        session,
+        lambda: refusals.refusal_for_signal(session, row),
+        "refused deliveries could not be looked for",
+        "refusal_look_failed",
+        row["id"],
+    )
+
+
+T = TypeVar("T")
+
+
+def _look(
+    session: Connection, look: Callable[[], T], message: str, event: str, signal_id: str
+) -> T | None:
+    """Run a look that adds to a dead letter in a savepoint: a failed look is
+    logged (`message`, `event`) and gives None; it never costs the dead letter."""
     try:
-        with session.begin_nested():  # a failed look never costs the dead letter
-            return refusals.refusal_for_signal(session, row)
+        with session.begin_nested():
+            return look()
     except Exception as exc:
         log.warning(
-            "refused deliveries could not be looked for",
-            extra={
-                "event": "refusal_look_failed",
-                "signal_id": row["id"],
-                "error": type(exc).__name__,
-            },
+            message, extra={"event": event, "signal_id": signal_id, "error": type(exc).__name__}
         )
         return None
 

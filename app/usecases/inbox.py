@@ -68,17 +68,24 @@ def sole_namespace(session: Connection, settings: Settings) -> str | None:
     return next(iter(names)) if len(names) == 1 else None
 
 
+def _belonging_rows(
+    session: Connection, settings: Settings, rows: Sequence[Any]
+) -> dict[str, frozenset[str]]:
+    """message id → the namespaces it belongs to, for inbox rows."""
+    return belonging(
+        session,
+        settings,
+        [(r["id"], r["received_at"], r["delivered_to"], r["auth_namespace"]) for r in rows],
+    )
+
+
 def visible_rows(
     session: Connection, settings: Settings, namespace: str | None, rows: Sequence[Any]
 ) -> list[Any]:
     """The rows `namespace` may see (an operator, `namespace` None: all)."""
     if namespace is None or not rows:
         return list(rows)
-    belongs = belonging(
-        session,
-        settings,
-        [(r["id"], r["received_at"], r["delivered_to"], r["auth_namespace"]) for r in rows],
-    )
+    belongs = _belonging_rows(session, settings, rows)
     alone = sole_namespace(session, settings) == namespace
     return [
         r for r in rows if sees(namespace, belongs[r["id"]]) or (alone and not belongs[r["id"]])
@@ -197,11 +204,7 @@ def mark_read(namespace: str, message_ids: Sequence[str], *, read: bool) -> int:
 def _own(session: Connection, settings: Settings, namespace: str, rows: Sequence[Any]) -> list[str]:
     """The ids among `rows` that belong to `namespace` alone (or nobody, in
     a one-namespace deployment): what its delete may purge."""
-    belongs = belonging(
-        session,
-        settings,
-        [(r["id"], r["received_at"], r["delivered_to"], r["auth_namespace"]) for r in rows],
-    )
+    belongs = _belonging_rows(session, settings, rows)
     alone = sole_namespace(session, settings) == namespace
     return [
         r["id"]
@@ -246,11 +249,7 @@ def event_items(
         )
         if not rows:
             return {}
-        belongs = belonging(
-            session,
-            settings,
-            [(r["id"], r["received_at"], r["delivered_to"], r["auth_namespace"]) for r in rows],
-        )
+        belongs = _belonging_rows(session, settings, rows)
         alone = sole_namespace(session, settings)
     return {
         ns: [

@@ -154,12 +154,7 @@ def add_header_recipients(
             "recipient_hashes": [recipient_hash(r, settings) for r in extra],
         },
     )
-    if not extra:
-        return []
-    with autocommit() as session:  # one statement: its own transaction
-        sink_messages_db.sink_message_add_recipients(session, sink_id, extra)
-    push(settings, [sink_id], extra, runner=runner)
-    return extra
+    return _add_recipients(settings, sink_id, extra, runner)
 
 
 # Stored messages whose envelope recipients' signals are to be pushed:
@@ -192,6 +187,13 @@ def add_header_block_recipients(
     """As add_header_recipients, from the message's header block alone (the
     sink's way under load, when the message is not held for a parse)."""
     extra = sorted(set(header_block_recipients(head)) - {r.lower() for r in envelope_rcpts})
+    return _add_recipients(settings, sink_id, extra, runner)
+
+
+def _add_recipients(
+    settings: Settings, sink_id: int, extra: list[str], runner: CheckRunner | None
+) -> list[str]:
+    """Add `extra` to the stored message's recipients and check their signals."""
     if not extra:
         return []
     with autocommit() as session:  # one statement: its own transaction

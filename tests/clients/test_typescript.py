@@ -91,11 +91,32 @@ def test_the_playwright_signup_example_passes_in_chromium(node_deps: None, stack
     assert re.search(r"\b1 passed\b", out), out
 
 
+def clean_copy(tmp_path: Path) -> Path:
+    """The client as a clean checkout has it (no `dist`), its `node_modules`
+    (what `npm ci` installs: the compiler) linked, not fetched again. `npm
+    pack` runs `prepack`, which empties and rebuilds `dist`: in a copy, so the
+    client's own build stays whole for the tests running beside this one."""
+    import shutil
+
+    clean = tmp_path / "checkout" / "typescript"
+    shutil.copytree(
+        CLIENT,
+        clean,
+        ignore=shutil.ignore_patterns(
+            "dist", "node_modules", "*.tgz", "test-results", "playwright-report"
+        ),
+    )
+    (clean / "node_modules").symlink_to(CLIENT / "node_modules", target_is_directory=True)
+    return clean
+
+
 def test_npm_pack_ships_the_build_and_a_readme_with_the_playwright_fixture(
     node_deps: None, tmp_path: Path
 ) -> None:
-    out = run(["npm", "pack", "--pack-destination", str(tmp_path)], CLIENT)
-    (tarball,) = tmp_path.glob("signalbox-client-*.tgz")
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    out = run(["npm", "pack", "--pack-destination", str(packed)], clean_copy(tmp_path))
+    (tarball,) = packed.glob("signalbox-client-*.tgz")
     with tarfile.open(tarball) as tar:
         names = set(tar.getnames())
         readme_file = tar.extractfile("package/README.md")
@@ -119,19 +140,8 @@ def test_npm_pack_of_a_clean_copy_builds_dist_and_the_tarball_imports_in_a_fresh
 ) -> None:
     """A clean checkout has no `dist`: `npm pack` builds it (`prepack`), and a
     project that installs the tarball imports the client (no ERR_MODULE_NOT_FOUND)."""
-    import shutil
-
-    clean = tmp_path / "checkout" / "typescript"
-    shutil.copytree(
-        CLIENT,
-        clean,
-        ignore=shutil.ignore_patterns(
-            "dist", "node_modules", "*.tgz", "test-results", "playwright-report"
-        ),
-    )
+    clean = clean_copy(tmp_path)
     assert not (clean / "dist").exists()
-    # What `npm ci` installs in a clean checkout (the compiler), linked, not fetched again.
-    (clean / "node_modules").symlink_to(CLIENT / "node_modules", target_is_directory=True)
     packed = tmp_path / "packed"
     packed.mkdir()
     out = run(["npm", "pack", "--pack-destination", str(packed)], clean)

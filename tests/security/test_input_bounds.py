@@ -40,6 +40,8 @@ def iso(at: datetime) -> str:
         iso(datetime.now(UTC) - timedelta(hours=25)),
         iso(datetime.now(UTC) + timedelta(hours=2)),
     ],
+    # Stable names: every pytest-xdist worker must collect the same tests.
+    ids=["year-1", "year-1-tz", "year-9999", "year-9999-tz", "25h-ago", "2h-ahead"],
 )
 def test_received_after_outside_the_window_is_422_naming_it(
     stack: Stack, received_after: str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import smtplib
+import subprocess
 import sys
 import uuid
 from email.message import EmailMessage
@@ -47,3 +48,18 @@ def cli_env(stack: Any, **extra: str) -> dict[str, str]:
     env.update({"SIGNALBOX_URL": stack.api_url, "SIGNALBOX_TOKEN": stack.token})
     env.update(extra)
     return env
+
+
+def run_pytest(
+    *args: str, cwd: Path, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest -q -p no:cacheprovider ARGS`` in a subprocess, as a user
+    runs a suite, with its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

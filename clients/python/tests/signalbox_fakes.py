@@ -172,6 +172,37 @@ class FakeApi:
         return sb
 
 
+class FakeClock:
+    """Stands in for time.monotonic; a long poll advances it by the wait asked for."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def long_poll(self, result: str = "waiting") -> Callable[[httpx.Request], httpx.Response]:
+        def respond(request: httpx.Request) -> httpx.Response:
+            self.now += float(request.url.params.get("wait", "0"))
+            return reply(200, signal_view(result))
+
+        return respond
+
+
+class ScriptedLongPoll:
+    """A long poll that answers `waiting` for `waiting_seconds` of (fake) time, then
+    `then`; each poll advances the fake clock by the wait it asked for."""
+
+    def __init__(self, clock: FakeClock, waiting_seconds: float, then: dict[str, object]) -> None:
+        self.clock, self.until, self.then = clock, clock.now + waiting_seconds, then
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if self.clock.now >= self.until:
+            return reply(200, self.then)
+        self.clock.now += float(request.url.params.get("wait", "0"))
+        return reply(200, signal_view("waiting"))
+
+
 def run_cli(api: FakeApi, *argv: str) -> tuple[int, str, str]:
     """``signalbox ARGV`` against ``api``: the exit code, stdout and stderr."""
     out, err = io.StringIO(), io.StringIO()

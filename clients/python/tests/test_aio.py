@@ -6,8 +6,8 @@ import asyncio
 
 import httpx
 import pytest
-from signalbox import AsyncSignalbox, ServiceUnavailable, SignalExpired
-from signalbox_fakes import CLAIM, DEAD_LETTER, RECEIPT, FakeApi, reply, signal_view
+from signalbox import AsyncSignalbox, ServiceUnavailable, SignalExpired, WaitTimeout
+from signalbox_fakes import CLAIM, DEAD_LETTER, RECEIPT, FakeApi, FakeClock, reply, signal_view
 
 SIG = "/v1/signals/sig_1"
 
@@ -97,22 +97,10 @@ def test_async_claim_is_not_retried_but_get_is() -> None:
 
 
 def test_async_handle_wait_without_timeout_lasts_until_expiry(
-    monkeypatch: pytest.MonkeyPatch,
+    clock: FakeClock, expiring_api: FakeApi
 ) -> None:
-    import signalbox
-    from test_client import FakeClock, ScriptedLongPoll
-
-    clock = FakeClock()
-    monkeypatch.setattr(signalbox._core.time, "monotonic", clock)
-    expired = signal_view("expired", dead_letter=DEAD_LETTER)
-    api = (
-        FakeApi()
-        .on("POST", "/v1/signals", reply(201, signal_view()))
-        .on("GET", SIG, ScriptedLongPoll(clock, 180, expired))
-    )
-
     async def scenario() -> None:
-        async with api.aclient() as sb:
+        async with expiring_api.aclient() as sb:
             handle = await sb.watch("run-1", "t1", "a@sink.test")
             await handle.wait()
 
@@ -121,15 +109,7 @@ def test_async_handle_wait_without_timeout_lasts_until_expiry(
     assert info.value.reason == "deadline" and clock.now >= 1180
 
 
-def test_async_wait_timeout_carries_the_view_and_the_expiry(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import signalbox
-    from signalbox import WaitTimeout
-    from test_client import FakeClock
-
-    clock = FakeClock()
-    monkeypatch.setattr(signalbox._core.time, "monotonic", clock)
+def test_async_wait_timeout_carries_the_view_and_the_expiry(clock: FakeClock) -> None:
     api = FakeApi().on("GET", SIG, clock.long_poll())
 
     async def scenario() -> None:

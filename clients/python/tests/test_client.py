@@ -4,33 +4,24 @@ from __future__ import annotations
 
 import httpx
 import pytest
-import signalbox
 from signalbox import (
     Signalbox,
     SignalExpired,
     SignalNotReady,
     WaitTimeout,
 )
-from signalbox_fakes import CLAIM, DEAD_LETTER, MAILBOX, RECEIPT, FakeApi, reply, signal_view
+from signalbox_fakes import (
+    CLAIM,
+    DEAD_LETTER,
+    MAILBOX,
+    RECEIPT,
+    FakeApi,
+    FakeClock,
+    reply,
+    signal_view,
+)
 
 SIG = "/v1/signals/sig_1"
-
-
-class FakeClock:
-    """Stands in for time.monotonic; a long poll advances it by the wait asked for."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def long_poll(self, result: str = "waiting"):  # type: ignore[no-untyped-def]
-        def respond(request: httpx.Request) -> httpx.Response:
-            self.now += float(request.url.params.get("wait", "0"))
-            return reply(200, signal_view(result))
-
-        return respond
 
 
 def test_url_and_token_fall_back_to_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,11 +107,7 @@ def test_wait_resumes_the_long_poll_until_found() -> None:
     assert waits and all(1 <= w <= 60 for w in waits)
 
 
-def test_wait_splits_a_long_timeout_into_polls_of_at_most_60_seconds(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    clock = FakeClock()
-    monkeypatch.setattr(signalbox._core.time, "monotonic", clock)
+def test_wait_splits_a_long_timeout_into_polls_of_at_most_60_seconds(clock: FakeClock) -> None:
     api = FakeApi().on("GET", SIG, clock.long_poll())
     with pytest.raises(WaitTimeout) as info:
         api.client().wait("sig_1", timeout=150)
@@ -163,9 +150,7 @@ def test_wait_rechecks_briefly_when_the_dead_letter_is_not_recorded_yet() -> Non
     assert info.value.dead_letter is not None and info.value.reason == "deadline"
 
 
-def test_handle_wait_keeps_the_last_view_on_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = FakeClock()
-    monkeypatch.setattr(signalbox._core.time, "monotonic", clock)
+def test_handle_wait_keeps_the_last_view_on_timeout(clock: FakeClock) -> None:
     api = (
         FakeApi()
         .on("POST", "/v1/signals", reply(201, signal_view()))
@@ -323,34 +308,12 @@ def test_listeners_see_created_signals_and_receipts() -> None:
     assert events == [("signal", "Signal"), ("receipt", "Receipt")]
 
 
-class ScriptedLongPoll:
-    """A long poll that answers `waiting` for `waiting_seconds` of (fake) time, then
-    `then`; each poll advances the fake clock by the wait it asked for."""
-
-    def __init__(self, clock: FakeClock, waiting_seconds: float, then: dict[str, object]) -> None:
-        self.clock, self.until, self.then = clock, clock.now + waiting_seconds, then
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        if self.clock.now >= self.until:
-            return reply(200, self.then)
-        self.clock.now += float(request.url.params.get("wait", "0"))
-        return reply(200, signal_view("waiting"))
-
-
 def test_handle_wait_without_timeout_lasts_until_expiry_and_raises_the_diagnosis(
-    monkeypatch: pytest.MonkeyPatch,
+    clock: FakeClock, expiring_api: FakeApi
 ) -> None:
     # The README's first-hour case: a signal that ends after 3 minutes (past the old
     # 120 s client default) must end the wait with its diagnosis, not a WaitTimeout.
-    clock = FakeClock()
-    monkeypatch.setattr(signalbox._core.time, "monotonic", clock)
-    expired = signal_view("expired", dead_letter=DEAD_LETTER)
-    api = (
-        FakeApi()
-        .on("POST", "/v1/signals", reply(201, signal_view()))
-        .on("GET", SIG, ScriptedLongPoll(clock, 180, expired))
-    )
-    handle = api.client().watch("run-1", "t1", "a@sink.test")
+    handle = expiring_api.client().watch("run-1", "t1", "a@sink.test")
     with pytest.raises(SignalExpired) as info:
         handle.wait()
     assert info.value.reason == "deadline"
@@ -360,10 +323,8 @@ def test_handle_wait_without_timeout_lasts_until_expiry_and_raises_the_diagnosis
 
 
 def test_a_shorter_timeout_raises_wait_timeout_with_the_view_and_the_expiry(
-    monkeypatch: pytest.MonkeyPatch,
+    clock: FakeClock,
 ) -> None:
-    clock = FakeClock()
-    monkeypatch.setattr(signalbox._core.time, "monotonic", clock)
     api = FakeApi().on("GET", SIG, clock.long_poll())
     with pytest.raises(WaitTimeout) as info:
         api.client().wait("sig_1", timeout=30)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import REPO_ROOT, cli_env, new_run_id
+from live_helpers import REPO_ROOT, cli_env, new_run_id, run_pytest
 
 pytestmark = pytest.mark.acceptance
 
@@ -21,24 +19,14 @@ def test_signup_example_passes_and_writes_evidence(live_stack: Any, tmp_path: Pa
         SIGNALBOX_SMTP_HOST=str(live_stack.smtp_host),
         SIGNALBOX_SMTP_PORT=str(live_stack.smtp_port),
     )
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "examples/signup",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--signalbox-run-id",
-            run_id,
-            "--signalbox-evidence",
-            str(tmp_path),
-        ],
+    result = run_pytest(
+        "examples/signup",
+        "--signalbox-run-id",
+        run_id,
+        "--signalbox-evidence",
+        str(tmp_path),
         cwd=REPO_ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=110,
     )
     assert result.returncode == 0, result.stdout + result.stderr

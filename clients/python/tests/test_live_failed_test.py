@@ -6,8 +6,6 @@ the passing test's mailbox is deleted as before."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from live_helpers import cli_env, new_run_id
+from live_helpers import cli_env, new_run_id, run_pytest
 
 pytestmark = pytest.mark.acceptance
 
@@ -63,25 +61,15 @@ def test_a_failed_email_test_leaves_no_dead_letter_and_its_mail_readable(
     env = cli_env(
         live_stack, APP_SMTP_HOST=str(live_stack.smtp_host), APP_SMTP_PORT=str(live_stack.smtp_port)
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-s",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:randomly",
-            "--signalbox-run-id",
-            run_id,
-            "test_app.py",
-        ],
+    done = run_pytest(
+        "-s",
+        "-p",
+        "no:randomly",
+        "--signalbox-run-id",
+        run_id,
+        "test_app.py",
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert done.returncode == 1, done.stdout + done.stderr

@@ -49,14 +49,6 @@ import type {
 } from "./types.js";
 
 export { Claim, SignalHandle };
-export type {
-  ClaimOptions,
-  Listener,
-  SignalboxEvent,
-  SignalboxOptions,
-  WaitOptions,
-  WatchOptions,
-} from "./options.js";
 import type {
   ClaimOptions,
   Listener,

@@ -2,7 +2,8 @@
  * What a call hands back: a created signal's handle and a held claim. Both
  * act through the client that made them (`client.ts`).
  */
-import type { ClaimOptions, Signalbox, WaitOptions } from "./client.js";
+import type { Signalbox } from "./client.js";
+import type { ClaimOptions, WaitOptions } from "./options.js";
 import type { Message } from "./message.js";
 import type { ClaimBody, Receipt, SignalView } from "./types.js";
 

@@ -8,13 +8,15 @@ export {
   Claim,
   DEFAULT_URL,
   DEADLINE_GRACE_SECONDS,
-  type SignalboxOptions,
-  type WatchOptions,
-  type WaitOptions,
-  type ClaimOptions,
-  type SignalboxEvent,
-  type Listener,
 } from "./client.js";
+export type {
+  SignalboxOptions,
+  WatchOptions,
+  WaitOptions,
+  ClaimOptions,
+  SignalboxEvent,
+  Listener,
+} from "./options.js";
 export {
   SignalboxError,
   Unauthorized,

@@ -26,7 +26,8 @@
 import { createHash, randomBytes } from "node:crypto";
 import { test as base, type TestInfo } from "@playwright/test";
 
-import { Signalbox, type SignalHandle, type SignalboxOptions, type WatchOptions } from "./client.js";
+import { Signalbox, type SignalHandle } from "./client.js";
+import type { SignalboxOptions, WatchOptions } from "./options.js";
 import { NotCancellable, type SignalExpired, type UnexpectedMessage } from "./errors.js";
 import type { Mailbox, Receipt } from "./types.js";
 

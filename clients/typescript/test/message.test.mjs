@@ -46,16 +46,21 @@ function multipart(to, run) {
   ].join("\r\n");
 }
 
+/** Send the invoice to a fresh mailbox of a new run, then claim it and read it whole. */
+async function claimedInvoice(name, testCase) {
+  const run = runId(name);
+  const sb = new Signalbox({ runId: run, testCase });
+  const box = await sb.mailbox();
+  const handle = await sb.watch({ recipient: box.address, subjectContains: "invoice" });
+  await sendMail({ to: box.address, raw: multipart(box.address, run) });
+  await handle.wait();
+  const claim = await handle.claim();
+  return { run, box, claim, message: await claim.message() };
+}
+
 describe("claim.message()", { skip }, () => {
   it("gives the headers, text, HTML, links, codes and attachments of the claimed message", async () => {
-    const run = runId("message");
-    const sb = new Signalbox({ runId: run, testCase: "invoice" });
-    const box = await sb.mailbox();
-    const handle = await sb.watch({ recipient: box.address, subjectContains: "invoice" });
-    await sendMail({ to: box.address, raw: multipart(box.address, run) });
-    await handle.wait();
-    const claim = await handle.claim();
-    const message = await claim.message();
+    const { run, box, claim, message } = await claimedInvoice("message", "invoice");
     assert.equal(message.message_id, claim.messageId);
     assert.equal(message.subject, "Your invoice");
     assert.deepEqual(message.to.map((a) => a.address), [box.address]);
@@ -89,14 +94,7 @@ describe("claim.message()", { skip }, () => {
 
 describe("message.header() and message.attachment()", { skip }, () => {
   it("find a header case-insensitively and an attachment by file name, whose read() checks its sha256", async () => {
-    const run = runId("message-find");
-    const sb = new Signalbox({ runId: run, testCase: "invoice-find" });
-    const box = await sb.mailbox();
-    const handle = await sb.watch({ recipient: box.address, subjectContains: "invoice" });
-    await sendMail({ to: box.address, raw: multipart(box.address, run) });
-    await handle.wait();
-    const claim = await handle.claim();
-    const message = await claim.message();
+    const { run, claim, message } = await claimedInvoice("message-find", "invoice-find");
     assert.equal(message.header("x-SIGNALBOX-run"), run);
     assert.equal(message.header("Reply-To"), "help@example.test");
     assert.deepEqual(message.headerValues("subject"), ["Your invoice"]);

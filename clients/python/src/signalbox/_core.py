@@ -129,13 +129,13 @@ class Core:
 
     # --- one call -------------------------------------------------------------
 
-    def _send(self, call: Call) -> Operation[tuple[int, Any]]:
-        """``call``'s status and decoded body; after a connection error or a 5xx it
-        is repeated ``retries`` times, but only where repeating is harmless."""
+    def _receive(self, call: Call) -> Operation[Response]:
+        """The answer to ``call``, whatever its status; after a connection error or
+        a 5xx it is repeated ``retries`` times, but only where repeating is harmless."""
         attempts = 1 + (self.retries if call.retry else 0)
         for attempt in range(attempts):
             last = attempt + 1 >= attempts
-            answer = yield call
+            answer: Answer = yield call
             if isinstance(answer, Exception):
                 if last:
                     raise ServiceUnavailable(
@@ -147,8 +147,13 @@ class Core:
             if answer.status_code >= 500 and not last:
                 yield Sleep(retry_delay(attempt))
                 continue
-            return decode(answer, call)
+            return answer
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _send(self, call: Call) -> Operation[tuple[int, Any]]:
+        """``call``'s status and decoded body, retried as :meth:`_receive` says;
+        an error status raises the matching :class:`SignalboxError`."""
+        return decode((yield from self._receive(call)), call)
 
     def _body(self, call: Call) -> Operation[Any]:
         """``call``'s decoded body (see :meth:`_send`)."""

@@ -146,6 +146,11 @@ def _dead_letter_summary(d: DeadLetter | None) -> dict[str, Any]:
     }
 
 
+def _conflict_summary(exc: Conflict, **ids: str) -> dict[str, Any]:
+    """A refusal the agent can act on (run mismatch, lease expired, not cancellable, ...)."""
+    return {"status": exc.code or "conflict", **ids, "message": exc.message}
+
+
 def _receipt_summary(r: Receipt) -> dict[str, Any]:
     return {
         "status": "consumed",
@@ -357,11 +362,7 @@ def build_server(client_factory: Callable[[], AsyncSignalbox]) -> MCPServer:  # 
                     "receipt_id": exc.receipt.receipt_id if exc.receipt else None,
                 }
             except Conflict as exc:
-                return {
-                    "status": exc.code or "conflict",
-                    "signal_id": signal_id,
-                    "message": exc.message,
-                }
+                return _conflict_summary(exc, signal_id=signal_id)
             except SignalNotReady as exc:
                 return {
                     "status": "waiting",
@@ -418,11 +419,7 @@ def build_server(client_factory: Callable[[], AsyncSignalbox]) -> MCPServer:  # 
             try:
                 return _receipt_summary(await client().consume(claim_id))
             except Conflict as exc:
-                return {
-                    "status": exc.code or "conflict",
-                    "claim_id": claim_id,
-                    "message": exc.message,
-                }
+                return _conflict_summary(exc, claim_id=claim_id)
 
         return await call(go)
 
@@ -436,11 +433,7 @@ def build_server(client_factory: Callable[[], AsyncSignalbox]) -> MCPServer:  # 
             try:
                 return _signal_summary(await client().cancel(signal_id, reason))
             except Conflict as exc:
-                return {
-                    "status": exc.code or "conflict",
-                    "signal_id": signal_id,
-                    "message": exc.message,
-                }
+                return _conflict_summary(exc, signal_id=signal_id)
 
         return await call(go)
 

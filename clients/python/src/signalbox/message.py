@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from signalbox import _requests as rq
-from signalbox._core import Operation, Sleep, retry_delay
+from signalbox._core import Operation
 from signalbox._requests import Call
 from signalbox._responses import decode
-from signalbox.errors import InvalidId, ServiceUnavailable, SignalboxError, SignalExpired
+from signalbox.errors import InvalidId, SignalboxError, SignalExpired
 from signalbox.models import Claim, Receipt, parse_time
 
 if TYPE_CHECKING:
@@ -109,24 +109,10 @@ def raw_call(claim_id: str) -> Call:
 def fetch_bytes(core: Core, call: Call) -> Operation[bytes]:
     """``call``'s body as bytes (an error status raises as every call does),
     retried like :meth:`signalbox._core.Core._send`."""
-    attempts = 1 + (core.retries if call.retry else 0)
-    for attempt in range(attempts):
-        last = attempt + 1 >= attempts
-        answer = yield call
-        if isinstance(answer, Exception):
-            if last:
-                raise ServiceUnavailable(
-                    f"cannot reach Signalbox at {core.url}: {type(answer).__name__}: {answer}"
-                ) from answer
-            yield Sleep(retry_delay(attempt))
-            continue
-        if answer.status_code >= 500 and not last:
-            yield Sleep(retry_delay(attempt))
-            continue
-        if answer.status_code >= 400:
-            decode(answer, call)  # raises the error the answer means
-        return bytes(answer.content)
-    raise AssertionError("unreachable")  # pragma: no cover
+    answer = yield from core._receive(call)
+    if answer.status_code >= 400:
+        decode(answer, call)  # raises the error the answer means
+    return bytes(answer.content)
 
 
 def checked_bytes(data: bytes, attachment: AttachmentInfo) -> bytes:
