@@ -25,14 +25,17 @@ _engines: dict[tuple[int, str], Engine] = {}
 PING_AFTER_IDLE_SECONDS = 1.0
 # The autocommit companion's pool: its units are one or two short statements,
 # and most of a process's units are such (every read, create, claim, consume,
-# first look). An API process makes a create's first look after the answer,
-# while the client sends its next create: each creating client keeps two
-# units in flight. With 10 kept, 8 clients made the pool open and close a
-# backend every 9 creates, and a new backend plans each statement on its
-# first ten runs: 1.1 ms of PostgreSQL's 2.7 ms per create (bench/idle.py
-# --pg-stat-statements). 16 are kept, for 8 such clients; the bound stays 25.
-# A pool opens connections only as its units need them, so a process keeps
-# what its peak used, up to 16 (docs/deploy.md budgets them).
+# first look). When an API process made a create's first look after the
+# answer, each creating client kept two units in flight, and with 10 kept, 8
+# clients made the pool open and close a backend every 9 creates (a new
+# backend plans each statement on its first runs: 1.1 ms of PostgreSQL's
+# 2.7 ms per create, bench/idle.py --pg-stat-statements). A create now makes
+# its first look on its own connection: one unit per creating client, and
+# 8 clients opened 2 sessions in 5,000 creates where they had opened 43.
+# 16 are kept, headroom for the long polls' reads beside 8 creating
+# clients; the bound stays 25. A pool opens connections only as its units
+# need them, so a process keeps what its peak used, up to 16 (docs/deploy.md
+# budgets them).
 AUTOCOMMIT_POOL_SIZE = 16
 AUTOCOMMIT_MAX_OVERFLOW = 9
 # A connection PostgreSQL refused for want of slots (max_connections reached:

@@ -14,6 +14,8 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+from sqlalchemy import Connection
+
 from app.db import due as due_db
 from app.db import signals as signals_db
 from app.db import takes as takes_db
@@ -66,8 +68,9 @@ CREATE_ATTEMPTS = 4
 class Created:
     view: dict[str, Any]
     created: bool
-    # The first look of a new signal whose provider pushes (the sink), for the
-    # caller to make once its answer is on its way; None when a task was sent.
+    # The first look a new signal whose provider pushes (the sink) still
+    # needs, for the caller to make once its answer is on its way; None when
+    # the create made it (one statement on its own connection) or a task was sent.
     first_look: Callable[[], None] | None = None
 
     @property
@@ -97,9 +100,10 @@ def signal_create(
     """Create a signal, or return the one its idempotency key already names.
 
     With `runner` (the API's), a new signal of a provider that pushes gets
-    its first look in this process, not as a task: the answer's `first_look`
-    (docs/api.md, "The first look"), `runner.check` of a `Why.FIRST_LOOK`
-    request (one statement when the sink holds no mail for it)."""
+    its first look in this process, not as a task (docs/api.md, "The first
+    look"): when the sink holds no mail for it, one statement right after the
+    create's, on the same connection (`runner.first_look_now`); else the
+    answer's `first_look`, `runner.check` of a `Why.FIRST_LOOK` request."""
     check_provider(settings, req.provider, namespace)
     key = idempotency_key or f"{req.run_id}:{req.test_case}"
     domain_owner = settings.namespace_domain_owners.get(ownership.domain_of(req.recipient))
@@ -150,6 +154,9 @@ def signal_create(
             )
             if row["id"] is not None:
                 view = views.signal_views(session, [row])[0]
+                # Committed on its own (autocommit): its first look follows on
+                # this connection; under the namespace's lock, after the answer.
+                owed = _first_look_owed(settings, req, row, runner, None if exactly else session)
                 break
         refused = admission(namespace, _create_facts(req, row, holdable, exactly))
         if refused is Admission.EXISTING:
@@ -162,7 +169,7 @@ def signal_create(
             raise _refusal(settings, refused)
     else:
         raise IdempotencyConflict("the create met concurrent changes; retry the request")
-    return _created(settings, namespace, req, row, view, runner)
+    return _created(settings, namespace, req, view, runner, owed)
 
 
 def _create_facts(
@@ -220,16 +227,33 @@ def _refusal(settings: Settings, refused: Admission) -> SignalboxError:
     )
 
 
+def _first_look_owed(
+    settings: Settings,
+    req: SignalCreate,
+    row: Mapping[str, Any],
+    runner: CheckRunner | None,
+    session: Connection | None,
+) -> CheckRequest | None:
+    """The first look a new signal (`row`, committed) still needs from
+    `runner` once the answer is sent: None when there is no runner, its
+    provider does not push (a task looks), or the runner made it here on
+    the create's `session` (the sink holds no mail for it: one statement)."""
+    if runner is None or not pushes(settings, req.provider):
+        return None
+    look = CheckRequest(row["id"], Why.FIRST_LOOK, req.provider, created=row)
+    return look if session is None else runner.first_look_now(look, session)
+
+
 def _created(
     settings: Settings,
     namespace: str,
     req: SignalCreate,
-    row: Any,
     view: dict[str, Any],
     runner: CheckRunner | None,
+    owed: CheckRequest | None,
 ) -> Created:
     """What follows a new signal's commit: count it, log it, send its first
-    look (or hand it to the caller, to make here)."""
+    look (or hand the one still owed to the caller, to make here)."""
     signal_id = view["signal_id"]
     metrics.signals_created(namespace)
     log.info(
@@ -243,8 +267,9 @@ def _created(
         },
     )
     if runner is not None and pushes(settings, req.provider):
-        look = CheckRequest(signal_id, Why.FIRST_LOOK, req.provider, created=row)
-        return Created(view=view, created=True, first_look=partial(_first_look, runner, look))
+        if owed is None:  # made with the create
+            return Created(view=view, created=True)
+        return Created(view=view, created=True, first_look=partial(_first_look, runner, owed))
     dispatch.enqueue_first_look(req.provider, signal_id, settings.requeue_after_seconds)
     return Created(view=view, created=True)
 

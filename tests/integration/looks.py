@@ -9,27 +9,34 @@ from collections.abc import Mapping
 from typing import Any
 
 import psycopg
+from sqlalchemy import Connection
 
 from app.settings import Settings, get_settings
 from app.usecases import signals
-from app.usecases.checks import CheckRunner, process_runner
+from app.usecases.checks import CheckRequest, CheckRunner, process_runner
 from app.usecases.inputs import SignalCreate
 from tests.integration.helpers import mail
 
 
 class Recording(CheckRunner):
     """This process's check runner, each one-statement first look's answer
-    kept in `looks` (`quick` False: that look is not tried)."""
+    kept in `looks` (`quick` False: that look is not tried; `now` False: the
+    create leaves its first look for later, `Created.first_look`)."""
 
-    def __init__(self, settings: Settings, looks: Looks, *, quick: bool = True) -> None:
+    def __init__(
+        self, settings: Settings, looks: Looks, *, quick: bool = True, now: bool = True
+    ) -> None:
         real = process_runner(settings)
         super().__init__(settings, providers=real.deps.providers, breakers=real.deps.breakers)
-        self.looks, self.use_quick = looks, quick
+        self.looks, self.use_quick, self.now = looks, quick, now
 
-    def quick_look(self, created: Mapping[str, Any]) -> bool:
+    def first_look_now(self, request: CheckRequest, session: Connection) -> CheckRequest | None:
+        return super().first_look_now(request, session) if self.now else request
+
+    def quick_look(self, created: Mapping[str, Any], session: Connection | None = None) -> bool:
         if not self.use_quick:
             return False
-        return self.looks.record(created)
+        return self.looks.record(created, session)
 
 
 class Looks:
@@ -42,14 +49,15 @@ class Looks:
         self.quick: dict[str, bool] = {}
         self.rows: dict[str, Mapping[str, Any]] = {}
 
-    def record(self, row: Mapping[str, Any]) -> bool:
+    def record(self, row: Mapping[str, Any], session: Connection | None = None) -> bool:
         self.rows[row["id"]] = row
-        self.quick[row["id"]] = answer = self.real(row)
+        self.quick[row["id"]] = answer = self.real(row, session)
         return answer
 
-    def runner(self, *, quick: bool = True) -> CheckRunner:
-        """A check runner as the API's, its one-statement first looks recorded here."""
-        return Recording(self.settings, self, quick=quick)
+    def runner(self, *, quick: bool = True, now: bool = True) -> CheckRunner:
+        """A check runner as the API's, its one-statement first looks recorded
+        here (`now` False: made after the create, by `Created.first_look`)."""
+        return Recording(self.settings, self, quick=quick, now=now)
 
     def create(self, *, quick: bool = True, look: bool = True, **fields: Any) -> str:
         """A new signal (fresh recipient unless given, in namespace
@@ -63,11 +71,11 @@ class Looks:
             **fields,
         )
         created = signals.signal_create(
-            self.settings, namespace, req, None, runner=self.runner(quick=quick)
+            self.settings, namespace, req, None, runner=self.runner(quick=quick, now=look)
         )
-        assert created.created and created.first_look is not None
+        assert created.created
         signal_id = str(created.view["signal_id"])
-        if look:
+        if look and created.first_look is not None:  # not made with the create
             created.first_look()
         return signal_id
 

@@ -23,7 +23,8 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 from psycopg.rows import dict_row
-from sqlalchemy import text
+from sqlalchemy import event, text
+from sqlalchemy.pool import Pool
 
 from app.db import takes as takes_db
 from app.db.engine import transaction
@@ -31,8 +32,10 @@ from app.domain.ids import new_id
 from app.providers.breaker import KEY_PREFIX
 from app.server import create_app
 from app.settings import get_settings
+from app.usecases import signals
 from app.usecases.checks import process_runner
 from app.usecases.checks.criteria import NEAR_MISS_LOOKBACK
+from app.usecases.inputs import SignalCreate
 from tests.integration.helpers import create_signal, mail, signal_view
 from tests.integration.looks import Looks, sql, store
 from tests.stack import TOKENS, Stack
@@ -105,6 +108,34 @@ def test_the_create_route_makes_the_first_look_in_one_statement(looks: Looks) ->
     assert looks.quick == {signal_id: True}
     assert looks.rows[signal_id]["recipient"] == recipient
     assert [c[3:5] for c in written(signal_id)[1]] == [("first", "no_match")]
+
+
+def test_the_create_makes_the_first_look_on_its_own_connection(looks: Looks) -> None:
+    """The create's use case makes the one-statement look itself, on the one
+    connection it checked out, once its create committed: nothing is left
+    for after the answer, and no second connection is taken."""
+    checkouts: list[object] = []
+
+    def counted(dbapi_connection: object, record: object, proxy: object) -> None:
+        checkouts.append(dbapi_connection)
+
+    req = SignalCreate(
+        run_id="run-own",
+        test_case="case-own",
+        recipient=f"own-{uuid.uuid4().hex[:8]}@example.test",
+        expires_in_seconds=300,
+    )
+    runner = looks.runner()
+    event.listen(Pool, "checkout", counted)
+    try:
+        created = signals.signal_create(looks.settings, "default", req, None, runner=runner)
+    finally:
+        event.remove(Pool, "checkout", counted)
+    signal_id = created.view["signal_id"]
+    assert created.created and created.first_look is None
+    assert looks.quick == {signal_id: True}
+    assert [c[3:5] for c in written(signal_id)[1]] == [("first", "no_match")]
+    assert len(checkouts) == 1
 
 
 def test_mail_it_finds_the_next_look_finds_the_mail(looks: Looks) -> None:

@@ -24,12 +24,15 @@ already changed the row, which the lock re-reads and then does not take.
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
+
+from sqlalchemy import Connection
 
 from app.db import takes as takes_db
 from app.db.engine import autocommit
@@ -49,11 +52,16 @@ def first_look_if_empty(
     provider_for: Any,
     breaker_for: Any,
     rng: random.Random | None = None,
+    session: Connection | None = None,
 ) -> bool:
     """Make the first look of `signal` (its row as the create returned it) in
     one statement; True when it was made and written, False when the caller
     must make the whole look (nothing was written). Raises what the database
-    or the breaker's Redis raised; nothing is written then either."""
+    or the breaker's Redis raised; nothing is written then either.
+
+    `session`: an autocommit connection the create committed on, reused for
+    the look (its statement commits on its own, after the create's); else
+    one is checked out."""
     if signal["expect"] != Expect.FIRST or signal["next_check_reason"] != CheckReason.FIRST:
         return False
     name = signal["provider"]
@@ -83,17 +91,21 @@ def first_look_if_empty(
     if step.expiry is not None:  # the look would end the signal: the whole look writes that
         return False
     began = time.perf_counter()
-    with autocommit() as session:  # one statement: its own transaction
-        written = takes_db.signal_first_look_if_empty(
-            session,
-            signal["id"],
-            fence=signal["check_fence"],
-            lookback_seconds=NEAR_MISS_LOOKBACK.total_seconds(),
-            counted=step.counts,
-            next_check_at=step.next_check_at,
-            next_check_reason=step.next_reason.value,
-            batch_id=new_id("chk"),
-        )
+    look = functools.partial(
+        takes_db.signal_first_look_if_empty,
+        signal_id=signal["id"],
+        fence=signal["check_fence"],
+        lookback_seconds=NEAR_MISS_LOOKBACK.total_seconds(),
+        counted=step.counts,
+        next_check_at=step.next_check_at,
+        next_check_reason=step.next_reason.value,
+        batch_id=new_id("chk"),
+    )
+    if session is not None:
+        written = look(session)
+    else:
+        with autocommit() as own:  # one statement: its own transaction
+            written = look(own)
     if written:
         metrics.provider_call(name, time.perf_counter() - began)
         metrics.check_recorded(name, CheckOutcome.NO_MATCH.value)

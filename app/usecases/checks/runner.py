@@ -20,9 +20,11 @@ import os
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
+
+from sqlalchemy import Connection
 
 from app.db import takes as takes_db
 from app.db.engine import autocommit
@@ -187,20 +189,35 @@ class CheckRunner:
             self.first_looks.abandon(provider)
             raise
 
-    def quick_look(self, created: Mapping[str, Any]) -> bool:
+    def first_look_now(self, request: CheckRequest, session: Connection) -> CheckRequest | None:
+        """A new signal's first look in one statement, made by its create on
+        the create's own autocommit connection (`session`, the create
+        committed): no second connection, no look left for after the
+        answer. None when it was made; else the first look still owed (the
+        whole look, for the caller to make once its answer is sent)."""
+        if self._quick(request, session):
+            return None
+        return replace(request, created=None)
+
+    def quick_look(self, created: Mapping[str, Any], session: Connection | None = None) -> bool:
         """The one-statement first look of the new signal `created` (its row
-        as the create returned it): True when made; raises what the database
-        or the breaker raised (nothing is written then either)."""
+        as the create returned it), on `session` when given: True when made;
+        raises what the database or the breaker raised (nothing is written
+        then either)."""
         return first_look_if_empty(
-            self.settings, created, provider_for=self.deps.providers, breaker_for=self.deps.breakers
+            self.settings,
+            created,
+            provider_for=self.deps.providers,
+            breaker_for=self.deps.breakers,
+            session=session,
         )
 
-    def _quick(self, request: CheckRequest) -> bool:
+    def _quick(self, request: CheckRequest, session: Connection | None = None) -> bool:
         """`quick_look`; a failure is logged and taken as "not made" (it
         wrote nothing): the whole look follows."""
         assert request.created is not None
         try:
-            return self.quick_look(request.created)
+            return self.quick_look(request.created, session)
         except Exception as exc:
             log.info(
                 "one-statement first look failed; the whole look follows",
