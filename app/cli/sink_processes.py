@@ -9,8 +9,11 @@ serves nothing itself: it makes the TLS certificate once, serves the metrics
 port of the whole tree (SIGNALBOX_METRICS_PORT; the sink processes write
 their counters into its metrics directory), starts the sink processes
 (`smtp --process I/N`) and restarts one that dies, as uvicorn restarts an API
-worker process and Celery a prefork child; a sink process that dies right
-after its start would die again, so that one ends the supervisor (exit 1).
+worker process and Celery a prefork child. A sink process that exits on its
+own right after its start (its port, settings or certificate are wrong)
+would exit again, so that one ends the supervisor (exit 1); one killed by a
+signal (the OOM killer, an operator's SIGKILL) is restarted however young,
+unless it is the third in a row to die young.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from app.settings import Settings
 
 log = logging.getLogger("signalbox.smtp")
 
-# A sink process that dies sooner than this after its start is not restarted:
-# its port, settings or certificate are wrong, and it would die again.
+# A sink process that exits on its own sooner than this after its start is
+# not restarted (its port, settings or certificate are wrong: it would exit
+# again); one killed by a signal that soon is, up to EARLY_DEATHS in a row.
 MIN_LIFETIME_SECONDS = 5.0
+EARLY_DEATHS = 3
 STOP_GRACE_SECONDS = 12.0
 POLL_SECONDS = 0.5
 
@@ -48,6 +53,17 @@ class _SinkProcess:
     index: int
     proc: subprocess.Popen[bytes]
     started: float
+    # How many of this slot's processes in a row died young (before it).
+    early_deaths: int = 0
+
+
+def gives_up(code: int, lived: float, early_deaths: int) -> bool:
+    """Whether a sink process that ended with `code` (negative: killed by
+    that signal) after `lived` seconds, the slot's `early_deaths`-th young
+    death in a row before it, ends the supervisor rather than being restarted."""
+    if lived >= MIN_LIFETIME_SECONDS:
+        return False
+    return code >= 0 or early_deaths + 1 >= EARLY_DEATHS
 
 
 def _start(index: int, count: int) -> _SinkProcess:
@@ -94,7 +110,8 @@ def supervise(settings: Settings) -> int:
                 count,
                 extra={"event": "smtp_process_exited", "outcome": str(code)},
             )
-            if lived < MIN_LIFETIME_SECONDS:
+            young = lived < MIN_LIFETIME_SECONDS
+            if gives_up(code, lived, sink.early_deaths):
                 _report(f"{what} {lived:.1f} s after its start; stopping")
                 exit_code = 1
                 stopping.set()
@@ -102,6 +119,7 @@ def supervise(settings: Settings) -> int:
             # Its counters stay in the metrics directory; fold its file now.
             compact_dead_processes()
             sinks[n] = _start(sink.index, count)
+            sinks[n].early_deaths = sink.early_deaths + 1 if young else 0
             _report(f"{what}; restarted as pid {sinks[n].proc.pid}")
     _stop([s.proc for s in sinks])
     return exit_code

@@ -48,6 +48,17 @@ INLINE_SCAN_BYTES = 16 * 1024
 MAX_RECORDING_BYTES = 64 * 1024 * 1024
 
 
+def _header_recipients_failed(sink_id: int, exc: Exception) -> None:
+    log.warning(
+        "header recipients of a stored message could not be added",
+        extra={
+            "event": "sink_parse_failed",
+            "sink_message_id": sink_id,
+            "error": type(exc).__name__,
+        },
+    )
+
+
 def _one_message_may_cause(exc: Exception) -> bool:
     """Whether a failed store may be one message's fault (a value the database
     refuses), not the database's (unreachable, timed out)."""
@@ -346,14 +357,7 @@ class SinkHandler:
                 head,
             )
         except Exception as exc:  # the message is stored; its envelope recipients stand
-            log.warning(
-                "header recipients of a stored message could not be added",
-                extra={
-                    "event": "sink_parse_failed",
-                    "sink_message_id": sink_id,
-                    "error": type(exc).__name__,
-                },
-            )
+            _header_recipients_failed(sink_id, exc)
 
     async def _parse_one(
         self, sink_id: int, rcpts: Sequence[str], raw: bytes, *, scanned: bool = False
@@ -380,14 +384,7 @@ class SinkHandler:
                 mail,
             )
         except Exception as exc:  # the message is stored; its envelope recipients stand
-            log.warning(
-                "header recipients of a stored message could not be added",
-                extra={
-                    "event": "sink_parse_failed",
-                    "sink_message_id": sink_id,
-                    "error": type(exc).__name__,
-                },
-            )
+            _header_recipients_failed(sink_id, exc)
         finally:
             self.parses_waiting -= 1
 
