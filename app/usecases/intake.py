@@ -109,6 +109,10 @@ def record_stored(
             message_id=s.message_id,
             # The first to record a message decides who may see it.
             auth_namespace=r[3] if len(r) > 3 else None,
+            # Stored a moment ago: recorded by no one when it was stored, so
+            # its record is not asked for first (a look that recorded it
+            # since is found by the insert, which then records nothing).
+            recorded_known=True,
         )
         for s, r in zip(stored, received, strict=True)
     ]
