@@ -128,6 +128,7 @@ class Options:
     partition: bool = False
     partition_for: float = 30.0
     overload_for: float = 120.0
+    overload_factor: float = 1.5
     overload_step: float = 10.0
     overload_steps: int = 6
     push_interval: float = 2.0
@@ -498,12 +499,15 @@ class Soak:
         if kind in PARTITIONS:
             return w.partition(kind, o.partition_for)
         if kind == "overload":
-            observed = Overload(self, step_seconds=o.overload_step, max_steps=o.overload_steps).run(
-                o.overload_for, self.stopping.is_set
-            )
+            observed = Overload(
+                self,
+                step_seconds=o.overload_step,
+                max_steps=o.overload_steps,
+                factor=o.overload_factor,
+            ).run(o.overload_for, self.stopping.is_set)
             self.pg.observations.append(observed)
             return (
-                f"{observed['overload_per_second']:.1f} creates/s (1.5 x the"
+                f"{observed['overload_per_second']:.1f} creates/s ({o.overload_factor:g} x the"
                 f" {observed['sustained_per_second']:.1f}/s sustained) for {o.overload_for:.0f} s;"
                 f" oldest due peaked at {observed['oldest_due_peak']} s, drained in"
                 f" {observed['time_to_drain']} s"
@@ -773,7 +777,14 @@ def parse_args(argv: list[str] | None = None) -> Options:
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="also overload the stack at 1.5 x its sustained rate for SECONDS (found first)",
+        help="also overload the stack at --overload-factor x its sustained rate for SECONDS"
+        " (found first)",
+    )
+    parser.add_argument(
+        "--overload-factor",
+        type=float,
+        default=1.5,
+        help="the overload's rate as a multiple of the sustained one (default 1.5)",
     )
     parser.add_argument("--push-interval", type=float, default=2.0)
     parser.add_argument(
@@ -818,6 +829,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         partition=a.partition,
         partition_for=a.partition_for,
         overload_for=a.overload or 120.0,
+        overload_factor=a.overload_factor,
         push_interval=a.push_interval,
         busy_messages=a.busy_messages,
         busy_maildev=a.busy_maildev,

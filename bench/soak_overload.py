@@ -5,7 +5,7 @@ creates signals in steps of doubling rate (sink signals, each with a window
 of `WINDOW` seconds and its matching mail late in the window, so each needs
 several scheduled checks) and keeps the highest rate whose step kept
 `signalbox_oldest_due_signal_age_seconds` below `BEHIND` seconds. Then it
-creates at 1.5 x that rate for `seconds`, samples the gauge every second,
+creates at `factor` (1.5) x that rate for `seconds`, samples the gauge every second,
 and reports its peak and the time to drain: from the end of the overload to
 the gauge back under `BEHIND` (the invariants then check every overload signal).
 
@@ -41,6 +41,7 @@ class Overload:
     step_seconds: float = 10.0
     max_steps: int = 6
     start_rate: float = 2.0
+    factor: float = 1.5
     created: list[str] = field(default_factory=list)
     _seq: int = 0
 
@@ -121,7 +122,7 @@ class Overload:
         # Let the calibration's backlog clear before the overload starts.
         self._drain(stop, limit=60.0)
         sustained = sustained or self.start_rate / 2
-        over = sustained * 1.5
+        over = sustained * self.factor
         peak = self._run_at(over, seconds, "over", stop)
         ended = time.time()
         drained = self._drain(stop, limit=300.0)

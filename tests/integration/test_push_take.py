@@ -179,3 +179,59 @@ def test_a_check_fenced_out_by_a_redrive_writes_no_near_misses(looks: Looks) -> 
     assert sql("SELECT why FROM near_misses WHERE signal_id = %s", signal_id) == [
         ("subject_mismatch",)
     ]
+
+
+def urgent_and_backlog(looks: Looks) -> dict[str, str]:
+    """Sink signals behind a backlog: two due by their schedule for ten
+    minutes, one a push made due a moment ago, one past its deadline (its
+    final look due since)."""
+    made = {name: looks.create() for name in ("backlog1", "backlog2", "pushed", "final")}
+    sql(
+        "UPDATE signals SET next_check_at = now() - interval '10 minutes',"
+        " next_check_reason = 'scheduled' WHERE id = ANY(%s)",
+        [made["backlog1"], made["backlog2"]],
+    )
+    sql(
+        "UPDATE signals SET next_check_at = now() - interval '1 second',"
+        " next_check_reason = 'push' WHERE id = %s",
+        made["pushed"],
+    )
+    sql(
+        "UPDATE signals SET expires_at = now() - interval '3 seconds',"
+        " next_check_at = now() - interval '3 seconds', next_check_reason = 'scheduled'"
+        " WHERE id = %s",
+        made["final"],
+    )
+    return made
+
+
+def test_behind_a_backlog_a_check_takes_the_pushed_and_the_final_looks_first(
+    looks: Looks,
+) -> None:
+    """A task's batch takes its own signal, then the looks that decide (a
+    final look at the deadline, a push's), in due order, before signals due
+    longer by their backoff: under a backlog those wait, not the mail."""
+    made = urgent_and_backlog(looks)
+    key = looks.create()
+    sql("UPDATE signals SET next_check_at = now() WHERE id = %s", key)
+    with autocommit() as session:
+        taken = takes_db.signal_lock_for_check(
+            session, key, lease_seconds=30, batch_limit=3, coalesce_seconds=0
+        )
+    assert [r["id"] for r in taken] == [key, made["final"], made["pushed"]]
+    with autocommit() as session:  # the next batch: the backlog, oldest first
+        rest = takes_db.signal_lock_for_check(
+            session, made["backlog1"], lease_seconds=30, batch_limit=3, coalesce_seconds=0
+        )
+    assert sorted(r["id"] for r in rest) == sorted([made["backlog1"], made["backlog2"]])
+
+
+def test_behind_a_backlog_a_push_takes_its_own_then_the_pushed_and_final_looks(
+    looks: Looks,
+) -> None:
+    made = urgent_and_backlog(looks)
+    recipient = an_address()
+    mine = looks.create(recipient=recipient)
+    pushed, taken = push_and_lock([recipient], batch_limit=3)
+    assert pushed == [mine]
+    assert [r["id"] for r in taken] == [mine, made["final"], made["pushed"]]
