@@ -24,6 +24,7 @@ from app.domain.chaos import ChaosStage
 from app.domain.mail import header_block
 from app.domain.refusals import RefusalReason, too_large_detail
 from app.infra.parse_pool import ParsePool
+from app.observability.logs import failure_extra
 from app.settings import Settings
 from app.smtp.batching import GroupCommit
 from app.smtp.refusals import RefusalLog, reply_code
@@ -51,11 +52,7 @@ MAX_RECORDING_BYTES = 64 * 1024 * 1024
 def _header_recipients_failed(sink_id: int, exc: Exception) -> None:
     log.warning(
         "header recipients of a stored message could not be added",
-        extra={
-            "event": "sink_parse_failed",
-            "sink_message_id": sink_id,
-            "error": type(exc).__name__,
-        },
+        extra=failure_extra("sink_parse_failed", exc, sink_message_id=sink_id),
     )
 
 
