@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.infra import queue
 from app.infra.redis import redis_client
+from app.observability.logs import failure_extra
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -165,11 +166,7 @@ def first_look_started(signal_id: str) -> None:
     except Exception as exc:
         log.info(
             "first-look ticket not returned; it lapses",
-            extra={
-                "event": "first_look_return_failed",
-                "signal_id": signal_id,
-                "error": type(exc).__name__,
-            },
+            extra=failure_extra("first_look_return_failed", exc, signal_id=signal_id),
         )
 
 

@@ -233,13 +233,31 @@ def formatter_for(component: str, stream: Any, log_format: str | None = None) ->
     return TextFormatter(component) if chosen == "text" else JsonFormatter(component)
 
 
+def failure_extra(event: str, exc: BaseException, **fields: Any) -> dict[str, Any]:
+    """The `extra` of a line about a failure: `event`, `fields`, and the
+    error named only by its type (its text may hold an address or a secret)."""
+    return {"event": event, **fields, "error": type(exc).__name__}
+
+
+def signal_extra(
+    event: str, run_id: str, signal_id: str, recipient: str, **fields: Any
+) -> dict[str, Any]:
+    """The `extra` of a line about one signal: `event`, the signal's run and
+    id, its recipient only as a hash (never the address), and `fields`."""
+    return {
+        "event": event,
+        "run_id": run_id,
+        "signal_id": signal_id,
+        "recipient_hash": keys.recipient_hash(recipient),
+        **fields,
+    }
+
+
 def warn_unreachable(
     logger: logging.Logger, message: str, event: str, component: str, exc: BaseException
 ) -> None:
     """Log that `component` did not answer, naming only the error's type."""
-    logger.warning(
-        message, extra={"event": event, "component": component, "error": type(exc).__name__}
-    )
+    logger.warning(message, extra=failure_extra(event, exc, component=component))
 
 
 def configure_logging(

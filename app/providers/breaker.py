@@ -161,6 +161,7 @@ class Admission:
     clean: bool = False
 
 
+@dataclass(eq=False)  # two breakers are the same only if they are one object
 class CircuitBreaker:
     """The circuit breaker of one provider, its state kept in Redis.
 
@@ -170,30 +171,23 @@ class CircuitBreaker:
     counted by Redis in real time.
     """
 
-    def __init__(
-        self,
-        redis: Redis,
-        provider: str,
-        failure_threshold: int = 5,
-        open_seconds: float = 30.0,
-        clock: Callable[[], float] = time.time,
-        probe_timeout: float = 30.0,
-    ) -> None:
-        if failure_threshold < 1:
+    redis: Redis
+    provider: str
+    failure_threshold: int = 5
+    open_seconds: float = 30.0
+    clock: Callable[[], float] = time.time
+    probe_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.failure_threshold < 1:
             raise ValueError("failure_threshold must be at least 1")
-        if open_seconds <= 0 or probe_timeout <= 0:
+        if self.open_seconds <= 0 or self.probe_timeout <= 0:
             raise ValueError("open_seconds and probe_timeout must be positive")
-        self.redis = redis
-        self.provider = provider
-        self.failure_threshold = failure_threshold
-        self.open_seconds = open_seconds
-        self.probe_timeout = probe_timeout
-        self.clock = clock
-        self._state_key = f"{KEY_PREFIX}state:{provider}"
-        self._probe_key = f"{KEY_PREFIX}probe:{provider}"
-        self._before_call = redis.register_script(_BEFORE_CALL)
-        self._record_success = redis.register_script(_RECORD_SUCCESS)
-        self._record_failure = redis.register_script(_RECORD_FAILURE)
+        self._state_key = f"{KEY_PREFIX}state:{self.provider}"
+        self._probe_key = f"{KEY_PREFIX}probe:{self.provider}"
+        self._before_call = self.redis.register_script(_BEFORE_CALL)
+        self._record_success = self.redis.register_script(_RECORD_SUCCESS)
+        self._record_failure = self.redis.register_script(_RECORD_FAILURE)
 
     def before_call(self) -> Admission:
         """Ask to call the provider; at most one caller gets ``probe=True`` when half-open."""

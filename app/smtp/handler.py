@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -24,6 +24,7 @@ from app.domain.chaos import ChaosStage
 from app.domain.mail import header_block
 from app.domain.refusals import RefusalReason, too_large_detail
 from app.infra.parse_pool import ParsePool
+from app.observability.logs import failure_extra
 from app.settings import Settings
 from app.smtp.batching import GroupCommit
 from app.smtp.refusals import RefusalLog, reply_code
@@ -51,11 +52,7 @@ MAX_RECORDING_BYTES = 64 * 1024 * 1024
 def _header_recipients_failed(sink_id: int, exc: Exception) -> None:
     log.warning(
         "header recipients of a stored message could not be added",
-        extra={
-            "event": "sink_parse_failed",
-            "sink_message_id": sink_id,
-            "error": type(exc).__name__,
-        },
+        extra=failure_extra("sink_parse_failed", exc, sink_message_id=sink_id),
     )
 
 
@@ -345,17 +342,24 @@ class SinkHandler:
                 extra={"event": "sink_push_failed", "error": type(exc).__name__},
             )
 
+    async def _add_recipients(
+        self, add: Callable[..., object], sink_id: int, rcpts: Sequence[str], found: object
+    ) -> None:
+        """Run an intake step that adds the recipients `found` in a stored
+        message (its header block, or its parse) on the after-answer threads."""
+        await asyncio.get_running_loop().run_in_executor(
+            self._after_threads,
+            partial(add, runner=self.runner),
+            self.settings,
+            sink_id,
+            rcpts,
+            found,
+        )
+
     async def _header_recipients(self, sink_id: int, rcpts: Sequence[str], head: bytes) -> None:
         """Add the To and Cc recipients a header block names (and push theirs)."""
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                self._after_threads,
-                partial(intake.add_header_block_recipients, runner=self.runner),
-                self.settings,
-                sink_id,
-                rcpts,
-                head,
-            )
+            await self._add_recipients(intake.add_header_block_recipients, sink_id, rcpts, head)
         except Exception as exc:  # the message is stored; its envelope recipients stand
             _header_recipients_failed(sink_id, exc)
 
@@ -375,14 +379,7 @@ class SinkHandler:
             mail = await self.parser.parse(raw)
             if mail is None:
                 return
-            await loop.run_in_executor(
-                self._after_threads,
-                partial(intake.add_header_recipients, runner=self.runner),
-                self.settings,
-                sink_id,
-                rcpts,
-                mail,
-            )
+            await self._add_recipients(intake.add_header_recipients, sink_id, rcpts, mail)
         except Exception as exc:  # the message is stored; its envelope recipients stand
             _header_recipients_failed(sink_id, exc)
         finally:

@@ -17,7 +17,7 @@ from app.db import signals as signals_db
 from app.db.engine import retryable, transaction
 from app.domain.states import Status
 from app.errors import Conflict, NotFound
-from app.infra.keys import recipient_hash
+from app.observability.logs import signal_extra
 from app.usecases import views
 from app.usecases.inputs import Cancel
 
@@ -61,12 +61,8 @@ def _cancel_once(namespace: str, signal_id: str, req: Cancel) -> dict[str, Any]:
     if row is not None:
         log.info(
             "signal cancelled",
-            extra={
-                "event": "signal_cancelled",
-                "run_id": row["run_id"],
-                "signal_id": signal_id,
-                "recipient_hash": recipient_hash(row["recipient"]),
-                "claims_ended": ended,
-            },
+            extra=signal_extra(
+                "signal_cancelled", row["run_id"], signal_id, row["recipient"], claims_ended=ended
+            ),
         )
     return view

@@ -59,7 +59,6 @@ def _refusal(session: Connection, signal: Mapping[Any, Any], refusal: Refusal) -
         now = server_db.db_now(session)
         return _state_answer(
             ClaimOutcome.WAITING,
-            "waiting",
             signal,
             retry_after_seconds=views.poll_hint(now, signal),
         )
@@ -67,7 +66,6 @@ def _refusal(session: Connection, signal: Mapping[Any, Any], refusal: Refusal) -
         dl = dead_letters_db.dead_letter_latest_many(session, [signal["id"]]).get(signal["id"])
         return _state_answer(
             ClaimOutcome.EXPIRED,
-            "expired",
             signal,
             reason=signal["expiry_reason"],
             dead_letter=views.dead_letter_view(dl) if dl else None,
@@ -76,14 +74,12 @@ def _refusal(session: Connection, signal: Mapping[Any, Any], refusal: Refusal) -
         receipt = claims_db.receipt_by_signal_many(session, [signal["id"]]).get(signal["id"])
         return _state_answer(
             ClaimOutcome.ALREADY_CONSUMED,
-            "already_consumed",
             signal,
             receipt=views.receipt_view(receipt) if receipt else None,
         )
     active = claims_db.claim_active_for_signal(session, signal["id"])
     return _state_answer(
         ClaimOutcome.ALREADY_CLAIMED,
-        "already_claimed",
         signal,
         claim_id=active["id"] if active else None,
         message_id=signal["message_id"],
@@ -92,8 +88,7 @@ def _refusal(session: Connection, signal: Mapping[Any, Any], refusal: Refusal) -
     )
 
 
-def _state_answer(
-    outcome: ClaimOutcome, status: str, signal: Mapping[Any, Any], **fields: Any
-) -> Answer:
-    """A claim refused for the signal's state: `status`, the signal's id, then `fields`."""
-    return Answer(outcome, {"status": status, "signal_id": signal["id"], **fields})
+def _state_answer(outcome: ClaimOutcome, signal: Mapping[Any, Any], **fields: Any) -> Answer:
+    """A claim refused for the signal's state: the outcome as `status`, the
+    signal's id, then `fields`."""
+    return Answer(outcome, {"status": outcome.value, "signal_id": signal["id"], **fields})

@@ -36,6 +36,7 @@ from app.domain.states import ExpiryReason, Status
 from app.errors import LeaseExpired, NotFound
 from app.infra.keys import recipient_hash
 from app.observability import metrics
+from app.observability.logs import signal_extra
 from app.usecases import views
 from app.usecases.claim_answers import Answer, refused
 from app.usecases.expiry import expire_signal, publish
@@ -70,14 +71,7 @@ def _lapse(session: Connection, claim: Mapping[Any, Any], signal: Mapping[Any, A
     if not claims_db.claim_end(session, claim["id"], claim["fence"], to_state="lapsed"):
         return None
     metrics.lease_lapsed(signal["namespace"])
-    _log_claim_event(
-        "claim lease lapsed",
-        "lease_lapsed",
-        run_id=signal["run_id"],
-        signal_id=signal["id"],
-        claim_id=claim["id"],
-        recipient=signal["recipient"],
-    )
+    _log_claim_event("claim lease lapsed", "lease_lapsed", claim["id"], signal["id"], signal)
     return _give_back(session, claim, signal)
 
 
@@ -216,12 +210,7 @@ def _claim_answer(
 
 def _claimed(taken: Mapping[Any, Any]) -> Answer:
     _log_claim_event(
-        "signal claimed",
-        "signal_claimed",
-        run_id=taken["run_id"],
-        signal_id=taken["signal_id"],
-        claim_id=taken["claim_id"],
-        recipient=taken["recipient"],
+        "signal claimed", "signal_claimed", taken["claim_id"], taken["signal_id"], taken
     )
     return _claim_answer(
         claim_id=taken["claim_id"],
@@ -309,31 +298,18 @@ def _consume_row(
     )
     if row["id"] is not None:
         _log_claim_event(
-            "signal consumed",
-            "signal_consumed",
-            run_id=claim_row["run_id"],
-            signal_id=claim_row["signal_id"],
-            claim_id=claim_row["id"],
-            recipient=claim_row["recipient"],
+            "signal consumed", "signal_consumed", claim_row["id"], claim_row["signal_id"], claim_row
         )
     return row
 
 
 def _log_claim_event(
-    message: str, event: str, *, run_id: str, signal_id: str, claim_id: str, recipient: str
+    message: str, event: str, claim_id: str, signal_id: str, row: Mapping[Any, Any]
 ) -> None:
-    """One line of a claim's life (claimed, consumed, lapsed); the recipient
-    only as its hash."""
-    log.info(
-        message,
-        extra={
-            "event": event,
-            "run_id": run_id,
-            "signal_id": signal_id,
-            "claim_id": claim_id,
-            "recipient_hash": recipient_hash(recipient),
-        },
-    )
+    """One line of a claim's life (claimed, consumed, lapsed): `row` holds
+    the signal's `run_id` and `recipient` (logged only as its hash)."""
+    extra = signal_extra(event, row["run_id"], signal_id, row["recipient"], claim_id=claim_id)
+    log.info(message, extra=extra)
 
 
 def _evidence(claim_row: Mapping[Any, Any]) -> dict[str, Any]:

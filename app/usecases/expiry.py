@@ -26,7 +26,7 @@ from app.domain.masking import mask_subject
 from app.domain.refusals import Refusal
 from app.domain.states import CheckOutcome, ExpiryReason, Status
 from app.infra import dispatch
-from app.infra.keys import recipient_hash
+from app.observability.logs import signal_extra
 from app.settings import Settings, get_settings
 from app.usecases import refusals, views, webhooks
 
@@ -128,14 +128,14 @@ def _record_dead_letter(
     webhooks.delivery_record(session, dead_letter_id)  # same transaction: none lost
     log.info(
         "signal expired",
-        extra={
-            "event": "signal_expired",
-            "run_id": row["run_id"],
-            "signal_id": signal_id,
-            "recipient_hash": recipient_hash(row["recipient"]),
-            "reason": reason,
-            "dead_letter_id": dead_letter_id,
-        },
+        extra=signal_extra(
+            "signal_expired",
+            row["run_id"],
+            signal_id,
+            row["recipient"],
+            reason=reason,
+            dead_letter_id=dead_letter_id,
+        ),
     )
     return dead_letter_id
 

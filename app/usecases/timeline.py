@@ -20,6 +20,15 @@ from app.usecases.auth import Principal
 # Checks shown per signal: the first ones of a long wait tell the least.
 CHECKS_SHOWN = 500
 
+# The event a claim's end is shown as, by the claim's state ("cancelled"
+# alone is renamed: the signal's own cancellation is "cancelled").
+_CLAIM_ENDED = {
+    "released": "released",
+    "lapsed": "lapsed",
+    "consumed": "consumed",
+    "cancelled": "claim_cancelled",
+}
+
 
 def signal_timeline(caller: Principal, signal_id: str) -> list[dict[str, Any]]:
     """`{"at", "event", "detail", "generation", "ref"}` per event, oldest first
@@ -49,27 +58,11 @@ def signal_timeline(caller: Principal, signal_id: str) -> list[dict[str, Any]]:
     if signal["found_at"] is not None and signal["message_id"]:
         add(signal["found_at"], 2, "found", "a message matched", ref=signal["message_id"])
     for cl in claims:
-        add(
-            cl["claimed_at"],
-            3,
-            "claimed",
-            f"lease until {views.iso(cl['lease_until'])}",
-            ref=cl["id"],
-        )
+        lease = views.iso(cl["lease_until"])
+        add(cl["claimed_at"], 3, "claimed", f"lease until {lease}", ref=cl["id"])
         if cl["state"] != "active":
-            ended = {
-                "released": "released",
-                "lapsed": "lapsed",
-                "consumed": "consumed",
-                "cancelled": "claim_cancelled",
-            }
-            add(
-                cl["ended_at"],
-                4,
-                ended.get(cl["state"], cl["state"]),
-                f"claim {cl['id']}",
-                ref=cl["id"],
-            )
+            ended = _CLAIM_ENDED.get(cl["state"], cl["state"])
+            add(cl["ended_at"], 4, ended, f"claim {cl['id']}", ref=cl["id"])
     for d in dead:
         add(
             d["created_at"],

@@ -40,7 +40,15 @@ from app.domain.expectations import (
 from app.domain.masking import mask_subject
 from app.domain.matching import evaluate, pick
 from app.domain.scheduling import spends_budget
-from app.domain.states import ARRIVAL, CheckOutcome, CheckReason, ExpiryReason, Status
+from app.domain.states import (
+    ARRIVAL,
+    FIND,
+    CheckOutcome,
+    CheckReason,
+    ExpiryReason,
+    Status,
+    Transition,
+)
 from app.infra.parse_budget import parse_on_budget
 from app.usecases import views
 from app.usecases.checks.criteria import candidates_for, criteria_for
@@ -94,6 +102,14 @@ def write_expectation(
     def taken_by_other(mid: str) -> bool:
         return mid in excluded or taken_by.get(mid, row["id"]) != row["id"]
 
+    def mark_found(mid: str, counted: bool, move: Transition) -> bool:
+        """Write the matched check, and the signal found (`FIND`) or arrived
+        (`ARRIVAL`) with `mid`; False when fenced out."""
+        check = record(CheckOutcome.MATCHED, counted)
+        return checks_db.signal_mark_found(
+            session, row["id"], row["check_fence"], mid, check, move=move
+        )
+
     while True:
         candidates = candidates_for(observed, taken_by_other)
         matching = [c for c in candidates if evaluate(criteria, c).matched]
@@ -120,13 +136,7 @@ def write_expectation(
             mid = decision.arrival.message_id
             try:
                 with session.begin_nested():
-                    ok = checks_db.signal_mark_found(
-                        session,
-                        row["id"],
-                        row["check_fence"],
-                        mid,
-                        record(CheckOutcome.MATCHED, counted),
-                    )
+                    ok = mark_found(mid, counted, FIND)
             except IntegrityError:
                 excluded.add(mid)  # another signal took it meanwhile: decide again
                 continue
@@ -135,14 +145,7 @@ def write_expectation(
             return _done(ok, CheckOutcome.MATCHED, "signal_found", mid, new_near, found=ok)
         if isinstance(decision, Arrived):
             mid = decision.arrival.message_id
-            ok = checks_db.signal_mark_found(
-                session,
-                row["id"],
-                row["check_fence"],
-                mid,
-                record(CheckOutcome.MATCHED, counted),
-                move=ARRIVAL,
-            )
+            ok = mark_found(mid, counted, ARRIVAL)
             return _done(ok, CheckOutcome.MATCHED, "signal_arrived", mid, new_near)
         if isinstance(decision, Absent):
             counted = spends_budget(reason, CheckOutcome.NO_MATCH, None)
