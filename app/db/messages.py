@@ -241,10 +241,10 @@ def message_taken(
     return {r["message_id"]: r["id"] for r in rows}
 
 
+# What a recorded message is, without its bytes.
+_SUMMARY = "id, provider, provider_message_id, received_at, subject, recipients, run_marker, size"
 _GET_MANY: Statement[MessageRow] = Statement(
-    "message_get_many",
-    "SELECT id, provider, provider_message_id, received_at, subject, recipients,"
-    " run_marker, size, bare_lf FROM messages WHERE id = ANY(:ids)",
+    "message_get_many", f"SELECT {_SUMMARY}, bare_lf FROM messages WHERE id = ANY(:ids)"
 )
 _DELIVERIES: Statement[MessageRow] = Statement(
     "message_deliveries",
@@ -252,9 +252,7 @@ _DELIVERIES: Statement[MessageRow] = Statement(
     " auth_namespace FROM messages WHERE id = ANY(:ids)",
 )
 _WITH_RAW: Statement[MessageRow] = Statement(
-    "message_with_raw",
-    "SELECT id, provider, provider_message_id, received_at, subject, recipients,"
-    " run_marker, size, raw FROM messages WHERE id = :id",
+    "message_with_raw", f"SELECT {_SUMMARY}, raw FROM messages WHERE id = :id"
 )
 
 
