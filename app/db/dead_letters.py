@@ -190,18 +190,33 @@ def dead_letter_take_unpublished(
     return [r["id"] for r in rows]
 
 
-_TAKE_UNPUBLISHED: Statement[IdRow] = Statement(
-    "dead_letter_take_unpublished",
-    """
+def _take(name: str, where: str, order_by: str) -> Statement[IdRow]:
+    """A take: stamp the attempt on the oldest (by `order_by`) `:limit` dead
+    letters that `where` picks, skipping those another transaction holds;
+    their ids. A taken one is not taken again until its attempt is old."""
+    return Statement(
+        name,
+        f"""
                 UPDATE dead_letters SET publish_attempt_at = now()
                  WHERE id IN (
                     SELECT id FROM dead_letters
-                     WHERE published_at IS NULL
-                       AND (publish_attempt_at IS NULL
-                            OR publish_attempt_at < now() - make_interval(secs => :lease))
-                     ORDER BY created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
+                     WHERE {where}
+                     ORDER BY {order_by} LIMIT :limit FOR UPDATE SKIP LOCKED)
                 RETURNING id
                 """,
+    )
+
+
+def _attempt_before(secs: str) -> str:
+    """Never attempted, or last attempted more than `secs` (a parameter) ago."""
+    return f"""(publish_attempt_at IS NULL
+                            OR publish_attempt_at < now() - make_interval(secs => {secs}))"""
+
+
+_TAKE_UNPUBLISHED = _take(
+    "dead_letter_take_unpublished",
+    f"published_at IS NULL AND {_attempt_before(':lease')}",
+    "created_at",
 )
 
 
@@ -217,19 +232,12 @@ def dead_letter_take_unalerted(
     return [r["id"] for r in rows]
 
 
-_TAKE_UNALERTED: Statement[IdRow] = Statement(
+_TAKE_UNALERTED = _take(
     "dead_letter_take_unalerted",
-    """
-                UPDATE dead_letters SET publish_attempt_at = now()
-                 WHERE id IN (
-                    SELECT id FROM dead_letters
-                     WHERE alerted_at IS NULL AND published_at IS NOT NULL
+    f"""alerted_at IS NULL AND published_at IS NOT NULL
                        AND published_at < now() - make_interval(secs => :after)
-                       AND (publish_attempt_at IS NULL
-                            OR publish_attempt_at < now() - make_interval(secs => :after))
-                     ORDER BY published_at LIMIT :limit FOR UPDATE SKIP LOCKED)
-                RETURNING id
-                """,
+                       AND {_attempt_before(":after")}""",
+    "published_at",
 )
 
 

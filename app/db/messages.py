@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import Connection
 
 from app.db import runner
-from app.db.near import near_address_sql, near_params
+from app.db.near import NearWindow, near_address_sql, near_params
 from app.db.records import MessageRow
 from app.db.runner import Statement
 from app.domain.ids import new_id
@@ -242,10 +241,10 @@ def message_taken(
     return {r["message_id"]: r["id"] for r in rows}
 
 
+# What a recorded message is, without its bytes.
+_SUMMARY = "id, provider, provider_message_id, received_at, subject, recipients, run_marker, size"
 _GET_MANY: Statement[MessageRow] = Statement(
-    "message_get_many",
-    "SELECT id, provider, provider_message_id, received_at, subject, recipients,"
-    " run_marker, size, bare_lf FROM messages WHERE id = ANY(:ids)",
+    "message_get_many", f"SELECT {_SUMMARY}, bare_lf FROM messages WHERE id = ANY(:ids)"
 )
 _DELIVERIES: Statement[MessageRow] = Statement(
     "message_deliveries",
@@ -253,9 +252,7 @@ _DELIVERIES: Statement[MessageRow] = Statement(
     " auth_namespace FROM messages WHERE id = ANY(:ids)",
 )
 _WITH_RAW: Statement[MessageRow] = Statement(
-    "message_with_raw",
-    "SELECT id, provider, provider_message_id, received_at, subject, recipients,"
-    " run_marker, size, raw FROM messages WHERE id = :id",
+    "message_with_raw", f"SELECT {_SUMMARY}, raw FROM messages WHERE id = :id"
 )
 
 
@@ -416,14 +413,7 @@ _RAWS: Statement = Statement(
 
 
 def message_near_address(
-    session: Connection,
-    provider: str,
-    recipient: str,
-    *,
-    since: datetime,
-    until: datetime,
-    scan: int,
-    limit: int,
+    session: Connection, provider: str, recipient: str, **window: Unpack[NearWindow]
 ) -> list[dict[str, Any]]:
     """Up to `limit` recorded messages of `provider` received between `since`
     and `until` (among the latest `scan`) not to `recipient` but to an address
@@ -431,16 +421,7 @@ def message_near_address(
     not their bytes: `message_raws`; purged ones are left out): the
     candidates of a recipient typo."""
     return runner.all(
-        session,
-        _NEAR_ADDRESSES,
-        {
-            "provider": provider,
-            "since": since,
-            "until": until,
-            "scan": scan,
-            "limit": limit,
-            **near_params(recipient),
-        },
+        session, _NEAR_ADDRESSES, {"provider": provider, **window, **near_params(recipient)}
     )
 
 

@@ -1,13 +1,16 @@
 """The declarative base of the schema and the helpers its tables share: the
-naming convention, the timestamp type, and the CHECK constraints that keep an
-enumerated column to the values the code knows (`ENUMERATED`)."""
+naming convention, the timestamp type, the kinds of column they repeat, and
+the CHECK constraints that keep an enumerated column to the values the code
+knows (`ENUMERATED`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
+from typing import Annotated, Any, ClassVar
 
-from sqlalchemy import CheckConstraint, DateTime, Index, MetaData, text
-from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy import CheckConstraint, DateTime, Index, MetaData, String, text
+from sqlalchemy.orm import DeclarativeBase, mapped_column
 
 from app.domain.chaos import ChaosStage
 from app.domain.expectations import Expect
@@ -37,6 +40,20 @@ TS = DateTime(timezone=True)
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
+    # Every moment is stored with its time zone: `Mapped[datetime]` is a TS.
+    type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: TS}
+
+
+# The kinds of column the tables share, each declared once: a column
+# annotated `Mapped[Name]` is a String(128), and so on (SQLAlchemy maps the
+# `Annotated` declaration; more arguments to `mapped_column` add to it).
+
+# One of our ids (`sig_…`, `clm_…`) as its row's primary key.
+Key = Annotated[str, mapped_column(String(40), primary_key=True)]
+# A namespace, a run id, a provider's name.
+Name = Annotated[str, mapped_column(String(128))]
+# A moment the database stamps when the row is inserted.
+Stamped = Annotated[datetime, mapped_column(server_default=NOW)]
 
 
 # States of rows that have no enum in app.domain.

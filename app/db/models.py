@@ -35,7 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db.model_base import ENUMERATED, NOW, OTHER_CHECKS, TS, Base, one_of, partial
+from app.db.model_base import ENUMERATED, OTHER_CHECKS, Base, Key, Name, Stamped, one_of, partial
 
 __all__ = ["ENUMERATED", "OTHER_CHECKS", "Base"]
 
@@ -43,21 +43,21 @@ __all__ = ["ENUMERATED", "OTHER_CHECKS", "Base"]
 class ApiToken(Base):
     __tablename__ = "api_tokens"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    namespace: Mapped[str] = mapped_column(String(128))
+    namespace: Mapped[Name]
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    created_at: Mapped[Stamped]
 
 
 class Mailbox(Base):
     __tablename__ = "mailboxes"
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    namespace: Mapped[str] = mapped_column(String(128))
-    run_id: Mapped[str] = mapped_column(String(128))
-    provider: Mapped[str] = mapped_column(String(128))
+    id: Mapped[Key]
+    namespace: Mapped[Name]
+    run_id: Mapped[Name]
+    provider: Mapped[Name]
     address: Mapped[str] = mapped_column(String(320), unique=True)
-    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
-    expires_at: Mapped[datetime] = mapped_column(TS)
-    deleted_at: Mapped[datetime | None] = mapped_column(TS)
+    created_at: Mapped[Stamped]
+    expires_at: Mapped[datetime]
+    deleted_at: Mapped[datetime | None]
     __table_args__ = (Index(None, "namespace", "run_id"),)
 
 
@@ -68,9 +68,9 @@ class AddressHold(Base):
     __tablename__ = "address_holds"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     address: Mapped[str] = mapped_column(String(320))
-    namespace: Mapped[str] = mapped_column(String(128))
-    held_from: Mapped[datetime] = mapped_column(TS)
-    released_at: Mapped[datetime | None] = mapped_column(TS)
+    namespace: Mapped[Name]
+    held_from: Mapped[datetime]
+    released_at: Mapped[datetime | None]
     __table_args__ = (
         Index(None, "address", "held_from"),
         partial("ix_address_holds_open", "address", where="released_at IS NULL", unique=True),
@@ -82,7 +82,7 @@ class SinkMessage(Base):
 
     __tablename__ = "sink_messages"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    received_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    received_at: Mapped[Stamped]
     mail_from: Mapped[str | None] = mapped_column(Text)
     envelope_recipients: Mapped[list[str]] = mapped_column(ARRAY(Text))
     # Envelope, To and Cc, lower-cased: what recipient matching looks at.
@@ -90,7 +90,7 @@ class SinkMessage(Base):
     size: Mapped[int] = mapped_column(Integer)
     # Stored compressed (TOAST, lz4 where the server has it: migration 0016).
     raw: Mapped[bytes] = mapped_column(LargeBinary)
-    auth_namespace: Mapped[str | None] = mapped_column(String(128))  # SMTP AUTH's (0019)
+    auth_namespace: Mapped[Name | None]  # SMTP AUTH's (0019)
     message_id: Mapped[str | None] = mapped_column(String(40), unique=True)  # msg_: 0021
     __table_args__ = (
         # No pending list: every look searches it, and searches read a
@@ -106,11 +106,11 @@ class Message(Base):
     """A message observed at a provider, recorded once whatever the retries."""
 
     __tablename__ = "messages"
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    provider: Mapped[str] = mapped_column(String(128))
+    id: Mapped[Key]
+    provider: Mapped[Name]
     provider_message_id: Mapped[str] = mapped_column(String(512))
-    received_at: Mapped[datetime] = mapped_column(TS)
-    observed_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    received_at: Mapped[datetime]
+    observed_at: Mapped[Stamped]
     subject: Mapped[str] = mapped_column(Text, server_default="")
     recipients: Mapped[list[str]] = mapped_column(ARRAY(Text))
     run_marker: Mapped[str | None] = mapped_column(String(256))
@@ -120,7 +120,7 @@ class Message(Base):
     delivered_to: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     # A line of the raw message ended in a bare LF (kept as received).
     bare_lf: Mapped[bool] = mapped_column(Boolean, server_default="false")
-    auth_namespace: Mapped[str | None] = mapped_column(String(128))  # SMTP AUTH's (0019)
+    auth_namespace: Mapped[Name | None]  # SMTP AUTH's (0019)
     # Purged (NULL) with its mailbox or by the inbox; compressed as above (0016).
     raw: Mapped[bytes | None] = mapped_column(LargeBinary)
     from_addr: Mapped[str | None] = mapped_column(Text)  # to read_at: the inbox's (0021)
@@ -129,7 +129,7 @@ class Message(Base):
     header_message_id: Mapped[str | None] = mapped_column(Text)
     attachments: Mapped[int] = mapped_column(Integer, server_default="0")
     words: Mapped[str | None] = mapped_column(TSVECTOR)
-    read_at: Mapped[datetime | None] = mapped_column(TS)
+    read_at: Mapped[datetime | None]
     __table_args__ = (
         UniqueConstraint("provider", "provider_message_id"),
         Index(None, "provider", "received_at"),
@@ -143,25 +143,25 @@ class Message(Base):
 
 class Signal(Base):
     __tablename__ = "signals"
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    namespace: Mapped[str] = mapped_column(String(128))
+    id: Mapped[Key]
+    namespace: Mapped[Name]
     idempotency_key: Mapped[str] = mapped_column(String(512))
-    run_id: Mapped[str] = mapped_column(String(128))
+    run_id: Mapped[Name]
     test_case: Mapped[str] = mapped_column(String(200))
     recipient: Mapped[str] = mapped_column(String(320))
     subject_contains: Mapped[str | None] = mapped_column(Text)
     body_contains: Mapped[str | None] = mapped_column(Text)
-    received_after: Mapped[datetime] = mapped_column(TS)
-    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
-    updated_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
-    expires_at: Mapped[datetime] = mapped_column(TS)
+    received_after: Mapped[datetime]
+    created_at: Mapped[Stamped]
+    updated_at: Mapped[Stamped]
+    expires_at: Mapped[datetime]
     max_checks: Mapped[int] = mapped_column(Integer)
-    provider: Mapped[str] = mapped_column(String(128))
+    provider: Mapped[Name]
     require_run_marker: Mapped[bool] = mapped_column(Boolean, server_default="false")
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default="{}")
     status: Mapped[str] = mapped_column(String(16), server_default="waiting")
     expiry_reason: Mapped[str | None] = mapped_column(String(32))
-    expired_at: Mapped[datetime | None] = mapped_column(TS)
+    expired_at: Mapped[datetime | None]
     # Bumped by each redrive; dead letters are unique per generation.
     generation: Mapped[int] = mapped_column(Integer, server_default="1")
     # Checks that count against max_checks (circuit_open ones do not).
@@ -169,23 +169,23 @@ class Signal(Base):
     # Counts by outcome of check rows retention deleted (evidence keeps them).
     checks_archived: Mapped[dict[str, int]] = mapped_column(JSONB, server_default="{}")
     consecutive_errors: Mapped[int] = mapped_column(Integer, server_default="0")
-    next_check_at: Mapped[datetime | None] = mapped_column(TS)
+    next_check_at: Mapped[datetime | None]
     next_check_reason: Mapped[str] = mapped_column(String(16), server_default="first")
-    enqueued_at: Mapped[datetime | None] = mapped_column(TS)
+    enqueued_at: Mapped[datetime | None]
     # Check lease and its fencing number: a check's result is written only if
     # the fence it took is still the signal's.
     check_fence: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    check_lease_until: Mapped[datetime | None] = mapped_column(TS)
-    last_check_at: Mapped[datetime | None] = mapped_column(TS)
+    check_lease_until: Mapped[datetime | None]
+    last_check_at: Mapped[datetime | None]
     # When the latest check's look at the provider began: the deadline
     # expires a signal only after a look at or after it.
-    last_look_at: Mapped[datetime | None] = mapped_column(TS)
+    last_look_at: Mapped[datetime | None]
     last_outcome: Mapped[str | None] = mapped_column(String(16))
     last_error_code: Mapped[str | None] = mapped_column(String(64))
     message_id: Mapped[str | None] = mapped_column(
         ForeignKey("messages.id", ondelete="SET NULL"), index=True
     )
-    found_at: Mapped[datetime | None] = mapped_column(TS)
+    found_at: Mapped[datetime | None]
     # Claim fencing number: increases at every claim.
     claim_fence: Mapped[int] = mapped_column(BigInteger, server_default="0")
     claims_used: Mapped[int] = mapped_column(Integer, server_default="0")
@@ -195,7 +195,7 @@ class Signal(Base):
     expect: Mapped[str] = mapped_column(String(16), server_default="first")
     settle_seconds: Mapped[int | None] = mapped_column(SmallInteger)
     cancel_reason: Mapped[str | None] = mapped_column(String(200))  # 1-200 chars (0020)
-    cancelled_at: Mapped[datetime | None] = mapped_column(TS)
+    cancelled_at: Mapped[datetime | None]
     __table_args__ = (
         # One message per signal within a namespace; namespaces match shared
         # mail independently. An `arrived` signal shows its message without
@@ -227,10 +227,10 @@ class IdempotencyKey(Base):
     concurrent identical creates yield one signal."""
 
     __tablename__ = "idempotency_keys"
-    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    namespace: Mapped[Name] = mapped_column(primary_key=True)
     key: Mapped[str] = mapped_column(String(512), primary_key=True)
     signal_id: Mapped[str] = mapped_column(ForeignKey("signals.id", ondelete="CASCADE"))
-    expires_at: Mapped[datetime] = mapped_column(TS)
+    expires_at: Mapped[datetime]
 
 
 class Check(Base):
@@ -239,7 +239,7 @@ class Check(Base):
     signal_id: Mapped[str] = mapped_column(ForeignKey("signals.id", ondelete="CASCADE"))
     generation: Mapped[int] = mapped_column(Integer)
     fence: Mapped[int] = mapped_column(BigInteger)
-    provider: Mapped[str] = mapped_column(String(128))
+    provider: Mapped[Name]
     reason: Mapped[str] = mapped_column(String(16))
     outcome: Mapped[str] = mapped_column(String(16))
     error_code: Mapped[str | None] = mapped_column(String(64))
@@ -247,8 +247,8 @@ class Check(Base):
     counted: Mapped[bool] = mapped_column(Boolean, server_default="false")
     # One provider call may answer several signals' checks.
     batch_id: Mapped[str | None] = mapped_column(String(40))
-    started_at: Mapped[datetime] = mapped_column(TS)
-    finished_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    started_at: Mapped[datetime]
+    finished_at: Mapped[Stamped]
     # Messages the provider call returned for this check; NULL when not recorded.
     messages_seen: Mapped[int | None] = mapped_column(Integer)
     __table_args__ = (
@@ -271,21 +271,21 @@ class NearMiss(Base):
     also: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default="{}")
     # For a recipient_typo: the address the message went to instead.
     address: Mapped[str | None] = mapped_column(String(320))
-    recorded_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    recorded_at: Mapped[Stamped]
     __table_args__ = (*one_of("near_misses", "why"),)
 
 
 class Claim(Base):
     __tablename__ = "claims"
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    id: Mapped[Key]
     signal_id: Mapped[str] = mapped_column(ForeignKey("signals.id", ondelete="CASCADE"))
     fence: Mapped[int] = mapped_column(BigInteger)
-    run_id: Mapped[str] = mapped_column(String(128))
+    run_id: Mapped[Name]
     message_id: Mapped[str] = mapped_column(String(40))
     state: Mapped[str] = mapped_column(String(16), server_default="active")
-    claimed_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
-    lease_until: Mapped[datetime] = mapped_column(TS)
-    ended_at: Mapped[datetime | None] = mapped_column(TS)
+    claimed_at: Mapped[Stamped]
+    lease_until: Mapped[datetime]
+    ended_at: Mapped[datetime | None]
     # Who holds it (the claim's `owner`, default the token's name).
     owner: Mapped[str | None] = mapped_column(String(200))
     __table_args__ = (
@@ -302,21 +302,21 @@ class NamespaceWaiting(Base):
     the sum of a namespace's rows is its count."""
 
     __tablename__ = "namespace_waiting"
-    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    namespace: Mapped[Name] = mapped_column(primary_key=True)
     shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     waiting: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class Receipt(Base):
     __tablename__ = "receipts"
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    id: Mapped[Key]
     signal_id: Mapped[str] = mapped_column(String(40), unique=True)
     claim_id: Mapped[str] = mapped_column(String(40), unique=True)
-    namespace: Mapped[str] = mapped_column(String(128))
-    run_id: Mapped[str] = mapped_column(String(128))
+    namespace: Mapped[Name]
+    run_id: Mapped[Name]
     message_id: Mapped[str] = mapped_column(String(40))
-    claimed_at: Mapped[datetime] = mapped_column(TS)
-    consumed_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    claimed_at: Mapped[datetime]
+    consumed_at: Mapped[Stamped]
     evidence: Mapped[dict[str, Any]] = mapped_column(JSONB)
     owner: Mapped[str | None] = mapped_column(String(200))
     __table_args__ = (Index(None, "namespace", "run_id"),)
@@ -324,22 +324,22 @@ class Receipt(Base):
 
 class DeadLetter(Base):
     __tablename__ = "dead_letters"
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    id: Mapped[Key]
     signal_id: Mapped[str] = mapped_column(String(40))
     generation: Mapped[int] = mapped_column(Integer)
-    namespace: Mapped[str] = mapped_column(String(128))
-    run_id: Mapped[str] = mapped_column(String(128))
-    provider: Mapped[str] = mapped_column(String(128))
+    namespace: Mapped[Name]
+    run_id: Mapped[Name]
+    provider: Mapped[Name]
     reason: Mapped[str] = mapped_column(String(32))
     state: Mapped[str] = mapped_column(String(16), server_default="open")
-    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    created_at: Mapped[Stamped]
     checks_total: Mapped[int] = mapped_column(Integer)
     checks_by_outcome: Mapped[dict[str, int]] = mapped_column(JSONB)
     last_error_code: Mapped[str | None] = mapped_column(String(64))
     near_misses: Mapped[list[dict[str, Any]]] = mapped_column(JSONB)
     recommendation: Mapped[str] = mapped_column(Text)
     note: Mapped[str | None] = mapped_column(Text)
-    resolved_at: Mapped[datetime | None] = mapped_column(TS)
+    resolved_at: Mapped[datetime | None]
     # Matching mail that arrived after the deadline (within a day of it).
     late_message: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # `duplicate_messages`: both messages and how far apart they came.
@@ -347,12 +347,12 @@ class DeadLetter(Base):
     # Set once the dead letter was sent to the `dead_letter` Celery queue; the
     # sweep re-sends any left NULL (outbox). `publish_attempt_at` leases a
     # publication so that two sweeps never send one dead letter twice.
-    published_at: Mapped[datetime | None] = mapped_column(TS)
-    publish_attempt_at: Mapped[datetime | None] = mapped_column(TS)
+    published_at: Mapped[datetime | None]
+    publish_attempt_at: Mapped[datetime | None]
     # Set by the `dead_letter` queue's consumer when it raises the alert: a
     # dead letter published twice (the outbox re-sends one whose mark failed)
     # is alerted once.
-    alerted_at: Mapped[datetime | None] = mapped_column(TS)
+    alerted_at: Mapped[datetime | None]
     __table_args__ = (
         UniqueConstraint("signal_id", "generation"),
         *one_of("dead_letters", "reason", "state"),
@@ -387,14 +387,14 @@ class WebhookDelivery(Base):
     # The exact JSON sent at every attempt (the signature covers these bytes).
     body: Mapped[str] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, server_default="0")
-    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
-    next_attempt_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
-    enqueued_at: Mapped[datetime | None] = mapped_column(TS)
-    lease_until: Mapped[datetime | None] = mapped_column(TS)
-    last_attempt_at: Mapped[datetime | None] = mapped_column(TS)
+    created_at: Mapped[Stamped]
+    next_attempt_at: Mapped[Stamped]
+    enqueued_at: Mapped[datetime | None]
+    lease_until: Mapped[datetime | None]
+    last_attempt_at: Mapped[datetime | None]
     last_status: Mapped[int | None] = mapped_column(Integer)
     last_error: Mapped[str | None] = mapped_column(String(200))
-    delivered_at: Mapped[datetime | None] = mapped_column(TS)
+    delivered_at: Mapped[datetime | None]
     __table_args__ = (
         *one_of("webhook_deliveries", "state"),
         partial("ix_webhook_deliveries_due", "next_attempt_at", where="state = 'pending'"),

@@ -19,7 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db.model_base import NOW, TS, Base, one_of
+from app.db.model_base import Base, Key, Name, Stamped, one_of
 
 
 class ChaosRule(Base):
@@ -29,8 +29,8 @@ class ChaosRule(Base):
     every sink process."""
 
     __tablename__ = "chaos_rules"
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    namespace: Mapped[str] = mapped_column(String(128))
+    id: Mapped[Key]
+    namespace: Mapped[Name]
     # The rule's place in its namespace's list: the first that applies answers.
     position: Mapped[int] = mapped_column(Integer)
     recipient: Mapped[str] = mapped_column(String(320))
@@ -39,8 +39,8 @@ class ChaosRule(Base):
     times: Mapped[int | None] = mapped_column(Integer)
     probability: Mapped[float | None] = mapped_column(Float)
     applied: Mapped[int] = mapped_column(Integer, server_default="0")
-    created_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
-    expires_at: Mapped[datetime] = mapped_column(TS)
+    created_at: Mapped[Stamped]
+    expires_at: Mapped[datetime]
     __table_args__ = (
         *one_of("chaos_rules", "stage"),
         CheckConstraint("(times IS NULL) <> (probability IS NULL)", name="times_or_probability"),
@@ -56,7 +56,7 @@ class ConsoleSessionRevoked(Base):
 
     __tablename__ = "console_sessions_revoked"
     sid: Mapped[str] = mapped_column(String(64), primary_key=True)
-    expires_at: Mapped[datetime] = mapped_column(TS)
+    expires_at: Mapped[datetime]
 
 
 class SmtpRefusal(Base):
@@ -67,12 +67,12 @@ class SmtpRefusal(Base):
 
     __tablename__ = "smtp_refusals"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    refused_at: Mapped[datetime] = mapped_column(TS, server_default=NOW)
+    refused_at: Mapped[Stamped]
     recipients: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default="{}")
     code: Mapped[int] = mapped_column(Integer)
     reason: Mapped[str] = mapped_column(String(32))
     detail: Mapped[str] = mapped_column(String(200), server_default="")
-    auth_namespace: Mapped[str | None] = mapped_column(String(128))
+    auth_namespace: Mapped[Name | None]
     __table_args__ = (
         *one_of("smtp_refusals", "reason"),
         Index(None, "recipients", postgresql_using="gin"),

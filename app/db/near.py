@@ -5,7 +5,8 @@ one of them, never both)."""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, TypedDict
 
 
 def near_address_sql(addresses: str) -> str:
@@ -17,6 +18,17 @@ def near_address_sql(addresses: str) -> str:
              WHERE abs(length(r.a) - length(:rcpt)) <= 2
                AND (right(r.a, length(:at_domain)) = :at_domain
                     OR left(r.a, length(:local_at)) = :local_at))"""
+
+
+class NearWindow(TypedDict):
+    """Where a near-address statement looks: the messages received between
+    `since` and `until`, the latest `scan` of them, and at most `limit`
+    candidates back."""
+
+    since: datetime
+    until: datetime
+    scan: int
+    limit: int
 
 
 def near_params(recipient: str) -> dict[str, Any]:

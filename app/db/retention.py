@@ -26,18 +26,20 @@ def _count(session: Connection, stmt: Statement, *, older_than_hours: float, lim
     return runner.exec(session, stmt, {"secs": older_than_hours * 3600, "limit": limit})
 
 
-def _delete_oldest(name: str, table: str, where: str, order_by: str) -> Statement:
-    """A batch delete: the oldest `:limit` rows of `table` (aliased by its
-    initials in `where` and `order_by`) that `where` picks, skipping those
-    another transaction holds."""
+def _delete_oldest(name: str, table: str, age: str, where: str | None = None) -> Statement:
+    """A batch delete: the oldest (by the column `age`) `:limit` rows of
+    `table` whose `age` lies before the cutoff and that `where`, if given,
+    also picks (naming `table` by its initials), skipping those another
+    transaction holds."""
     alias = "".join(word[0] for word in table.split("_"))
+    also = "" if where is None else f"\n               AND {where}"
     return Statement(
         name,
         f"""
         DELETE FROM {table} WHERE id IN (
             SELECT {alias}.id FROM {table} {alias}
-             WHERE {where}
-             ORDER BY {order_by}
+             WHERE {alias}.{age} < now() - make_interval(secs => :secs){also}
+             ORDER BY {alias}.{age}
              LIMIT :limit
              FOR UPDATE SKIP LOCKED)
     """,
@@ -62,12 +64,11 @@ def _to_a_waiting_recipient(addresses: str) -> str:
 _SINK_MESSAGES_OLD = _delete_oldest(
     "sink_message_delete_old",
     "sink_messages",
-    f"""sm.received_at < now() - make_interval(secs => :secs)
-               AND NOT {_to_a_waiting_recipient("sm.all_recipients")}
+    "received_at",
+    f"""NOT {_to_a_waiting_recipient("sm.all_recipients")}
                AND NOT EXISTS (
                     SELECT 1 FROM messages m JOIN signals s ON s.message_id = m.id
                      WHERE m.provider_message_id = sm.id::text AND s.status IN {_IN_PLAY})""",
-    "sm.received_at",
 )
 
 
@@ -97,13 +98,12 @@ def sink_message_delete_old(session: Connection, *, older_than_hours: float, lim
 _MESSAGES_OLD = _delete_oldest(
     "message_delete_old",
     "messages",
-    f"""m.observed_at < now() - make_interval(secs => :secs)
-               AND NOT EXISTS (SELECT 1 FROM signals s WHERE s.message_id = m.id)
+    "observed_at",
+    f"""NOT EXISTS (SELECT 1 FROM signals s WHERE s.message_id = m.id)
                AND NOT EXISTS (
                     SELECT 1 FROM near_misses n JOIN signals s ON s.id = n.signal_id
                      WHERE n.message_id = m.id AND s.status = 'waiting')
                AND NOT {_to_a_waiting_recipient("m.recipients")}""",
-    "m.observed_at",
 )
 
 
@@ -188,24 +188,14 @@ def check_delete_old(session: Connection, *, older_than_hours: float, limit: int
     return int(row["count"])
 
 
-_RECEIPTS_OLD = _delete_oldest(
-    "receipt_delete_old",
-    "receipts",
-    "r.consumed_at < now() - make_interval(secs => :secs)",
-    "r.consumed_at",
-)
+_RECEIPTS_OLD = _delete_oldest("receipt_delete_old", "receipts", "consumed_at")
 
 
 def receipt_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
     return _count(session, _RECEIPTS_OLD, older_than_hours=older_than_hours, limit=limit)
 
 
-_REFUSALS_OLD = _delete_oldest(
-    "smtp_refusal_delete_old",
-    "smtp_refusals",
-    "sr.refused_at < now() - make_interval(secs => :secs)",
-    "sr.refused_at",
-)
+_REFUSALS_OLD = _delete_oldest("smtp_refusal_delete_old", "smtp_refusals", "refused_at")
 
 
 def smtp_refusal_delete_old(session: Connection, *, older_than_hours: float, limit: int) -> int:
@@ -215,10 +205,7 @@ def smtp_refusal_delete_old(session: Connection, *, older_than_hours: float, lim
 
 
 _DEAD_LETTERS_OLD = _delete_oldest(
-    "dead_letter_delete_old",
-    "dead_letters",
-    "dl.state <> 'open' AND dl.created_at < now() - make_interval(secs => :secs)",
-    "dl.created_at",
+    "dead_letter_delete_old", "dead_letters", "created_at", "dl.state <> 'open'"
 )
 
 
@@ -231,11 +218,10 @@ def dead_letter_delete_old(session: Connection, *, older_than_hours: float, limi
 _SIGNALS_OLD = _delete_oldest(
     "signal_delete_old",
     "signals",
+    "updated_at",
     """s.status IN ('consumed', 'expired', 'absent', 'arrived', 'cancelled')
-               AND s.updated_at < now() - make_interval(secs => :secs)
                AND NOT EXISTS (
                     SELECT 1 FROM dead_letters d WHERE d.signal_id = s.id AND d.state = 'open')""",
-    "s.updated_at",
 )
 
 
@@ -247,10 +233,7 @@ def signal_delete_old(session: Connection, *, older_than_hours: float, limit: in
 
 
 _FOUND_SIGNALS_OLD = _delete_oldest(
-    "signal_delete_unclaimed_found",
-    "signals",
-    "s.status = 'found' AND s.updated_at < now() - make_interval(secs => :secs)",
-    "s.updated_at",
+    "signal_delete_unclaimed_found", "signals", "updated_at", "s.status = 'found'"
 )
 
 
@@ -266,12 +249,11 @@ def signal_delete_unclaimed_found(
 _HOLDS_OLD = _delete_oldest(
     "hold_delete_old",
     "address_holds",
-    """ah.held_from < now() - make_interval(secs => :secs)
-               AND (ah.released_at < now() - make_interval(secs => :secs)
+    "held_from",
+    """(ah.released_at < now() - make_interval(secs => :secs)
                     OR (ah.released_at IS NULL AND NOT EXISTS (
                          SELECT 1 FROM signals s
                           WHERE s.recipient = ah.address AND s.namespace = ah.namespace)))""",
-    "ah.held_from",
 )
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import Connection
 
 from app.db import runner
-from app.db.near import near_address_sql, near_params
+from app.db.near import NearWindow, near_address_sql, near_params
 from app.db.pagination import Keyset
 from app.db.runner import Statement
 from app.domain.ids import new_id
@@ -124,12 +124,14 @@ def _with_recorded_id(sql: str) -> str:
     )
 
 
+def _window_arrays(windows: Sequence[tuple[str, datetime]]) -> dict[str, Any]:
+    """The windows as the two arrays the statements unnest side by side:
+    `:rcpts` (the recipients) and `:sinces` (each one's moment)."""
+    return {"rcpts": [r for r, _ in windows], "sinces": [t for _, t in windows]}
+
+
 def _window_params(windows: Sequence[tuple[str, datetime]]) -> dict[str, Any]:
-    return {
-        "rcpts": [r for r, _ in windows],
-        "sinces": [t for _, t in windows],
-        "since": min(t for _, t in windows),
-    }
+    return {**_window_arrays(windows), "since": min(t for _, t in windows)}
 
 
 def _page_sql(after: tuple[datetime, int] | None, limit: int, params: dict[str, Any]) -> str:
@@ -239,12 +241,7 @@ def sink_message_before_windows(
     return runner.all(
         session,
         _BEFORE_WINDOWS,
-        {
-            "rcpts": [r for r, _ in windows],
-            "sinces": [t for _, t in windows],
-            "lookback": lookback_seconds,
-            "per": per_recipient,
-        },
+        {**_window_arrays(windows), "lookback": lookback_seconds, "per": per_recipient},
         binary=True,
     )
 
@@ -269,20 +266,10 @@ _NEAR_ADDRESSES: Statement = Statement(
 
 
 def sink_message_near_address(
-    session: Connection,
-    recipient: str,
-    *,
-    since: datetime,
-    until: datetime,
-    scan: int,
-    limit: int,
+    session: Connection, recipient: str, **window: Unpack[NearWindow]
 ) -> list[dict[str, Any]]:
     """Up to `limit` sink messages received between `since` and `until` (among
     the latest `scan` of them) that are not to `recipient` but to an address
     of its length ± 2 sharing its local part or its domain: the candidates of
     a recipient typo."""
-    return runner.all(
-        session,
-        _NEAR_ADDRESSES,
-        {"since": since, "until": until, "scan": scan, "limit": limit, **near_params(recipient)},
-    )
+    return runner.all(session, _NEAR_ADDRESSES, {**window, **near_params(recipient)})

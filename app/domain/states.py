@@ -34,15 +34,18 @@ class Status(StrEnum):
 
 
 class Result(StrEnum):
-    WAITING = "waiting"
+    """What a caller sees: the signal's status, or `provider_error` for a
+    waiting one whose latest check failed (`result_of`)."""
+
+    WAITING = Status.WAITING.value
     PROVIDER_ERROR = "provider_error"
-    FOUND = "found"
-    CLAIMED = "claimed"
-    CONSUMED = "consumed"
-    EXPIRED = "expired"
-    ABSENT = "absent"
-    ARRIVED = "arrived"
-    CANCELLED = "cancelled"
+    FOUND = Status.FOUND.value
+    CLAIMED = Status.CLAIMED.value
+    CONSUMED = Status.CONSUMED.value
+    EXPIRED = Status.EXPIRED.value
+    ABSENT = Status.ABSENT.value
+    ARRIVED = Status.ARRIVED.value
+    CANCELLED = Status.CANCELLED.value
 
 
 class ExpiryReason(StrEnum):
@@ -93,21 +96,22 @@ class DeliveryState(StrEnum):
     FAILED = "failed"
 
 
+# Where each status may move to (the diagram above).
+_MOVES: dict[Status, tuple[Status, ...]] = {
+    Status.WAITING: (
+        Status.FOUND,
+        Status.EXPIRED,
+        Status.ABSENT,
+        Status.ARRIVED,
+        Status.CANCELLED,
+    ),
+    Status.FOUND: (Status.CLAIMED, Status.CANCELLED),
+    Status.CLAIMED: (Status.FOUND, Status.CONSUMED, Status.EXPIRED, Status.CANCELLED),
+    Status.EXPIRED: (Status.WAITING,),
+}
+
 TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
-    {
-        (Status.WAITING, Status.FOUND),
-        (Status.WAITING, Status.EXPIRED),
-        (Status.FOUND, Status.CLAIMED),
-        (Status.CLAIMED, Status.FOUND),
-        (Status.CLAIMED, Status.CONSUMED),
-        (Status.CLAIMED, Status.EXPIRED),
-        (Status.EXPIRED, Status.WAITING),
-        (Status.WAITING, Status.ABSENT),
-        (Status.WAITING, Status.ARRIVED),
-        (Status.WAITING, Status.CANCELLED),
-        (Status.FOUND, Status.CANCELLED),
-        (Status.CLAIMED, Status.CANCELLED),
-    }
+    (src, dst) for src, dsts in _MOVES.items() for dst in dsts
 )
 
 DEAD_LETTER_TRANSITIONS: frozenset[tuple[DeadLetterState, DeadLetterState]] = frozenset(
