@@ -3,26 +3,7 @@
  * retry policy (only where repeating is harmless), and a non-2xx answer
  * turned into the client's error. The same rules as the Python client.
  */
-import {
-  AlreadyClaimed,
-  AlreadyConsumed,
-  Conflict,
-  Forbidden,
-  IdempotencyConflict,
-  InvalidId,
-  InvalidRequest,
-  LeaseExpired,
-  NotCancellable,
-  NotClaimable,
-  NotFound,
-  RateLimited,
-  RunMismatch,
-  ServiceUnavailable,
-  SignalboxError,
-  SignalExpired,
-  Unauthorized,
-  type ErrorDetails,
-} from "./errors.js";
+import * as errors from "./errors.js";
 import type { DeadLetter, Receipt } from "./types.js";
 
 /** The server answers a long poll after at most this many seconds. */
@@ -71,7 +52,7 @@ export function checkedId(kind: IdKind, value: unknown): string {
     return value;
   }
   const name = kind.replace("_", " ");
-  throw new InvalidId(
+  throw new errors.InvalidId(
     `not a ${name} id: ${shown(value)} (expected '${prefix}' then letters, digits, '_' or '-')`,
     { field: `${kind}_id` },
   );
@@ -82,7 +63,7 @@ export function checkedRunId(value: unknown): string {
   if (typeof value === "string" && RUN_ID.test(value) && value.replace(/\./g, "") !== "") {
     return value;
   }
-  throw new InvalidId(
+  throw new errors.InvalidId(
     `not a run id: ${shown(value)} (expected 1-128 of letters, digits, '.', '_', ':' or '-')`,
     { field: "run_id" },
   );
@@ -91,7 +72,7 @@ export function checkedRunId(value: unknown): string {
 /** An opaque id the server gave (an attachment's): 1-128 of `[A-Za-z0-9_-]`. */
 export function checkedOpaqueId(field: string, value: unknown): string {
   if (typeof value === "string" && ID_BODY.test(value)) return value;
-  throw new InvalidId(`not a ${field.replace("_", " ")}: ${shown(value)}`, { field });
+  throw new errors.InvalidId(`not a ${field.replace("_", " ")}: ${shown(value)}`, { field });
 }
 
 /** One path segment, percent-encoded (`/`, `?`, `#` and `%` included). */
@@ -155,7 +136,7 @@ export class Transport {
       } catch (error) {
         if (signal?.aborted) throw signal.reason;
         if (last) {
-          throw new ServiceUnavailable(`cannot reach Signalbox at ${this.options.url}: ${describe(error)}`, {
+          throw new errors.ServiceUnavailable(`cannot reach Signalbox at ${this.options.url}: ${describe(error)}`, {
             cause: error,
           });
         }
@@ -274,34 +255,34 @@ function errorParts(payload: Json): { code: string | null; message: string | nul
   return { code: null, message: str(payload.message), field: null };
 }
 
-const CONFLICTS: Record<string, new (message: string, details: ErrorDetails) => Conflict> = {
-  already_claimed: AlreadyClaimed,
-  already_consumed: AlreadyConsumed,
-  lease_expired: LeaseExpired,
-  run_mismatch: RunMismatch,
-  idempotency_conflict: IdempotencyConflict,
-  not_claimable: NotClaimable,
-  not_cancellable: NotCancellable,
+const CONFLICTS: Record<string, new (message: string, details: errors.ErrorDetails) => errors.Conflict> = {
+  already_claimed: errors.AlreadyClaimed,
+  already_consumed: errors.AlreadyConsumed,
+  lease_expired: errors.LeaseExpired,
+  run_mismatch: errors.RunMismatch,
+  idempotency_conflict: errors.IdempotencyConflict,
+  not_claimable: errors.NotClaimable,
+  not_cancellable: errors.NotCancellable,
 };
 
 /** Map a non-2xx answer to the client's error (both body shapes accepted). */
-export function errorFor(status: number, body: unknown, what = "", headers?: Headers): SignalboxError {
+export function errorFor(status: number, body: unknown, what = "", headers?: Headers): errors.SignalboxError {
   const payload = payloadOf(body);
   const { code, message, field } = errorParts(payload);
   const prefix = what ? `${what}: ` : "";
   const details = { status, code, body };
   if (status === 401) {
-    return new Unauthorized(prefix + (message ?? "unauthorized: check SIGNALBOX_TOKEN"), details);
+    return new errors.Unauthorized(prefix + (message ?? "unauthorized: check SIGNALBOX_TOKEN"), details);
   }
-  if (status === 403) return new Forbidden(prefix + (message ?? "forbidden"), details);
-  if (status === 404) return new NotFound(prefix + (message ?? "not found"), details);
+  if (status === 403) return new errors.Forbidden(prefix + (message ?? "forbidden"), details);
+  if (status === 404) return new errors.NotFound(prefix + (message ?? "not found"), details);
   if (status === 409) {
     const state = str(payload.status);
     const kind = state && state in CONFLICTS ? state : code;
     const text = prefix + (message ?? (kind ?? "conflict").replace(/_/g, " "));
     const conflictDetails = { ...details, code: kind ?? code };
     if (kind === "already_claimed") {
-      return new AlreadyClaimed(text, {
+      return new errors.AlreadyClaimed(text, {
         ...conflictDetails,
         claimId: str(payload.claim_id),
         leaseUntil: str(payload.lease_until),
@@ -309,18 +290,18 @@ export function errorFor(status: number, body: unknown, what = "", headers?: Hea
       });
     }
     if (kind === "already_consumed") {
-      return new AlreadyConsumed(text, {
+      return new errors.AlreadyConsumed(text, {
         ...conflictDetails,
         receipt: isObject(payload.receipt) ? (payload.receipt as unknown as Receipt) : null,
       });
     }
-    const cls = (kind && CONFLICTS[kind]) || Conflict;
+    const cls = (kind && CONFLICTS[kind]) || errors.Conflict;
     return new cls(text, conflictDetails);
   }
   if (status === 410) {
     const deadLetter = isObject(payload.dead_letter) ? (payload.dead_letter as unknown as DeadLetter) : null;
     const reason = deadLetter?.reason ?? str(payload.reason);
-    return new SignalExpired(prefix + (message ?? `signal expired${reason ? ` (${reason})` : ""}`), {
+    return new errors.SignalExpired(prefix + (message ?? `signal expired${reason ? ` (${reason})` : ""}`), {
       ...details,
       code: code ?? str(payload.status) ?? "expired",
       deadLetter,
@@ -330,19 +311,19 @@ export function errorFor(status: number, body: unknown, what = "", headers?: Hea
     const name = field ?? fieldFromDetail(body);
     let detail = message ?? (name ? `invalid field '${name}'` : "invalid request");
     if (name && !detail.includes(name)) detail += ` (field '${name}')`;
-    return new InvalidRequest(prefix + detail, { ...details, field: name });
+    return new errors.InvalidRequest(prefix + detail, { ...details, field: name });
   }
   if (status === 429) {
     const retry = Number(headers?.get("Retry-After") ?? NaN);
-    return new RateLimited(prefix + (message ?? "too many requests"), {
+    return new errors.RateLimited(prefix + (message ?? "too many requests"), {
       ...details,
       retryAfterSeconds: Number.isFinite(retry) ? retry : null,
     });
   }
   if (status >= 500) {
-    return new ServiceUnavailable(prefix + `server error ${status}${message ? `: ${message}` : ""}`, details);
+    return new errors.ServiceUnavailable(prefix + `server error ${status}${message ? `: ${message}` : ""}`, details);
   }
-  return new SignalboxError(prefix + (message ?? (typeof body === "string" && body ? body : `unexpected HTTP ${status}`)), details);
+  return new errors.SignalboxError(prefix + (message ?? (typeof body === "string" && body ? body : `unexpected HTTP ${status}`)), details);
 }
 
 function fieldFromDetail(body: unknown): string | null {

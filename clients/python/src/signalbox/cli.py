@@ -90,7 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     _global_options(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def command(name: str, help_text: str, parent: Any = sub) -> argparse.ArgumentParser:
+    def command(
+        name: str, help_text: str, parent: Any = sub, *, target: str | None = None
+    ) -> argparse.ArgumentParser:
+        """A subcommand with the global options; ``target`` names the id it acts on,
+        a positional shown as that name in upper case (``SIGNAL_ID``)."""
         p: argparse.ArgumentParser = parent.add_parser(
             name,
             help=help_text,
@@ -99,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         _global_options(p, suppress=True)
+        if target is not None:
+            p.add_argument(target, metavar=target.upper())
         return p
 
     p = command("mailbox", "create a fresh isolated mailbox for a run")
@@ -128,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --expect exactly_one: how long a second match is waited for (default 5)",
     )
 
-    p = command("wait", "block until the signal is found, expires, or --timeout passes")
-    p.add_argument("signal_id", metavar="SIGNAL_ID")
+    p = command(
+        "wait", "block until the signal is found, expires, or --timeout passes", target="signal_id"
+    )
     p.add_argument(
         "--timeout",
         type=float,
@@ -138,8 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="client-side limit (default: until the signal ends, found or expired)",
     )
 
-    p = command("cancel", "cancel a signal its test no longer waits for (no dead letter)")
-    p.add_argument("signal_id", metavar="SIGNAL_ID")
+    p = command(
+        "cancel",
+        "cancel a signal its test no longer waits for (no dead letter)",
+        target="signal_id",
+    )
     p.add_argument(
         "--reason",
         default="cancelled",
@@ -148,8 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
         " or test_ended)",
     )
 
-    p = command("claim", "lease the signal's message (prints untrusted email content)")
-    p.add_argument("signal_id", metavar="SIGNAL_ID")
+    p = command(
+        "claim", "lease the signal's message (prints untrusted email content)", target="signal_id"
+    )
     p.add_argument("--run-id", required=True)
     p.add_argument("--lease", type=int, default=90, metavar="SECONDS")
     p.add_argument(
@@ -161,23 +172,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="also read the whole message and save its attachments into DIR",
     )
 
-    p = command("message", "print a claim's whole message (untrusted email content)")
-    p.add_argument("claim_id", metavar="CLAIM_ID")
+    p = command(
+        "message", "print a claim's whole message (untrusted email content)", target="claim_id"
+    )
     p.add_argument("--save-attachments", metavar="DIR", help="save its attachments into DIR")
 
-    p = command("consume", "consume a claim and print its receipt")
-    p.add_argument("claim_id", metavar="CLAIM_ID")
+    command("consume", "consume a claim and print its receipt", target="claim_id")
 
-    p = command("evidence", "print a run's evidence artifact")
-    p.add_argument("run_id", metavar="RUN_ID")
+    command("evidence", "print a run's evidence artifact", target="run_id")
 
     dlq = command("dlq", "triage the dead-letter queue")
     dsub = dlq.add_subparsers(dest="dlq_command", metavar="ACTION")
     p = command("list", "list dead letters (test case, reason and why of each)", dsub)
     _dlq_filters(p)
     p.add_argument("--state", metavar="S", help="open, redriven or discarded")
-    p = command("show", "show a dead letter's diagnosis (and a discarded one's note)", dsub)
-    p.add_argument("id", metavar="ID")
+    p = command(
+        "show", "show a dead letter's diagnosis (and a discarded one's note)", dsub, target="id"
+    )
     p = command(
         "redrive",
         "send the signal back to waiting with a new deadline: one ID, or every open"
@@ -332,14 +343,7 @@ def _dlq(args: argparse.Namespace, client: Signalbox, out: _Output) -> int:
     action = args.dlq_command
     chosen = _dlq_filter_of(args)
     if action == "list":
-        page = client.dead_letters(
-            args.state,
-            args.reason,
-            args.provider,
-            run_id=args.run_id,
-            test_case=args.test_case,
-            why=args.why,
-        )
+        page = client.dead_letters(args.state, **chosen)
         raw = {"items": [d.raw for d in page.items], "next_cursor": page.next_cursor}
         out.emit(raw, render.dead_letters(page.items, page.next_cursor))
     elif action == "show":
