@@ -30,13 +30,6 @@ _LEASE_DUE = """                    LIMIT :limit
                 RETURNING s.*, clock.looked_at
 """
 
-# Behind a backlog, the looks that decide come before the schedule's: a
-# signal a push made due (mail for its recipient arrived) and a signal at or
-# past its deadline (its final look, which expiry waits for and gives up on
-# after a few graces). In due order among themselves, then the rest in due
-# order: a backlog delays the backoff steps, not the looks that find mail.
-_URGENT_FIRST = "(s.next_check_reason = 'push' OR s.expires_at <= {now}) DESC, "
-
 _LOCK_FOR_CHECK: Statement = Statement(
     "signal_lock_for_check",
     """
@@ -53,9 +46,7 @@ _LOCK_FOR_CHECK: Statement = Statement(
                       AND s.provider = t.provider
                       AND s.next_check_at <= now() + make_interval(secs => :window)
                       AND (s.check_lease_until IS NULL OR s.check_lease_until < now())
-                    ORDER BY (s.id = :id) DESC, """
-    + _URGENT_FIRST.format(now="now()")
-    + """s.next_check_at
+                    ORDER BY (s.id = :id) DESC, s.next_check_at
 """
     + _LEASE_DUE,
 )
@@ -86,9 +77,7 @@ _LOCK_PUSHED: Statement = Statement(
                       AND s.provider = :provider
                       AND s.next_check_at <= clock.looked_at + make_interval(secs => :window)
                       AND (s.check_lease_until IS NULL OR s.check_lease_until < now())
-                    ORDER BY (s.recipient = ANY(:rcpts)) DESC, """
-    + _URGENT_FIRST.format(now="clock.looked_at")
-    + """s.next_check_at
+                    ORDER BY (s.recipient = ANY(:rcpts)) DESC, s.next_check_at
 """
     + _LEASE_DUE,
 )
