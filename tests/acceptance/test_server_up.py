@@ -69,6 +69,13 @@ def read_banner(proc: subprocess.Popen[str]) -> str:
     return "".join(lines)
 
 
+def stderr_tail(tmp_path: Path, lines: int = 40) -> str:
+    """The last lines `up` wrote to stderr in this test, for a failure's message."""
+    path = tmp_path / "up-stderr.log"
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return "up's stderr ends:\n" + "\n".join(text.splitlines()[-lines:])
+
+
 def stop(proc: subprocess.Popen[str]) -> int:
     os.killpg(proc.pid, signal.SIGINT)
     code = proc.wait(timeout=60)
@@ -126,11 +133,14 @@ def test_up_runs_the_whole_stack_on_the_embedded_default_and_keeps_data(tmp_path
     # Restart on the same data directory: the run's evidence is still there.
     proc = up(data, ports)
     try:
-        read_banner(proc)
+        assert "Signalbox is up." in read_banner(proc), stderr_tail(tmp_path)
         headers = {"Authorization": f"Bearer {token}"}
         api = f"http://127.0.0.1:{ports['api']}"
         # Ready once every part answers (the worker's and beat's heartbeats included).
-        wait_until(lambda: ready(api), 180, interval=0.5, what="/readyz 200 after the restart")
+        try:
+            wait_until(lambda: ready(api), 180, interval=0.5, what="/readyz 200 after the restart")
+        except pytest.fail.Exception as failed:
+            pytest.fail(f"{failed}; {stderr_tail(tmp_path)}")
         evidence = httpx.get(f"{api}/v1/runs/{run_id}/evidence", headers=headers, timeout=10)
         assert evidence.status_code == 200
         assert evidence.json()["signals"][0]["status"] == "consumed"
