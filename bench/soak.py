@@ -275,6 +275,9 @@ class Soak:
         while True:
             entry["attempts"] += 1
             started = time.time()
+            # An attempt that failed may still have been stored (its commit
+            # made, its 250 lost): the message's stamp can be this early.
+            entry.setdefault("first_sent", started)
             try:
                 self._send_once(mail)
             except (OSError, smtplib.SMTPException, imaplib.IMAP4.error, RuntimeError) as exc:

@@ -401,7 +401,9 @@ def _not_for(
     # The provider stamped it while the acknowledged delivery was in flight,
     # which a provider coming back from an outage can stretch past the
     # deadline: it came late for certain only if that delivery began late.
-    sent = mail.get("sent", acked)
+    # A failed attempt before it may have been stored (its commit made, its
+    # answer lost to a fault), stamped when that attempt began.
+    sent = mail.get("first_sent", mail.get("sent", acked))
     if sent > deadline + CLOCK_SLACK:
         return f"{mail['mail_id']} was sent {sent - deadline:.1f} s after the deadline"
     return None
