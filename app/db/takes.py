@@ -145,48 +145,6 @@ def signal_lock_for_check(
     )
 
 
-# The final looks a backlog held back: waiting signals of `:provider` at
-# least `:late` seconds past their deadline that no look has begun since
-# (`last_look_at` before the deadline), due, and under no lease; the oldest
-# deadline first. Expiry gives such a signal up unseen after a few graces
-# (`due.UNLOOKED_GRACES`): the sweep takes them here before it does.
-_LOCK_OWED_FINALS: Statement = Statement(
-    "signal_lock_owed_finals",
-    """
-                WITH clock AS (
-                    SELECT clock_timestamp() AS looked_at
-                ), due AS (
-                    SELECT s.id FROM signals s
-                    WHERE s.status = 'waiting'
-                      AND s.provider = :provider
-                      AND s.expires_at <= now() - make_interval(secs => :late)
-                      AND (s.last_look_at IS NULL OR s.last_look_at < s.expires_at)
-                      AND s.next_check_at <= now()
-                      AND (s.check_lease_until IS NULL OR s.check_lease_until < now())
-                    ORDER BY s.expires_at
-"""
-    + _LEASE_DUE,
-)
-
-
-def signal_lock_owed_finals(
-    session: Connection,
-    provider: str,
-    *,
-    late_seconds: float,
-    lease_seconds: float,
-    batch_limit: int,
-) -> list[dict[str, Any]]:
-    """Take, as `signal_lock_for_check` does, up to `batch_limit` signals of
-    `provider` whose final look is owed `late_seconds` after their deadline
-    (see `_LOCK_OWED_FINALS`), for one check."""
-    return runner.all(
-        session,
-        _LOCK_OWED_FINALS,
-        {"provider": provider, "late": late_seconds, "lease": lease_seconds, "limit": batch_limit},
-    )
-
-
 # A new sink signal's first look when the sink holds no mail it could see:
 # the lock, the sink's search and the no-match write of `signal_lock_for_check`,
 # the sink provider and `signal_record_check`, in one statement. The row is

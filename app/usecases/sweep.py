@@ -21,8 +21,7 @@ import logging
 from dataclasses import dataclass
 
 from app.db import due as due_db
-from app.db import takes as takes_db
-from app.db.engine import autocommit, transaction
+from app.db.engine import transaction
 from app.infra import dispatch, queue
 from app.providers.runtime import provider_configs, pushes
 from app.settings import Settings
@@ -47,14 +46,6 @@ def sweep(
     providers that push (the sink: a database query) are made here, so no
     backlog of slow provider calls in the workers can delay them; the
     others are sent as tasks."""
-    checked_here = (
-        [name for name in provider_configs(settings) if pushes(settings, name)]
-        if runner is not None
-        else []
-    )
-    if runner is not None:
-        for provider in checked_here:
-            _owed_final_looks(settings, runner, provider)
     expired = expiry.expire_overdue(
         limit,
         grace_seconds=settings.deadline_grace_seconds,
@@ -62,6 +53,11 @@ def sweep(
     )
     lapsed = claims.lapse_leases(limit)
     waiting_tasks = dispatch.queue_depth(queue.SIGNALS_QUEUE)
+    checked_here = (
+        [name for name in provider_configs(settings) if pushes(settings, name)]
+        if runner is not None
+        else []
+    )
     with transaction() as session:
         due = due_db.signal_mark_due_enqueued(
             session,
@@ -91,27 +87,3 @@ def sweep(
         runner.check(checks.CheckRequest(signal_id, checks.Why.SWEEP, provider))
     republished = expiry.republish_unsent() + expiry.resend_unalerted()
     return SweepReport(expired=expired, lapsed=lapsed, enqueued=len(due), republished=republished)
-
-
-def _owed_final_looks(settings: Settings, runner: checks.CheckRunner, provider: str) -> int:
-    """One batch of the final looks a backlog held back for `provider` (one
-    checked here), made before expiry can give them up unseen: behind a
-    backlog the due checks are taken oldest first, and a final look waits
-    behind every backoff step due before its deadline. Only looks already
-    `requeue_after_seconds` late are taken: without a backlog the sweep's
-    due checks make them at the deadline. The number taken."""
-    with autocommit() as session:  # one statement: lock, fence and lease
-        taken = takes_db.signal_lock_owed_finals(
-            session,
-            provider,
-            late_seconds=settings.requeue_after_seconds,
-            lease_seconds=settings.check_lease_seconds,
-            batch_limit=checks.BATCH_LIMIT,
-        )
-    if taken:
-        log.info(
-            "final looks held back by a backlog, made by the sweep",
-            extra={"event": "owed_final_looks", "provider": provider, "count": len(taken)},
-        )
-        runner.check(checks.CheckRequest(taken[0]["id"], checks.Why.SWEEP, provider, taken=taken))
-    return len(taken)
