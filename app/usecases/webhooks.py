@@ -13,13 +13,11 @@ be sent once more when its lease lapses (at least once: receivers dedupe on
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from datetime import timedelta
 from typing import Any
 
-import httpx
 from sqlalchemy import Connection
 
 from app.db import dead_letters as dead_letters_db
@@ -28,7 +26,7 @@ from app.db import signals as signals_db
 from app.db import webhooks as webhooks_db
 from app.db.engine import transaction
 from app.domain import webhooks as rules
-from app.infra import dispatch
+from app.infra import dispatch, webhook_post
 from app.observability import metrics
 from app.settings import Settings, get_settings
 
@@ -134,33 +132,12 @@ def _post(settings: Settings, body: str, dead_letter_id: str) -> tuple[int | Non
         headers[rules.SIGNATURE_HEADER] = rules.signature(
             body, settings.dead_letter_webhook_secret, int(time.time())
         )
-    try:
-        status = asyncio.run(
-            _post_within(
-                settings.dead_letter_webhook_url,
-                body.encode(),
-                headers,
-                settings.webhook_timeout_seconds,
-            )
-        )
-    except TimeoutError:
-        return None, "DeadlineExceeded"
-    except httpx.HTTPError as exc:
-        # The kind of failure only: the URL may carry a secret.
-        return None, type(exc).__name__
-    return status, None
-
-
-async def _post_within(url: str, body: bytes, headers: dict[str, str], seconds: float) -> int:
-    """POST and read the answer within `seconds` in all, whatever the
-    receiver does: httpx's timeouts bound each read, so a receiver that
-    trickles its answer a byte at a time would outlive the delivery's lease
-    (`seconds` + 30) and the attempt would be sent twice. The request is
-    cancelled at the deadline (TimeoutError)."""
-    async with httpx.AsyncClient(timeout=seconds, follow_redirects=False) as client:
-        async with asyncio.timeout(seconds):
-            response = await client.post(url, content=body, headers=headers)
-            return response.status_code
+    return webhook_post.post_within(
+        settings.dead_letter_webhook_url,
+        body.encode(),
+        headers,
+        settings.webhook_timeout_seconds,
+    )
 
 
 _warned = False
