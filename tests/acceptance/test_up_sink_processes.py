@@ -81,8 +81,10 @@ def test_up_runs_two_sink_processes_and_replaces_a_killed_one(tmp_path: Path) ->
             what="a new sink process",
         )
         assert proc.poll() is None  # `up` runs on
-        report = stderr_log.read_text()
-        assert f"smtp process 1/2 (pid {first[0]}) exited with -9; restarted as pid" in report
+        # The supervisor reports the restart just after it spawns the new
+        # process, so the child can be seen before the line is written.
+        reported = f"smtp process 1/2 (pid {first[0]}) exited with -9; restarted as pid"
+        wait_until(lambda: reported in stderr_log.read_text(), 30, what="the restart report")
         wait_until(lambda: deliver(ports["smtp"]) == 0, 30, what="a delivery after the restart")
     finally:
         assert stop(proc) == 0
