@@ -50,6 +50,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -80,7 +81,6 @@ class Create(BaseModel):
 
 
 def serve_api(port: int) -> None:
-    from typing import Any
 
     import uvicorn
     from fastapi import FastAPI
@@ -129,21 +129,93 @@ def serve_api(port: int) -> None:
     )
 
 
-def serve_smtp(port: int) -> None:
+def _serve_aiosmtpd(handler: object, port: int) -> None:
+    """aiosmtpd on uvloop, on a port other processes may share
+    (SO_REUSEPORT, as the sink's processes share theirs), forever."""
     import asyncio
 
     import uvloop
-    from aiosmtpd.controller import Controller
+    from aiosmtpd.smtp import SMTP
 
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(
+        loop.create_server(lambda: SMTP(handler, hostname=HOST), HOST, port, reuse_port=True)
+    )
+    loop.run_forever()
+
+
+def serve_smtp(port: int) -> None:
     class Discard:
         async def handle_DATA(self, server: object, session: object, envelope: object) -> str:
             return "250 OK"
 
-    loop = uvloop.new_event_loop()
-    asyncio.set_event_loop(loop)
-    controller = Controller(Discard(), hostname=HOST, port=port, loop=loop)
-    controller.start()
-    threading.Event().wait()
+    _serve_aiosmtpd(Discard(), port)
+
+
+def serve_smtp_durable(port: int, dsn: str) -> None:
+    """The durable floor of a sink: aiosmtpd on uvloop whose `250` follows a
+    committed INSERT of the message (sender, recipients, raw bytes) into
+    `dsn`'s PostgreSQL. The messages that arrive while one transaction
+    commits go in the next one (group commit, on one connection and one
+    thread). Nothing else: no push, no parse, no inbox, no chaos rules."""
+    import asyncio
+    import queue
+
+    import psycopg
+
+    conn = psycopg.connect(dsn)
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS floor_mail (id bigserial PRIMARY KEY,"
+        " received_at timestamptz NOT NULL DEFAULT now(), mail_from text NOT NULL,"
+        " rcpts text[] NOT NULL, raw bytea NOT NULL)"
+    )
+    conn.commit()
+    waiting: queue.SimpleQueue[
+        tuple[str, list[str], bytes, asyncio.Future[None], asyncio.AbstractEventLoop]
+    ] = queue.SimpleQueue()
+
+    def settle(futures: list[asyncio.Future[None]], error: Exception | None) -> None:
+        for future in futures:
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+    def commit_forever() -> None:
+        while True:
+            batch = [waiting.get()]
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    batch.append(waiting.get_nowait())
+            error: Exception | None = None
+            try:
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO floor_mail (mail_from, rcpts, raw) VALUES (%s, %s, %s)",
+                        [(sender, rcpts, raw) for sender, rcpts, raw, *_ in batch],
+                    )
+                conn.commit()
+            except Exception as exc:  # answered 451 below
+                conn.rollback()
+                error = exc
+            loop = batch[0][4]  # the one event loop of this process
+            loop.call_soon_threadsafe(settle, [item[3] for item in batch], error)
+
+    class Store:
+        async def handle_DATA(self, server: object, session: object, envelope: Any) -> str:
+            loop = asyncio.get_running_loop()
+            stored: asyncio.Future[None] = loop.create_future()
+            raw = envelope.original_content or envelope.content
+            waiting.put((envelope.mail_from, list(envelope.rcpt_tos), bytes(raw), stored, loop))
+            try:
+                await stored
+            except Exception:
+                return "451 4.3.0 not stored"
+            return "250 OK"
+
+    threading.Thread(target=commit_forever, daemon=True).start()
+    _serve_aiosmtpd(Store(), port)
 
 
 # ---------------------------------------------------------------- measuring
@@ -158,9 +230,9 @@ class Bare:
     token: str = "unused"
 
 
-def _spawn(mode: str, port: int) -> subprocess.Popen[bytes]:
+def _spawn(mode: str, port: int, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, __file__, mode, str(port)],
+        [sys.executable, __file__, mode, str(port), *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -319,6 +391,9 @@ def print_create_floor(count: int, pg_ms: float, cores: int) -> None:
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] in ("--serve-api", "--serve-smtp"):
         (serve_api if sys.argv[1] == "--serve-api" else serve_smtp)(int(sys.argv[2]))
+        return 0
+    if len(sys.argv) == 4 and sys.argv[1] == "--serve-smtp-durable":
+        serve_smtp_durable(int(sys.argv[2]), sys.argv[3])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients (16)")

@@ -11,10 +11,13 @@ seconds from that many client threads, each holding ONE SMTP connection and
 sending one ~1 KiB message after another on it (MAIL FROM, RCPT TO, DATA;
 no new connection per message). A message counts when the server answered
 `250` to its DATA. No signal waits, so the sink's push finds nothing to do.
-With `--bare`, a third target in each round: `bench/floor.py`'s bare aiosmtpd
-on uvloop that answers `250` and keeps nothing (no store, no commit): what
-any sink built on aiosmtpd, durable or not, cannot go above with these
-clients.
+With `--bare`, two more targets in each round, from `bench/floor.py`: a bare
+aiosmtpd on uvloop that answers `250` and keeps nothing (no store, no
+commit): what any sink built on aiosmtpd, durable or not, cannot go above
+with these clients; and its durable floor, the same aiosmtpd answering `250`
+once a committed INSERT holds the message in the stack's PostgreSQL (the
+messages that arrive during one commit go in the next: group commit), and
+nothing else: what a sink that keeps the `250` contract cannot go above.
 
 Prints messages/s per target and connection count, the ratio sink / MailDev,
 the CPU of the stack's processes while the sink received, and the durability
@@ -163,7 +166,7 @@ def main() -> int:
     parser.add_argument(
         "--bare",
         action="store_true",
-        help="also a bare aiosmtpd that stores nothing (bench/floor.py's)",
+        help="also bench/floor.py's bare aiosmtpd (stores nothing) and its durable floor",
     )
     args = parser.parse_args()
     counts = [int(c) for c in args.connections.split(",") if c.strip()]
@@ -193,11 +196,9 @@ def _run(args: argparse.Namespace, counts: list[int]) -> int:
             env_extra={"SIGNALBOX_SMTP_PROCESSES": str(args.smtp_processes)},
         ) as stack,
         maildev_server(stack.data_dir / "maildev") as maildev,
-        _bare_sink(args.bare) as bare_port,
+        _bare_sinks(args.bare, stack, args.smtp_processes) as bare_ports,
     ):
-        targets = [("sink", stack.smtp_port), ("maildev", maildev.smtp_port)]
-        if bare_port is not None:
-            targets.append(("bare", bare_port))
+        targets = [("sink", stack.smtp_port), ("maildev", maildev.smtp_port), *bare_ports]
         for target, port in targets:
             # On as many connections as the sink has processes (and then
             # some): the kernel spreads them, so each process gets warmed.
@@ -224,21 +225,31 @@ def _run(args: argparse.Namespace, counts: list[int]) -> int:
 
 
 @contextlib.contextmanager
-def _bare_sink(wanted: bool) -> Iterator[int | None]:
-    """bench/floor.py's bare aiosmtpd in its own process, or nothing."""
+def _bare_sinks(
+    wanted: bool, stack: _stack.UpStack, processes: int
+) -> Iterator[list[tuple[str, int]]]:
+    """bench/floor.py's bare aiosmtpd ("bare": keeps nothing) and its durable
+    floor ("durable": one committed INSERT per message into the stack's
+    PostgreSQL, commits grouped), each in as many processes as the sink
+    has, sharing one port (SO_REUSEPORT); or nothing."""
     if not wanted:
-        yield None
+        yield []
         return
     import floor
 
-    port = _stack.free_port()
-    proc = floor._spawn("--serve-smtp", port)
+    ports = {"bare": _stack.free_port(), "durable": _stack.free_port()}
+    procs = []
+    for _ in range(processes):  # as many as the sink has, on one port each
+        procs.append(floor._spawn("--serve-smtp", ports["bare"]))
+        procs.append(floor._spawn("--serve-smtp-durable", ports["durable"], stack.database_url()))
     try:
-        floor._wait_port(port)
-        yield port
+        for port in ports.values():
+            floor._wait_port(port)
+        yield list(ports.items())
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
 
 
 def _warm(port: int, messages: int, connections: int) -> int:
@@ -275,7 +286,7 @@ def report(
     rows = []
     for n in counts:
         sink, md = by[("sink", n)], by[("maildev", n)]
-        bare = by.get(("bare", n))
+        floors = [by[(name, n)] for name in ("bare", "durable") if (name, n) in by]
         rows.append(
             (
                 f"{n} connection(s)",
@@ -283,15 +294,20 @@ def report(
                 f"{md.rate:.0f}",
                 f"{sink.rate / md.rate:.2f} x" if md.rate else "n/a",
                 *(
-                    (f"{bare.rate:.0f}", f"{bare.rate / md.rate:.2f} x" if md.rate else "n/a")
-                    if bare
-                    else ()
+                    cell
+                    for floor in floors
+                    for cell in (
+                        f"{floor.rate:.0f}",
+                        f"{floor.rate / md.rate:.2f} x" if md.rate else "n/a",
+                    )
                 ),
                 f"{sink.refused}/{md.refused}",
-                (sink.error or md.error or (bare.error if bare else ""))[:60],
+                (sink.error or md.error or next((f.error for f in floors if f.error), ""))[:60],
             )
         )
-    bare_heads = ("bare msg/s", "bare/MailDev") if args.bare else ()
+    bare_heads = (
+        ("bare msg/s", "bare/MailDev", "durable msg/s", "durable/MailDev") if args.bare else ()
+    )
     print(
         _stack.table(
             rows,
