@@ -234,6 +234,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"push latency, {args.push} one at a time ...", flush=True)
         found, problems = push_latency(stack, run_id, args.push)
         slowest = max(range(len(found)), key=found.__getitem__) if found else None
+        first = found[:3]  # in the order taken: the first pushes after the idle window
         waiting_after = waiting_count(stack)
         machine = _machine.render(_machine.describe(stack.database_url(), stack.redis_url))
     found.sort()
@@ -259,6 +260,7 @@ def _run(args: argparse.Namespace) -> int:
         ("push latency p99", f"{_stack.percentile(found, 99) * 1000:.1f} ms"),
         ("push latency max", f"{(found[-1] if found else float('nan')) * 1000:.1f} ms"),
         ("slowest push sample", f"#{slowest + 1} of {len(found)}" if slowest is not None else "-"),
+        ("first three push samples", " / ".join(f"{s * 1000:.1f}" for s in first) + " ms"),
     ]
     if problems:
         rows.append(("push problems", f"{len(problems)} (first: {problems[0][:60]})"))
