@@ -11,6 +11,7 @@ import os
 import threading
 
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
 from app.settings import Settings, get_settings
 
@@ -42,6 +43,12 @@ def client_for(url: str, *, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> Redis:
             client = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
             _clients[key] = client
         return client
+
+
+def async_client(url: str, *, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> AsyncRedis:
+    """A new asyncio client of `url`, for the one event loop that uses it;
+    its owner closes it there (`await client.aclose()`)."""
+    return AsyncRedis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
 def redis_client() -> Redis:

@@ -24,12 +24,13 @@ from app.domain.chaos import ChaosStage
 from app.domain.mail import header_block
 from app.domain.refusals import RefusalReason, too_large_detail
 from app.infra.parse_pool import ParsePool
+from app.infra.redis import AsyncRedis, async_client
 from app.observability.logs import failure_extra
 from app.settings import Settings
 from app.smtp.batching import GroupCommit
 from app.smtp.refusals import RefusalLog, reply_code
 from app.usecases import intake
-from app.usecases.chaos import SinkChaos
+from app.usecases.chaos import VERSION_KEY, VERSION_TIMEOUT_SECONDS, SinkChaos, version_of
 
 log = logging.getLogger("signalbox.smtp")
 
@@ -47,6 +48,11 @@ INLINE_SCAN_BYTES = 16 * 1024
 
 # Stored mail held in memory until it is recorded for the inbox.
 MAX_RECORDING_BYTES = 64 * 1024 * 1024
+
+# A batch's inbox record (a parse and an insert) waits for the batch's push
+# (a waiting signal found) this long at most: on two cores the two competed
+# for the interpreter, and the push is what a waiting test is timing.
+RECORD_AFTER_PUSH_SECONDS = 0.25
 
 
 def _header_recipients_failed(sink_id: int, exc: Exception) -> None:
@@ -102,7 +108,9 @@ class SinkHandler:
         self.settings = settings
         self.runner = runner
         self.chaos = chaos
-        # Chaos asks Redis and PostgreSQL: never on the event loop.
+        # Chaos reads its version from Redis on the event loop (a client made
+        # there at first use); PostgreSQL is asked in a thread of its own.
+        self._chaos_redis: AsyncRedis | None = None
         self._chaos_thread = ThreadPoolExecutor(2, thread_name_prefix="sink-chaos")
         self.domains = settings.accepted_domains
         self.parser = parser or ParsePool()
@@ -153,8 +161,7 @@ class SinkHandler:
         envelope.mail_from = address
         envelope.mail_options.extend(mail_options)
         if self.chaos is not None:
-            loop = asyncio.get_running_loop()
-            refresh = loop.run_in_executor(self._chaos_thread, self.chaos.refresh)
+            refresh = asyncio.ensure_future(self._refresh_chaos(self.chaos))
             # A transaction given up before its RCPT TO never awaits it: its
             # error (if any) is not reported as never retrieved.
             refresh.add_done_callback(lambda done: done.cancelled() or done.exception())
@@ -226,10 +233,33 @@ class SinkHandler:
         if not getattr(envelope, "chaos_refreshed", False):
             envelope.chaos_refreshed = True  # type: ignore[attr-defined]
             started = getattr(envelope, "chaos_refresh", None)  # by handle_MAIL
-            await (started or loop.run_in_executor(self._chaos_thread, chaos.refresh))
+            await (started or self._refresh_chaos(chaos))
         if not chaos.rules:
             return None
         return await loop.run_in_executor(self._chaos_thread, chaos.reply_for, stage, addresses)
+
+    async def _refresh_chaos(self, chaos: SinkChaos) -> None:
+        """Bring the chaos rules up to date: their version read from Redis
+        here, on the event loop; the rules re-read from PostgreSQL, in a
+        thread, only when the copy is not that version's or is too old (with
+        no rules changed, a transaction crosses no thread for them)."""
+        version = await self._chaos_version(chaos)
+        if not chaos.is_current(version):
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._chaos_thread, chaos.reload, version)
+
+    async def _chaos_version(self, chaos: SinkChaos) -> bytes | None:
+        """The rules' version in Redis; None without Redis or when it does
+        not answer (the copy is then kept by its age)."""
+        url = chaos.version_url
+        if url is None:
+            return None
+        if self._chaos_redis is None:
+            self._chaos_redis = async_client(url, timeout=VERSION_TIMEOUT_SECONDS)
+        try:
+            return version_of(await self._chaos_redis.get(VERSION_KEY))
+        except Exception:
+            return None
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         raw: Any = envelope.original_content or envelope.content
@@ -275,8 +305,9 @@ class SinkHandler:
         (a flood with a slow broker or slow parses cannot exhaust memory)."""
         sink_ids = [s.sink_id for s in stored]
         envelope = [r for _, rcpts, *_ in received for r in rcpts]
-        self._track(self._push(sink_ids, envelope))
-        self._track(self._record(stored, received))
+        push = asyncio.get_running_loop().create_task(self._push(sink_ids, envelope))
+        self._hold(push)
+        self._track(self._record(stored, received, after=push))
         for sink_id, (_, rcpts, raw, *_) in zip(sink_ids, received, strict=True):
             scanned = len(raw) <= INLINE_SCAN_BYTES
             if scanned and not intake.needs_parse(raw, rcpts):
@@ -295,11 +326,17 @@ class SinkHandler:
             self._track(self._parse_one(sink_id, rcpts, raw, scanned=scanned))
 
     async def _record(
-        self, stored: Sequence[intake.StoredMail], received: Sequence[intake.Received]
+        self,
+        stored: Sequence[intake.StoredMail],
+        received: Sequence[intake.Received],
+        *,
+        after: asyncio.Task[None] | None = None,
     ) -> None:
         """Record the stored batch for the inbox (parsed in the parse pool, off
-        the SMTP path). At most MAX_RECORDING_BYTES of mail wait for it; past
-        that a message is recorded by the first look that sees it instead."""
+        the SMTP path), once its push (`after`) is done or has had
+        RECORD_AFTER_PUSH_SECONDS. At most MAX_RECORDING_BYTES of mail wait
+        for it; past that a message is recorded by the first look that sees
+        it instead."""
         size = sum(len(r[2]) for r in received)
         if self.recording_bytes + size > MAX_RECORDING_BYTES and self.recording_bytes:
             log.warning(
@@ -312,6 +349,8 @@ class SinkHandler:
             return
         self.recording_bytes += size
         try:
+            if after is not None:
+                await asyncio.wait((after,), timeout=RECORD_AFTER_PUSH_SECONDS)
             await asyncio.get_running_loop().run_in_executor(
                 self._record_thread,
                 intake.record_stored,
@@ -329,7 +368,9 @@ class SinkHandler:
             self.recording_bytes -= size
 
     def _track(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
+        self._hold(asyncio.get_running_loop().create_task(work))
+
+    def _hold(self, task: asyncio.Task[None]) -> None:
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 
@@ -389,6 +430,12 @@ class SinkHandler:
         """Connect to the database and the broker on the push thread (the
         first push would otherwise pay for it), without waiting for it."""
         self._push_thread.submit(intake.warm, self.settings)
+
+    async def aclose(self) -> None:
+        """Close what lives on the event loop: the chaos version's client."""
+        client, self._chaos_redis = self._chaos_redis, None
+        if client is not None:
+            await client.aclose()
 
     def close(self) -> None:
         self.parser.close(wait_if_idle=True)

@@ -304,6 +304,16 @@ class SinkController(Controller):
         self.sink.warm()
 
     def stop(self, no_assert: bool = False) -> None:
+        if self.loop.is_running():
+            # The chaos version's Redis client lives on the loop: closed there.
+            closing = asyncio.run_coroutine_threadsafe(self.sink.aclose(), self.loop)
+            try:
+                closing.result(timeout=2)
+            except Exception as exc:  # the process is on its way out
+                log.warning(
+                    "the sink's Redis client could not be closed",
+                    extra={"event": "smtp_close_failed", "error": type(exc).__name__},
+                )
         super().stop(no_assert=no_assert)
         self.sink.close()
 

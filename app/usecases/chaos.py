@@ -49,6 +49,8 @@ from app.usecases.inputs import _Input, normalise_address
 log = logging.getLogger("signalbox.chaos")
 
 VERSION_KEY = "signalbox:chaos:version"
+# How long the sink waits for the version before it goes by the copy's age.
+VERSION_TIMEOUT_SECONDS = 0.5
 MAX_RULES = 100
 _DOMAIN = re.compile(
     r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$"
@@ -197,17 +199,24 @@ def _changed(settings: Settings) -> None:
 # --------------------------------------------------------------------------- the sink's side
 
 
+def version_of(value: object) -> bytes:
+    """The rules' version as read from Redis (never set yet: b"0")."""
+    return value if isinstance(value, bytes) else b"0"
+
+
 class SinkChaos:
     """The sink's copy of the live rules, and the one question it asks:
     which reply, if any, answers this command instead of the sink.
 
-    `refresh()` is called once per SMTP transaction (started at its MAIL FROM): it
-    reads the version from Redis (one round trip) and re-reads the rules from
-    PostgreSQL only when the version changed or the copy is older than
-    `MAX_AGE_SECONDS` (a rule's end, a lost version bump); without Redis, when
-    the copy is older than `FALLBACK_SECONDS`. `reply_for()` asks PostgreSQL
-    only when a held rule covers an address. Thread-safe; blocking (the sink
-    calls both in a thread).
+    The copy is brought up to date once per SMTP transaction (from its MAIL
+    FROM on): the version in Redis is read (one round trip; the sink reads it
+    on its event loop and calls `is_current`), and the rules are re-read from
+    PostgreSQL (`reload`, blocking: the sink calls it in a thread) only when
+    the version changed or the copy is older than `MAX_AGE_SECONDS` (a rule's
+    end, a lost version bump); without Redis, when the copy is older than
+    `FALLBACK_SECONDS`. `refresh()` does both in the calling thread.
+    `reply_for()` asks PostgreSQL only when a held rule covers an address.
+    Thread-safe.
     """
 
     MAX_AGE_SECONDS = 5.0
@@ -232,15 +241,32 @@ class SinkChaos:
     def rules(self) -> tuple[ChaosRule, ...]:
         return self._rules
 
+    @property
+    def version_url(self) -> str | None:
+        """The Redis that holds the rules' version, or None (the broker is
+        not Redis: the copy is re-read by age alone)."""
+        url = redis_url(self.settings)
+        return url if is_redis_url(url) else None
+
     def refresh(self) -> None:
         """Bring the copy up to date if it may be stale (see the class)."""
-        now = self._clock()
         version = self._read_version()
+        if not self.is_current(version):
+            self.reload(version)
+
+    def is_current(self, version: bytes | None) -> bool:
+        """Whether the copy is that of `version` (None: unknown) and young
+        enough to keep: no database read needed."""
+        now = self._clock()
         with self._lock:
             age = None if self._loaded_at is None else now - self._loaded_at
             limit = self.MAX_AGE_SECONDS if version is not None else self.FALLBACK_SECONDS
-            if age is not None and age < limit and version == self._version:
-                return
+            return age is not None and age < limit and version == self._version
+
+    def reload(self, version: bytes | None) -> None:
+        """Re-read the live rules from PostgreSQL as those of `version`; on
+        a failure keep the last copy (the sink keeps working)."""
+        now = self._clock()
         try:
             with autocommit() as session:
                 rows = chaos_db.chaos_rule_live(session)
@@ -268,14 +294,14 @@ class SinkChaos:
             self._rules, self._version, self._loaded_at = rules, version, now
 
     def _read_version(self) -> bytes | None:
-        url = redis_url(self.settings)
-        if not is_redis_url(url):
+        url = self.version_url
+        if url is None:
             return None
         try:
-            value = client_for(url, timeout=0.5).get(VERSION_KEY)
+            value = client_for(url, timeout=VERSION_TIMEOUT_SECONDS).get(VERSION_KEY)
         except Exception:
             return None
-        return value if isinstance(value, bytes) else b"0"
+        return version_of(value)
 
     def reply_for(self, stage: ChaosStage, addresses: Sequence[str]) -> str | None:
         """The reply of the first live rule of `stage` covering one of

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -298,3 +299,60 @@ def test_a_small_message_naming_only_its_envelope_is_looked_at_on_the_loop_and_n
     assert by_message[plain] == by_message[edge] == by_message[other] == loop_thread
     assert by_message[large].startswith("sink-after")
     assert parsed == [other]  # `large` names only its envelope: not parsed
+
+
+@pytest.mark.parametrize("push_hangs", [False, True], ids=["push-done", "push-hangs"])
+def test_a_batch_is_recorded_after_its_push_or_its_bound_whichever_comes_first(
+    monkeypatch: pytest.MonkeyPatch, push_hangs: bool
+) -> None:
+    """The inbox record of a stored batch (a parse and an insert) starts
+    once the batch's push is done, so the two do not compete for the cores
+    while a test waits for its signal; a push that hangs holds the record
+    back RECORD_AFTER_PUSH_SECONDS at most."""
+    from types import SimpleNamespace
+
+    from app.smtp import handler as handler_mod
+    from app.usecases import intake
+
+    events: list[str] = []
+    release = threading.Event()
+
+    def push_many(
+        settings: object, stored: Sequence[intake.Stored], *, runner: object = None
+    ) -> list[None]:
+        events.append("push started")
+        if push_hangs:  # until the record has been made
+            release.wait(10)
+        events.append("push done")
+        return [None] * len(stored)
+
+    def record_stored(*args: object) -> None:
+        events.append("recorded")
+
+    monkeypatch.setattr(intake, "push_many", push_many)
+    monkeypatch.setattr(intake, "record_stored", record_stored)
+    # The bound: short where the push hangs, far longer than any push here.
+    monkeypatch.setattr(handler_mod, "RECORD_AFTER_PUSH_SECONDS", 0.2 if push_hangs else 30)
+    settings = SimpleNamespace(accepted_domains=(), smtp_max_bytes=1024)
+    raw = b"From: app@example.test\r\nTo: a@example.test\r\nSubject: hi\r\n\r\nbody\r\n"
+
+    async def scenario() -> None:
+        sink = handler_mod.SinkHandler(settings)  # type: ignore[arg-type]
+        try:
+            sink._after_store([(None, ["a@example.test"], raw)], stored_as([1]))
+            deadline = time.monotonic() + 10
+            while "recorded" not in events and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            release.set()
+            while sink.pending:
+                await asyncio.gather(*sink.pending)
+        finally:
+            release.set()
+            sink.close()
+
+    asyncio.run(scenario())
+    if push_hangs:  # recorded while the push still hung
+        assert sorted(events) == ["push done", "push started", "recorded"]
+        assert events[-1] == "push done"
+    else:
+        assert events == ["push started", "push done", "recorded"]

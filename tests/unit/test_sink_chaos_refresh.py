@@ -19,7 +19,11 @@ from app.smtp.handler import SinkHandler
 
 
 class RecordingChaos:
-    """Counts refreshes; a refresh blocks until `release` is set."""
+    """No Redis (no version to read) and a copy never current: each
+    transaction reloads its rules, counted; a reload blocks until `release`
+    is set."""
+
+    version_url = None
 
     def __init__(self, rules: tuple[Any, ...] = (), reply: str | None = None) -> None:
         self.refreshes = 0
@@ -27,8 +31,13 @@ class RecordingChaos:
         self.release = threading.Event()
         self.rules = rules
         self.reply = reply
+        self.versions: list[bytes | None] = []
 
-    def refresh(self) -> None:
+    def is_current(self, version: bytes | None) -> bool:
+        self.versions.append(version)
+        return False
+
+    def reload(self, version: bytes | None) -> None:
         self.refreshes += 1
         self.started.set()
         assert self.release.wait(5)
@@ -116,9 +125,47 @@ def test_without_chaos_mail_from_asks_nobody() -> None:
 
 
 class FailingChaos(RecordingChaos):
-    def refresh(self) -> None:
+    def reload(self, version: bytes | None) -> None:
         self.refreshes += 1
         raise RuntimeError("redis and postgresql both gone")
+
+
+class CurrentChaos(RecordingChaos):
+    """A copy that is its version's and young: nothing to reload."""
+
+    def is_current(self, version: bytes | None) -> bool:
+        self.versions.append(version)
+        return True
+
+
+class NoThreads:
+    """An executor that fails the test when anything is handed to it."""
+
+    def submit(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a thread was asked for the chaos rules")
+
+    def shutdown(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def test_a_current_copy_costs_a_transaction_no_thread() -> None:
+    chaos = CurrentChaos()
+    handler = SinkHandler(Settings(), chaos=chaos)  # type: ignore[arg-type]
+    handler._chaos_thread.shutdown()
+    handler._chaos_thread = NoThreads()  # type: ignore[assignment]
+    envelope = Envelope()
+
+    async def transaction() -> list[str]:
+        session = Session(asyncio.get_running_loop())
+        return [
+            await handler.handle_MAIL(None, session, envelope, "a@x.test", []),  # type: ignore[arg-type]
+            await handler.handle_RCPT(None, session, envelope, "b@x.test", []),  # type: ignore[arg-type]
+        ]
+
+    assert _run(transaction()) == ["250 OK", "250 OK"]
+    assert chaos.versions == [None]  # asked once, with no Redis to read
+    assert chaos.refreshes == 0
+    assert envelope.rcpt_tos == ["b@x.test"]
 
 
 def test_a_failed_refresh_of_a_transaction_given_up_before_rcpt_is_not_reported() -> None:
