@@ -253,6 +253,18 @@ def signal_extra(
     }
 
 
+def refused_extra(reason: str, reply_code: int, recipient_hashes: list[str]) -> dict[str, Any]:
+    """The `extra` of a refused SMTP delivery's line: why, the SMTP reply code
+    sent (in the field `status_code`, the name every line of a code uses), and
+    the recipients only as hashes."""
+    return {
+        "event": "smtp_refused",
+        "reason": reason,
+        "status_code": reply_code,
+        "recipient_hashes": recipient_hashes,
+    }
+
+
 def warn_unreachable(
     logger: logging.Logger, message: str, event: str, component: str, exc: BaseException
 ) -> None:

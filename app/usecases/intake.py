@@ -29,7 +29,7 @@ from app.domain.mail import (
 from app.infra import dispatch
 from app.infra.keys import recipient_hash
 from app.infra.parse_budget import parse_on_budget
-from app.infra.redis import is_redis_url, redis_client, redis_url
+from app.infra.redis import client_for, is_redis_url, redis_url
 from app.observability.logs import warn_unreachable
 from app.providers.base import ProviderMessage
 from app.providers.runtime import provider_configs
@@ -138,9 +138,10 @@ def warm(settings: Settings) -> None:
         warn_unreachable(
             log, "database not reachable at start", "sink_warm_failed", "database", exc
         )
-    if is_redis_url(redis_url(settings)):
+    url = redis_url(settings)
+    if is_redis_url(url):
         try:
-            redis_client().ping()
+            client_for(url).ping()  # the client the breakers use
         except Exception as exc:
             warn_unreachable(log, "Redis not reachable at start", "sink_warm_failed", "redis", exc)
     dispatch.warm()

@@ -14,6 +14,7 @@ from app.db import refusals as refusals_db
 from app.db.engine import autocommit
 from app.domain.refusals import DETAIL_MAX, Refusal, most_telling
 from app.infra.keys import recipient_hash
+from app.observability.logs import refused_extra
 from app.settings import Settings
 
 log = logging.getLogger("signalbox.sink")
@@ -42,15 +43,8 @@ def record_many(settings: Settings, items: Sequence[Mapping[str, Any]]) -> list[
     with autocommit() as session:
         refusals_db.smtp_refusal_record_many(session, [dict(i) for i in items])
     for item in items:
-        log.info(
-            "delivery refused",
-            extra={
-                "event": "smtp_refused",
-                "reason": item["reason"],
-                "status_code": item["code"],
-                "recipient_hashes": [recipient_hash(r, settings) for r in item["recipients"]],
-            },
-        )
+        hashes = [recipient_hash(r, settings) for r in item["recipients"]]
+        log.info("delivery refused", extra=refused_extra(item["reason"], item["code"], hashes))
     return [None] * len(items)
 
 
