@@ -60,6 +60,7 @@ ALLOWED_EXTRA = frozenset(
         "task",
         "task_id",
         "deleted",
+        "tables",
     }
 )
 

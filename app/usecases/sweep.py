@@ -3,7 +3,10 @@
 Each tick expires overdue signals, lapses claim leases, sends a task for
 every due signal that has none (first sends, backoff steps, the final check
 at the deadline, and tasks lost to a broker restart or a killed worker), and
-re-publishes dead letters whose publication was lost. Every step is its own
+re-publishes dead letters whose publication was lost, and refreshes the
+planner statistics of a hot table that grew by its own size since they were
+taken (`app.db.statistics`: a fresh database is otherwise planned as empty
+for its first minute). Every step is its own
 short transaction and safe to run concurrently with another sweep (`SKIP
 LOCKED`, leases).
 
@@ -21,7 +24,8 @@ import logging
 from dataclasses import dataclass
 
 from app.db import due as due_db
-from app.db.engine import transaction
+from app.db import statistics
+from app.db.engine import autocommit, transaction
 from app.infra import dispatch, queue
 from app.providers.runtime import provider_configs, pushes
 from app.settings import Settings
@@ -86,4 +90,11 @@ def sweep(
         # again after requeue_after_seconds if that task is lost.
         runner.check(checks.CheckRequest(signal_id, checks.Why.SWEEP, provider))
     republished = expiry.republish_unsent() + expiry.resend_unalerted()
+    with autocommit() as session:
+        analyzed = statistics.analyze_grown(session)
+    if analyzed:
+        log.info(
+            "planner statistics refreshed for tables grown since their last",
+            extra={"event": "statistics_refreshed", "tables": analyzed},
+        )
     return SweepReport(expired=expired, lapsed=lapsed, enqueued=len(due), republished=republished)
