@@ -27,6 +27,7 @@ from sqlalchemy import event, text
 from sqlalchemy.pool import Pool
 
 from app.db import takes as takes_db
+from app.db.engine import autocommit as engine_autocommit
 from app.db.engine import transaction
 from app.domain.ids import new_id
 from app.providers.breaker import KEY_PREFIX
@@ -342,3 +343,73 @@ def test_the_look_reads_its_recipients_mail_not_every_stored_message(looks: Look
     assert made
     assert scanned < others, f"read {scanned} stored messages in order"
     assert [c[3:5] for c in written(signal_id)[1]] == [("first", "no_match")]
+
+
+def _wal_writes(conn: psycopg.Connection[Any]) -> int:
+    """WAL writes this connection's backend made itself, so far."""
+    conn.execute("SELECT pg_stat_force_next_flush()")  # reported once it is idle
+    conn.execute("SELECT 1")
+    row = conn.execute(
+        "SELECT coalesce(sum(writes), 0) FROM pg_stat_get_backend_io(pg_backend_pid())"
+        " WHERE object = 'wal'"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_the_look_commits_without_waiting_for_the_wal_flush(looks: Looks) -> None:
+    """Its commit leaves the flush to the WAL writer (a lost look is made
+    again, below); a write that must last still flushes on commit."""
+    signal_id = looks.create(look=False)
+    row = created_row(signal_id)
+    with engine_autocommit() as session:
+        conn = session.connection.driver_connection
+        assert conn is not None
+        if conn.info.server_version < 180000:
+            pytest.skip("per-backend I/O statistics need PostgreSQL 18")
+        before = _wal_writes(conn)
+        assert looks.real(row, session)
+        assert _wal_writes(conn) == before
+        conn.execute("UPDATE signals SET updated_at = now() WHERE id = %s", (signal_id,))
+        assert _wal_writes(conn) == before + 1
+    assert [c[3:5] for c in written(signal_id)[1]] == [("first", "no_match")]
+
+
+def test_a_look_lost_before_the_flush_is_made_again_by_the_sweep(looks: Looks) -> None:
+    """What a server crash before the WAL flush leaves: the signal as its
+    create committed it, no check row. The sweep makes its first look once
+    the look sent with the create is presumed lost."""
+    from app.usecases import sweep
+
+    signal_id = looks.create(look=False)
+    as_created = written(signal_id)
+    assert looks.real(created_row(signal_id))
+    (restore,) = sql(
+        "SELECT check_fence, checks_count, last_outcome, last_check_at, last_look_at,"
+        " next_check_at, next_check_reason FROM signals WHERE id = %s",
+        signal_id,
+    )
+    assert restore[0] == 1
+    sql(
+        "UPDATE signals SET check_fence = 0, checks_count = 0, last_outcome = NULL,"
+        " last_check_at = NULL, last_look_at = NULL, consecutive_errors = 0,"
+        " next_check_at = created_at, next_check_reason = 'first' WHERE id = %s",
+        signal_id,
+    )
+    sql("DELETE FROM checks WHERE signal_id = %s", signal_id)
+    assert written(signal_id) == as_created
+    # Its first look was sent with the create (`enqueued_at`): the sweep
+    # presumes it lost once SIGNALBOX_REQUEUE_AFTER_SECONDS have passed.
+    sql(
+        "UPDATE signals SET enqueued_at = enqueued_at - make_interval(secs => %s),"
+        " next_check_at = next_check_at - make_interval(secs => %s) WHERE id = %s",
+        looks.settings.requeue_after_seconds + 1,
+        looks.settings.requeue_after_seconds + 1,
+        signal_id,
+    )
+
+    sweep.sweep(looks.settings, runner=process_runner(looks.settings))
+
+    signal, checks = written(signal_id)
+    assert signal[:4] == ("waiting", 1, 0, "no_match")
+    assert [c[4] for c in checks] == ["no_match"]
