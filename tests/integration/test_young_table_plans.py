@@ -22,6 +22,7 @@ from app.db.engine import autocommit
 from app.db.takes import _FIRST_LOOK_EMPTY
 from app.settings import get_settings
 from app.usecases import sweep
+from tests.integration.looks import sql
 
 pytestmark = pytest.mark.integration
 
@@ -36,10 +37,6 @@ _INSERT_WAITING = """
 """
 
 
-def _libpq(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
-
-
 @dataclass
 class Prepared:
     conn: psycopg.Connection
@@ -47,10 +44,10 @@ class Prepared:
 
 
 @pytest.fixture
-def first_look(in_process: None, database_url: str) -> Iterator[Prepared]:
+def first_look(in_process: None) -> Iterator[Prepared]:
     """A connection holding the first look's statement prepared (`fl`) and
     run until PostgreSQL planned it generically, while `signals` held 20 rows."""
-    with psycopg.connect(_libpq(database_url), autocommit=True) as conn:
+    with psycopg.connect(str(get_settings().database_url), autocommit=True) as conn:
         conn.execute(_INSERT_WAITING, (20,))
         names: list[str] = []
 
@@ -89,31 +86,25 @@ def _taken_scan(prepared: Prepared) -> str:
     return scans[0]
 
 
-def _grow(database_url: str, rows: int) -> None:
-    # Its own session, closed: a backend reports its changes to the server's
-    # statistics at the latest when it exits.
-    with psycopg.connect(_libpq(database_url), autocommit=True) as other:
-        other.execute(_INSERT_WAITING, (rows,))
-
-
-def _wait_for_counts(rows: int) -> None:
+def _grow(rows: int) -> None:
+    """Insert `rows` waiting signals (`sql`: a session of its own, closed, so
+    its backend reports them), and wait until the server's statistics count them."""
+    sql(_INSERT_WAITING, rows)
     deadline = time.monotonic() + 10
-    with psycopg.connect(_libpq(get_settings().database_url), autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relname = 'signals'"
-            ).fetchone()
-            if row is not None and row[0] >= rows:
-                return
-            time.sleep(0.05)
+    while time.monotonic() < deadline:
+        ((changed,),) = sql(
+            "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relname = 'signals'"
+        )
+        if changed >= rows:
+            return
+        time.sleep(0.05)
     raise AssertionError("the server's statistics never counted the inserted rows")
 
 
 def test_the_sweep_replans_a_statement_planned_while_the_table_was_young(
-    first_look: Prepared, database_url: str
+    first_look: Prepared,
 ) -> None:
-    _grow(database_url, 5000)
-    _wait_for_counts(5000)
+    _grow(5000)
     # The failure mode itself: planned as young, the look reads the table.
     assert "pk_signals" not in _taken_scan(first_look)
 
@@ -122,17 +113,13 @@ def test_the_sweep_replans_a_statement_planned_while_the_table_was_young(
     assert _taken_scan(first_look) == "Index Scan using pk_signals on signals s"
 
 
-def test_only_tables_grown_by_their_own_size_are_analyzed(
-    in_process: None, database_url: str
-) -> None:
-    _grow(database_url, 3000)
-    _wait_for_counts(3000)
+def test_only_tables_grown_by_their_own_size_are_analyzed(in_process: None) -> None:
+    _grow(3000)
     with autocommit() as session:
         assert "signals" in statistics.analyze_grown(session)
         # Analyzed now: nothing has changed since.
         assert statistics.analyze_grown(session) == []
     # A tenth more is autovacuum's to see, not the sweep's.
-    _grow(database_url, 300)
-    _wait_for_counts(300)
+    _grow(300)
     with autocommit() as session:
         assert statistics.analyze_grown(session) == []
