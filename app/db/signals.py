@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 from sqlalchemy import Connection, DateTime
 
 from app.db import runner
+from app.db.create_look import LOOK_CHECK, LOOK_MAIL, LOOKED_INSERT, FirstLook
 from app.db.models import Signal
 from app.db.pagination import BY_CREATION
 from app.db.records import SignalRow
@@ -127,9 +128,9 @@ def signal_create(
 # statement's verdicts on them (`fact_*`), and the insert only when they clear
 # every check (`app.domain.admission` says why when they do not). One row
 # always: the facts, with the created signal's columns, or NULLs.
-_SIGNAL_CREATE_CLEAR: Statement = Statement(
-    "signal_create_if_clear",
-    f"""
+def _create_clear_sql(*, look: bool) -> str:
+    insert = LOOKED_INSERT if look else _INSERT_SIGNAL.format(now="clear.now", source="FROM clear")
+    return f"""
     WITH seen AS ({_CREATE_FACTS_OF.format(lock="FOR SHARE")}), facts AS (
         SELECT now, mailbox_owner, holder, waiting,
                coalesce(
@@ -167,16 +168,23 @@ _SIGNAL_CREATE_CLEAR: Statement = Statement(
             " now() + make_interval(secs => :ttl) FROM clear"
         )
     }
+    {LOOK_MAIL if look else ""}
     ), created AS (
-        {_INSERT_SIGNAL.format(now="clear.now", source="FROM clear")}
+        {insert}
         RETURNING *
+    {LOOK_CHECK if look else ""}
     )
     SELECT c.*, {_NEW_VIEW_COLUMNS},
            f.now AS fact_now, f.mailbox_owner AS fact_mailbox_owner, f.holder AS fact_holder,
            f.in_window AS fact_in_window, f.owner_ok AS fact_owner_ok,
            f.under_bound AS fact_under_bound, f.key_signal AS fact_key_signal
       FROM facts f LEFT JOIN created c ON true
-    """,
+    """
+
+
+_SIGNAL_CREATE_CLEAR: Statement = Statement("signal_create_if_clear", _create_clear_sql(look=False))
+_SIGNAL_CREATE_LOOKED: Statement = Statement(
+    "signal_create_if_clear_looked", _create_clear_sql(look=True)
 )
 
 
@@ -190,6 +198,7 @@ def signal_create_if_clear(
     clear_below: int,
     lookback_hours: float,
     lookahead_hours: float,
+    look: FirstLook | None = None,
 ) -> dict[str, Any]:
     """A create in one statement, when it is clear: the namespace has fewer
     than `clear_below` waiting signals, may use the address (its mailbox's
@@ -205,11 +214,25 @@ def signal_create_if_clear(
     (`fact_in_window`, `fact_owner_ok`, `fact_under_bound`), for
     `app.domain.admission` to say why it refused. Inserting nothing, it
     writes nothing; run again (under the namespace's lock, with the exact
-    limit), it decides on fresh facts."""
+    limit), it decides on fresh facts.
+
+    With `look`, the same statement makes the new signal's first look when
+    the sink holds no mail it could see: the row comes back as that look
+    left it (`last_outcome` 'no_match', its check row written); else as a
+    plain create's, its first look still to make."""
+    looked = {}
+    if look is not None:
+        looked = {
+            "look_counted": look.counted,
+            "look_next_reason": look.next_reason,
+            "look_lookback": look.lookback_seconds,
+            "look_batch": look.batch_id,
+        }
     row = runner.one(
         session,
-        _SIGNAL_CREATE_CLEAR,
+        _SIGNAL_CREATE_LOOKED if look is not None else _SIGNAL_CREATE_CLEAR,
         {
+            **looked,
             **_DEFAULTS,
             **values,
             "metadata": Jsonb(values["metadata"]),

@@ -258,6 +258,50 @@ def signal_first_look_if_empty(
     return row is not None and int(row["n"]) == 1
 
 
+# After a create that made its first look in its own statement: mail stored
+# after that statement's snapshot, and pushed before its commit, found no
+# signal to push. Read once the create committed, such mail makes the signal
+# due now, as its push would have; none (the usual case) writes nothing.
+_DUE_IF_MAIL: Statement = Statement(
+    "signal_due_if_mail",
+    """
+                UPDATE signals s
+                   SET next_check_at = clock_timestamp(), next_check_reason = 'push',
+                       enqueued_at = clock_timestamp()
+                 WHERE s.id = :id AND s.status = 'waiting' AND s.check_fence = :fence
+                   AND s.next_check_reason <> 'push'
+                   AND EXISTS (
+                       SELECT 1
+                         FROM (SELECT received_at FROM sink_messages
+                                WHERE all_recipients && ARRAY[CAST(:address AS text)]::text[]
+                               OFFSET 0) sm
+                        WHERE sm.received_at >= s.received_after - make_interval(secs => :lookback))
+                RETURNING s.id
+""",
+)
+
+
+def signal_due_if_mail(
+    session: Connection, signal_id: str, recipient: str, *, fence: int, lookback_seconds: float
+) -> bool:
+    """Make `signal_id` due now (reason `push`) when the sink holds mail to
+    `recipient` (its recipient) from `lookback_seconds` before its window on
+    and the signal is still as its first look left it (`fence`); True when
+    it did. The address is a parameter, not the row's column: the planner
+    then reads it from the index (from the column it read every message)."""
+    row = runner.one(
+        session,
+        _DUE_IF_MAIL,
+        {
+            "id": signal_id,
+            "address": recipient.strip().lower(),
+            "fence": fence,
+            "lookback": lookback_seconds,
+        },
+    )
+    return row is not None
+
+
 # The heartbeat: each (signal, fence) still held gets a new lease.
 _EXTEND_CHECK_LEASES: Statement = Statement(
     "signal_extend_check_leases",

@@ -8,6 +8,7 @@ sweep because the database says what is due.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -101,9 +102,10 @@ def signal_create(
 
     With `runner` (the API's), a new signal of a provider that pushes gets
     its first look in this process, not as a task (docs/api.md, "The first
-    look"): when the sink holds no mail for it, one statement right after the
-    create's, on the same connection (`runner.first_look_now`); else the
-    answer's `first_look`, `runner.check` of a `Why.FIRST_LOOK` request."""
+    look"): when the sink holds no mail for it, made by the create's own
+    statement (`runner.presumed_look`), then one read on the same connection
+    for mail stored meanwhile (`runner.after_created`); else the answer's
+    `first_look`, `runner.check` of a `Why.FIRST_LOOK` (or `PUSH`) request."""
     check_provider(settings, req.provider, namespace)
     key = idempotency_key or f"{req.run_id}:{req.test_case}"
     domain_owner = settings.namespace_domain_owners.get(ownership.domain_of(req.recipient))
@@ -137,11 +139,18 @@ def signal_create(
     # when its facts clear every check. When they do not, it says what it saw
     # and `admission` decides: an answer, or a step before the same statement
     # runs again (the exact count near the quota, a lapsed hold released).
+    # A sink signal's first look is made by the create's own statement when
+    # the sink holds no mail it could see (decided here before it: the
+    # breaker, the next step); under the namespace's lock it is left for later.
+    look = None
+    if runner is not None and pushes(settings, req.provider):
+        look = runner.presumed_look(values)
     exactly = False
     for _ in range(CREATE_ATTEMPTS):
         with autocommit() if not exactly else transaction() as session:
             if exactly:
                 signals_db.signal_waiting_lock(session, namespace)
+            began = time.perf_counter()
             row = signals_db.signal_create_if_clear(
                 session,
                 values,
@@ -151,12 +160,17 @@ def signal_create(
                 clear_below=settings.max_waiting_per_namespace - (0 if exactly else QUOTA_SLACK),
                 lookback_hours=settings.max_lookback_hours,
                 lookahead_hours=settings.max_lookahead_hours,
+                look=None if exactly else look,
             )
             if row["id"] is not None:
+                took = time.perf_counter() - began
                 view = views.signal_views(session, [row])[0]
-                # Committed on its own (autocommit): its first look follows on
-                # this connection; under the namespace's lock, after the answer.
-                owed = _first_look_owed(settings, req, row, runner, None if exactly else session)
+                # Committed on its own (autocommit): what its first look still
+                # needs is read on this connection; under the namespace's
+                # lock, the first look is made after the answer.
+                owed = _first_look_owed(
+                    settings, req, row, runner, None if exactly else session, took
+                )
                 break
         refused = admission(namespace, _create_facts(req, row, holdable, exactly))
         if refused is Admission.EXISTING:
@@ -233,15 +247,17 @@ def _first_look_owed(
     row: Mapping[str, Any],
     runner: CheckRunner | None,
     session: Connection | None,
+    seconds: float,
 ) -> CheckRequest | None:
     """The first look a new signal (`row`, committed) still needs from
     `runner` once the answer is sent: None when there is no runner, its
-    provider does not push (a task looks), or the runner made it here on
-    the create's `session` (the sink holds no mail for it: one statement)."""
+    provider does not push (a task looks), or the create made it (the sink
+    held no mail for it, nor holds any stored since: read on the create's
+    `session`, whose statement took `seconds`)."""
     if runner is None or not pushes(settings, req.provider):
         return None
     look = CheckRequest(row["id"], Why.FIRST_LOOK, req.provider, created=row)
-    return look if session is None else runner.first_look_now(look, session)
+    return look if session is None else runner.after_created(look, session, seconds)
 
 
 def _created(

@@ -11,17 +11,20 @@ from typing import Any
 import psycopg
 from sqlalchemy import Connection
 
+from app.db.create_look import FirstLook
 from app.settings import Settings, get_settings
 from app.usecases import signals
 from app.usecases.checks import CheckRequest, CheckRunner, process_runner
+from app.usecases.checks.first import presumed_look_made
 from app.usecases.inputs import SignalCreate
 from tests.integration.helpers import mail
 
 
 class Recording(CheckRunner):
     """This process's check runner, each one-statement first look's answer
-    kept in `looks` (`quick` False: that look is not tried; `now` False: the
-    create leaves its first look for later, `Created.first_look`)."""
+    kept in `looks`, whether the create's statement made it or the look's
+    own (`quick` False: neither is tried; `now` False: the create leaves its
+    first look for later, `Created.first_look`)."""
 
     def __init__(
         self, settings: Settings, looks: Looks, *, quick: bool = True, now: bool = True
@@ -30,8 +33,18 @@ class Recording(CheckRunner):
         super().__init__(settings, providers=real.deps.providers, breakers=real.deps.breakers)
         self.looks, self.use_quick, self.now = looks, quick, now
 
-    def first_look_now(self, request: CheckRequest, session: Connection) -> CheckRequest | None:
-        return super().first_look_now(request, session) if self.now else request
+    def presumed_look(self, values: Mapping[str, Any]) -> FirstLook | None:
+        return super().presumed_look(values) if self.use_quick and self.now else None
+
+    def after_created(
+        self, request: CheckRequest, session: Connection, seconds: float
+    ) -> CheckRequest | None:
+        if not self.now:
+            return request
+        assert request.created is not None
+        if self.use_quick:
+            self.looks.made(request.created, presumed_look_made(request.created))
+        return super().after_created(request, session, seconds)
 
     def quick_look(self, created: Mapping[str, Any], session: Connection | None = None) -> bool:
         if not self.use_quick:
@@ -50,8 +63,13 @@ class Looks:
         self.rows: dict[str, Mapping[str, Any]] = {}
 
     def record(self, row: Mapping[str, Any], session: Connection | None = None) -> bool:
+        return self.made(row, self.real(row, session))
+
+    def made(self, row: Mapping[str, Any], answer: bool) -> bool:
+        """Keep what a one-statement first look of `row` answered (made by
+        the create's statement, or by the look's own)."""
         self.rows[row["id"]] = row
-        self.quick[row["id"]] = answer = self.real(row, session)
+        self.quick[row["id"]] = answer
         return answer
 
     def runner(self, *, quick: bool = True, now: bool = True) -> CheckRunner:

@@ -9,11 +9,12 @@ delivery runs on the whole stack."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -343,6 +344,68 @@ def test_the_look_reads_its_recipients_mail_not_every_stored_message(looks: Look
     assert made
     assert scanned < others, f"read {scanned} stored messages in order"
     assert [c[3:5] for c in written(signal_id)[1]] == [("first", "no_match")]
+
+
+def test_the_creates_look_and_its_read_after_read_the_recipients_mail_only(
+    looks: Looks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same shared sink as above, the first look made by the create's
+    own statement and the read after its commit: both read the address's
+    messages from the index, not every stored message."""
+    tag = uuid.uuid4().hex[:8]
+    recipient = f"q-{tag}@example.test"
+    sql(
+        "INSERT INTO sink_messages (mail_from, envelope_recipients, all_recipients, size, raw,"
+        " received_at) SELECT 'app@example.test', ARRAY[a], ARRAY[a], 1, 'x'::bytea, now()"
+        " FROM (SELECT format('bulk-%%s-%%s@example.test', %s::text, g) AS a"
+        "        FROM generate_series(1, 3000) g) m",
+        tag,
+    )
+    sql("ANALYZE sink_messages")
+    scanned: list[int] = []
+
+    @contextlib.contextmanager
+    def counted() -> Iterator[Any]:
+        # The create and the read after it in one transaction, its reads counted.
+        with transaction() as session:
+            yield session
+            (read,) = session.execute(
+                text(
+                    "SELECT coalesce(sum(seq_tup_read), 0) FROM pg_stat_xact_user_tables"
+                    " WHERE relname = 'sink_messages'"
+                )
+            ).one()
+            scanned.append(int(read))
+
+    monkeypatch.setattr(signals, "autocommit", counted)
+    signal_id = looks.create(recipient=recipient)
+    assert looks.quick == {signal_id: True}
+    assert scanned and scanned[0] < 3000, f"read {scanned} stored messages in order"
+
+
+def test_mail_stored_after_the_creates_look_and_never_pushed_is_found(
+    looks: Looks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The create's statement looked and found nothing; mail stored right
+    after it, whose push came too early to see the uncommitted signal (here:
+    no push at all), is read once the create committed. The signal is made
+    due and its whole look finds the mail; without that read it would wait
+    for its deadline's look."""
+    recipient = f"q-{uuid.uuid4().hex[:8]}@example.test"
+    stored: list[str] = []
+    read_after = takes_db.signal_due_if_mail
+
+    def delivered_first(*args: Any, **kwargs: Any) -> bool:
+        # Between the create's commit and the read after it.
+        stored.append(recipient)
+        store(recipient)
+        return read_after(*args, **kwargs)
+
+    monkeypatch.setattr(takes_db, "signal_due_if_mail", delivered_first)
+    signal_id = looks.create(recipient=recipient)
+    assert stored and looks.quick == {signal_id: True}
+    assert sql("SELECT status FROM signals WHERE id = %s", signal_id) == [("found",)]
+    assert [c[3:5] for c in written(signal_id)[1]] == [("first", "no_match"), ("push", "matched")]
 
 
 def _wal_writes(conn: psycopg.Connection[Any]) -> int:

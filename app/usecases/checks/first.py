@@ -29,12 +29,13 @@ import random
 import threading
 import time
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection
 
 from app.db import takes as takes_db
+from app.db.create_look import FirstLook
 from app.db.engine import autocommit
 from app.domain.expectations import Expect
 from app.domain.ids import new_id
@@ -110,6 +111,85 @@ def first_look_if_empty(
         metrics.provider_call(name, time.perf_counter() - began)
         metrics.check_recorded(name, CheckOutcome.NO_MATCH.value)
     return written
+
+
+def presumed_first_look(
+    settings: Settings,
+    values: Mapping[str, Any],
+    *,
+    provider_for: Any,
+    breaker_for: Any,
+    rng: random.Random | None = None,
+) -> FirstLook | None:
+    """The first look a new sink signal's create can make in its own
+    statement (`signals_db.signal_create_if_clear`, `look`), for the values
+    it inserts; None when the whole look must make it (the same cases as
+    `first_look_if_empty`: another expectation, a first check later than the
+    create, a provider that is not plain, a breaker with failures or open, a
+    look that would end the signal). Raises what the breaker's Redis raised.
+
+    The look's next step is decided here, before the create, on the
+    counters the create inserts: a push provider's next look after one that
+    found nothing is the deadline's, whenever the look is made."""
+    if values["expect"] != Expect.FIRST or values["first_check_in"] != 0:
+        return None
+    name = values["provider"]
+    if not getattr(provider_for(name), "plain", False):
+        return None
+    clean = getattr(breaker_for(name), "clean", None)
+    if clean is None or not clean():
+        return None
+    now = datetime.now(UTC)
+    deadline = now + timedelta(seconds=float(values["expires_in"]))
+    new = {
+        "checks_count": 0,
+        "max_checks": values["max_checks"],
+        "consecutive_errors": 0,
+        "expires_at": deadline,
+    }
+    step = next_step(
+        settings,
+        new,
+        CheckOutcome.NO_MATCH,
+        reason=CheckReason.FIRST,
+        looked_at=now,
+        now=now,
+        retry_after=None,
+        rand=(rng or random).random(),
+        pushes=True,
+    )
+    if step.expiry is not None or step.next_check_at != deadline:
+        return None
+    return FirstLook(
+        counted=step.counts,
+        next_reason=step.next_reason.value,
+        lookback_seconds=NEAR_MISS_LOOKBACK.total_seconds(),
+        batch_id=new_id("chk"),
+    )
+
+
+def presumed_look_made(row: Mapping[str, Any]) -> bool:
+    """Whether the create of `row` made its first look (the sink held no
+    mail it could see), as `signal_create_if_clear` with `look` returned it."""
+    return row.get("last_outcome") == CheckOutcome.NO_MATCH.value
+
+
+def after_presumed_look(row: Mapping[str, Any], session: Connection, seconds: float) -> bool:
+    """Once the create that made `row`'s first look committed (its
+    statement took `seconds`): True when the sink now holds mail the look
+    could have seen (stored after the create's snapshot, its push too early
+    to see the signal), the signal made due for the whole look to find it;
+    else nothing is written."""
+    name = row["provider"]
+    metrics.provider_call(name, seconds)
+    metrics.check_recorded(name, CheckOutcome.NO_MATCH.value)
+    return takes_db.signal_due_if_mail(
+        session,
+        row["id"],
+        row["recipient"],
+        fence=row["check_fence"],
+        lookback_seconds=NEAR_MISS_LOOKBACK.total_seconds(),
+    )
 
 
 class FirstLooks:

@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.db import takes as takes_db
+from app.db.create_look import FirstLook
 from app.db.engine import autocommit
 from app.domain.ids import new_id
 from app.infra.parse_budget import parse_on_budget
@@ -34,7 +35,13 @@ from app.settings import Settings
 from app.usecases.checks.call import ask_in_bulkhead, bulkhead_of, provider_or_error
 from app.usecases.checks.criteria import search_query
 from app.usecases.checks.decide import CheckBatch, write_answer
-from app.usecases.checks.first import FirstLooks, first_look_if_empty
+from app.usecases.checks.first import (
+    FirstLooks,
+    after_presumed_look,
+    first_look_if_empty,
+    presumed_first_look,
+    presumed_look_made,
+)
 from app.usecases.checks.heartbeat import LeaseKeeper
 from app.usecases.checks.observed import prepare_messages
 from app.usecases.checks.ports import (
@@ -189,14 +196,42 @@ class CheckRunner:
             self.first_looks.abandon(provider)
             raise
 
-    def first_look_now(self, request: CheckRequest, session: Connection) -> CheckRequest | None:
-        """A new signal's first look in one statement, made by its create on
-        the create's own autocommit connection (`session`, the create
-        committed): no second connection, no look left for after the
-        answer. None when it was made; else the first look still owed (the
-        whole look, for the caller to make once its answer is sent)."""
-        if self._quick(request, session):
+    def presumed_look(self, values: Mapping[str, Any]) -> FirstLook | None:
+        """The first look a new sink signal's create can make in its own
+        statement, for the `values` it inserts (`presumed_first_look`); None
+        when the whole look must make it, or when the breaker could not be
+        read (logged; the whole look follows)."""
+        try:
+            return presumed_first_look(
+                self.settings,
+                values,
+                provider_for=self.deps.providers,
+                breaker_for=self.deps.breakers,
+            )
+        except Exception as exc:
+            log.info(
+                "the create's first look was not tried; the whole look follows",
+                extra={
+                    "event": "quick_first_look_failed",
+                    "signal_id": values.get("id"),
+                    "provider": values.get("provider"),
+                    "error": type(exc).__name__,
+                },
+            )
             return None
+
+    def after_created(
+        self, request: CheckRequest, session: Connection, seconds: float
+    ) -> CheckRequest | None:
+        """What a new signal's first look still needs once its create
+        committed on `session` (the create's statement took `seconds`): None
+        when the create made it and the sink holds no mail stored since;
+        else the whole look, for the caller to make once its answer is sent."""
+        assert request.created is not None
+        if presumed_look_made(request.created):
+            if not after_presumed_look(request.created, session, seconds):
+                return None
+            return replace(request, why=Why.PUSH, created=None)
         return replace(request, created=None)
 
     def quick_look(self, created: Mapping[str, Any], session: Connection | None = None) -> bool:
