@@ -408,6 +408,27 @@ def test_mail_stored_after_the_creates_look_and_never_pushed_is_found(
     assert [c[3:5] for c in written(signal_id)[1]] == [("first", "no_match"), ("push", "matched")]
 
 
+def test_a_failed_read_after_the_create_leaves_its_answer_standing(
+    looks: Looks, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The create committed and looked; the read after it meets a database
+    that went away. The create still answers 201 with its signal (a 503
+    would have the caller retry a create that exists), and says why in
+    the log."""
+    from sqlalchemy.exc import OperationalError
+
+    def away(*args: Any, **kwargs: Any) -> bool:
+        raise OperationalError("SELECT", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(takes_db, "signal_due_if_mail", away)
+    with caplog.at_level("WARNING", logger="signalbox.checks"):
+        signal_id = looks.create()
+    assert looks.quick == {signal_id: True}
+    assert written(signal_id)[0][:4] == ("waiting", 1, 0, "no_match")
+    (line,) = [r for r in caplog.records if getattr(r, "event", "") == "quick_first_look_failed"]
+    assert line.signal_id == signal_id and line.error == "OperationalError"  # type: ignore[attr-defined]
+
+
 def _wal_writes(conn: psycopg.Connection[Any]) -> int:
     """WAL writes this connection's backend made itself, so far."""
     conn.execute("SELECT pg_stat_force_next_flush()")  # reported once it is idle
