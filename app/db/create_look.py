@@ -39,32 +39,28 @@ LOOK_MAIL = """
     ), looked AS (
         SELECT NOT EXISTS (SELECT 1 FROM mail) AS empty
 """
-LOOKED_INSERT = """
-    INSERT INTO signals (
-        id, namespace, idempotency_key, run_id, test_case, recipient,
-        subject_contains, body_contains, received_after, created_at, updated_at,
-        expires_at, max_checks, provider, require_run_marker, metadata,
-        status, next_check_at, next_check_reason, enqueued_at, max_claims,
-        expect, settle_seconds,
-        check_fence, checks_count, last_check_at, last_look_at, last_outcome)
-    SELECT
-        :id, :namespace, :idempotency_key, :run_id, :test_case, :recipient,
-        :subject_contains, :body_contains, coalesce(:received_after, clear.now),
-        clear.now, clear.now, clear.now + make_interval(secs => :expires_in), :max_checks,
-        :provider, :require_run_marker, :metadata,
-        'waiting',
-        CASE WHEN looked.empty THEN clear.now + make_interval(secs => :expires_in)
-             ELSE clear.now + make_interval(secs => :first_check_in) END,
-        CASE WHEN looked.empty THEN CAST(:look_next_reason AS text) ELSE 'first' END,
-        clear.now, :max_claims, :expect, CAST(:settle_seconds AS smallint),
+
+
+def looked(now: str, due: str) -> dict[str, str]:
+    """What the create's first look changes in the signal's insert
+    (`app.db.signals.insert_signal`; `now`: the create's clock, `due`: the
+    first check a plain create sets): when it found nothing (`looked.empty`),
+    the next check the deadline's, its fence taken, one look, its times and
+    outcome."""
+    return {
+        "due": f"CASE WHEN looked.empty THEN {now} + make_interval(secs => :expires_in)"
+        f" ELSE {due} END",
+        "reason": "CASE WHEN looked.empty THEN CAST(:look_next_reason AS text) ELSE 'first' END",
+        "looked_columns": ", check_fence, checks_count, last_check_at, last_look_at, last_outcome",
+        "looked_values": f""",
         CASE WHEN looked.empty THEN 1 ELSE 0 END,
         CASE WHEN looked.empty AND :look_counted THEN 1 ELSE 0 END,
         CASE WHEN looked.empty THEN clock_timestamp() END,
-        CASE WHEN looked.empty THEN clear.now END,
-        CASE WHEN looked.empty THEN 'no_match' END
-    FROM clear, looked
-    WHERE EXISTS (SELECT 1 FROM key WHERE signal_id = :id)
-"""
+        CASE WHEN looked.empty THEN {now} END,
+        CASE WHEN looked.empty THEN 'no_match' END""",
+    }
+
+
 LOOK_CHECK = """
     ), look_check AS (
         INSERT INTO checks (signal_id, generation, fence, provider, reason, outcome,

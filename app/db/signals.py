@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 from sqlalchemy import Connection, DateTime
 
 from app.db import runner
-from app.db.create_look import LOOK_CHECK, LOOK_MAIL, LOOKED_INSERT, FirstLook
+from app.db.create_look import LOOK_CHECK, LOOK_MAIL, FirstLook, looked
 from app.db.models import Signal
 from app.db.pagination import BY_CREATION
 from app.db.records import SignalRow
@@ -69,24 +69,36 @@ _BIND_KEY = """
 # `first_check_in`: seconds to the first check (domain.scheduling.first_check_delay).
 _DEFAULTS = {"expect": "first", "settle_seconds": None, "first_check_in": 0.0}
 
-# The new signal, inserted when the key was bound to it; `{now}` is the clock.
+# The new signal, inserted when the key was bound to it (`insert_signal`).
 _INSERT_SIGNAL = """
     INSERT INTO signals (
         id, namespace, idempotency_key, run_id, test_case, recipient,
         subject_contains, body_contains, received_after, created_at, updated_at,
         expires_at, max_checks, provider, require_run_marker, metadata,
         status, next_check_at, next_check_reason, enqueued_at, max_claims,
-        expect, settle_seconds)
+        expect, settle_seconds{looked_columns})
     SELECT
         :id, :namespace, :idempotency_key, :run_id, :test_case, :recipient,
         :subject_contains, :body_contains, coalesce(:received_after, {now}), {now}, {now},
         {now} + make_interval(secs => :expires_in), :max_checks, :provider,
         :require_run_marker, :metadata,
-        'waiting', {now} + make_interval(secs => :first_check_in), 'first', {now}, :max_claims,
-        :expect, CAST(:settle_seconds AS smallint)
+        'waiting', {due}, {reason}, {now}, :max_claims,
+        :expect, CAST(:settle_seconds AS smallint){looked_values}
     {source}
     WHERE EXISTS (SELECT 1 FROM key WHERE signal_id = :id)
 """
+
+
+def insert_signal(now: str, source: str, *, look: bool = False) -> str:
+    """The insert of a new signal at the clock `now` from `source`; with
+    `look`, as the create's first look leaves it when it found nothing."""
+    due = f"{now} + make_interval(secs => :first_check_in)"
+    if look:
+        return _INSERT_SIGNAL.format(now=now, source=f"{source}, looked", **looked(now, due))
+    return _INSERT_SIGNAL.format(
+        now=now, source=source, due=due, reason="'first'", looked_columns="", looked_values=""
+    )
+
 
 _SIGNAL_CREATE: Statement = Statement(
     "signal_create",
@@ -98,7 +110,7 @@ _SIGNAL_CREATE: Statement = Statement(
         )
     }
     )
-    {_INSERT_SIGNAL.format(now=":now", source="")}
+    {insert_signal(":now", "")}
     RETURNING *, {_NEW_VIEW_COLUMNS}
     """,
 )
@@ -129,7 +141,6 @@ def signal_create(
 # every check (`app.domain.admission` says why when they do not). One row
 # always: the facts, with the created signal's columns, or NULLs.
 def _create_clear_sql(*, look: bool) -> str:
-    insert = LOOKED_INSERT if look else _INSERT_SIGNAL.format(now="clear.now", source="FROM clear")
     return f"""
     WITH seen AS ({_CREATE_FACTS_OF.format(lock="FOR SHARE")}), facts AS (
         SELECT now, mailbox_owner, holder, waiting,
@@ -170,7 +181,7 @@ def _create_clear_sql(*, look: bool) -> str:
     }
     {LOOK_MAIL if look else ""}
     ), created AS (
-        {insert}
+        {insert_signal("clear.now", "FROM clear", look=look)}
         RETURNING *
     {LOOK_CHECK if look else ""}
     )

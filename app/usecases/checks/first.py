@@ -39,6 +39,7 @@ from app.db.create_look import FirstLook
 from app.db.engine import autocommit
 from app.domain.expectations import Expect
 from app.domain.ids import new_id
+from app.domain.scheduling import NextStep
 from app.domain.states import CheckOutcome, CheckReason
 from app.observability import metrics
 from app.settings import Settings
@@ -65,31 +66,13 @@ def first_look_if_empty(
     one is checked out."""
     if signal["expect"] != Expect.FIRST or signal["next_check_reason"] != CheckReason.FIRST:
         return False
-    name = signal["provider"]
-    if not getattr(provider_for(name), "plain", False):
-        return False
-    # A breaker with failures counted (or open) is the whole look's to judge:
-    # it records the outcome and resets the count. Only a read here.
-    clean = getattr(breaker_for(name), "clean", None)
-    if clean is None or not clean():
-        return False
     due_at: datetime = signal["next_check_at"]
     # The look begins after the create (the statement checks it is due and
     # before the deadline); a sink's next look after one that found nothing
     # is the deadline's, whatever the moment taken here.
     now = max(due_at, signal.get("view_now") or due_at)
-    step = next_step(
-        settings,
-        signal,
-        CheckOutcome.NO_MATCH,
-        reason=CheckReason.FIRST,
-        looked_at=now,
-        now=now,
-        retry_after=None,
-        rand=(rng or random).random(),
-        pushes=True,
-    )
-    if step.expiry is not None:  # the look would end the signal: the whole look writes that
+    step = _quick_step(settings, signal, now, provider_for, breaker_for, rng)
+    if step is None:
         return False
     began = time.perf_counter()
     look = functools.partial(
@@ -108,8 +91,8 @@ def first_look_if_empty(
         with autocommit() as own:  # one statement: its own transaction
             written = look(own)
     if written:
-        metrics.provider_call(name, time.perf_counter() - began)
-        metrics.check_recorded(name, CheckOutcome.NO_MATCH.value)
+        metrics.provider_call(signal["provider"], time.perf_counter() - began)
+        metrics.check_recorded(signal["provider"], CheckOutcome.NO_MATCH.value)
     return written
 
 
@@ -133,23 +116,43 @@ def presumed_first_look(
     found nothing is the deadline's, whenever the look is made."""
     if values["expect"] != Expect.FIRST or values["first_check_in"] != 0:
         return None
-    name = values["provider"]
+    now = datetime.now(UTC)
+    deadline = now + timedelta(seconds=float(values["expires_in"]))
+    new = {**values, "checks_count": 0, "consecutive_errors": 0, "expires_at": deadline}
+    step = _quick_step(settings, new, now, provider_for, breaker_for, rng)
+    if step is None or step.next_check_at != deadline:
+        return None
+    return FirstLook(
+        counted=step.counts,
+        next_reason=step.next_reason.value,
+        lookback_seconds=NEAR_MISS_LOOKBACK.total_seconds(),
+        batch_id=new_id("chk"),
+    )
+
+
+def _quick_step(
+    settings: Settings,
+    signal: Mapping[str, Any],
+    now: datetime,
+    provider_for: Any,
+    breaker_for: Any,
+    rng: random.Random | None,
+) -> NextStep | None:
+    """The next step of a first look of `signal` made at `now` that finds
+    nothing, when one statement may make it; None when the whole look must:
+    a provider that is not plain, a breaker with failures or open, a look
+    that would end the signal."""
+    name = signal["provider"]
     if not getattr(provider_for(name), "plain", False):
         return None
+    # A breaker with failures counted (or open) is the whole look's to judge:
+    # it records the outcome and resets the count. Only a read here.
     clean = getattr(breaker_for(name), "clean", None)
     if clean is None or not clean():
         return None
-    now = datetime.now(UTC)
-    deadline = now + timedelta(seconds=float(values["expires_in"]))
-    new = {
-        "checks_count": 0,
-        "max_checks": values["max_checks"],
-        "consecutive_errors": 0,
-        "expires_at": deadline,
-    }
     step = next_step(
         settings,
-        new,
+        signal,
         CheckOutcome.NO_MATCH,
         reason=CheckReason.FIRST,
         looked_at=now,
@@ -158,14 +161,8 @@ def presumed_first_look(
         rand=(rng or random).random(),
         pushes=True,
     )
-    if step.expiry is not None or step.next_check_at != deadline:
-        return None
-    return FirstLook(
-        counted=step.counts,
-        next_reason=step.next_reason.value,
-        lookback_seconds=NEAR_MISS_LOOKBACK.total_seconds(),
-        batch_id=new_id("chk"),
-    )
+    # A look that would end the signal: the whole look writes that.
+    return step if step.expiry is None else None
 
 
 def presumed_look_made(row: Mapping[str, Any]) -> bool:

@@ -86,6 +86,23 @@ class _Deps:
     parse: Parser
 
 
+def _quick_failed(
+    level: int, message: str, signal_id: str | None, provider: str | None, exc: Exception
+) -> None:
+    """The line of a first look in one statement that could not be made or
+    followed (event `quick_first_look_failed`): ids and the error's type only."""
+    log.log(
+        level,
+        message,
+        extra={
+            "event": "quick_first_look_failed",
+            "signal_id": signal_id,
+            "provider": provider,
+            "error": type(exc).__name__,
+        },
+    )
+
+
 class CheckRunner:
     """Runs checks with its dependencies; `check(request)` is the one entry point."""
 
@@ -209,14 +226,12 @@ class CheckRunner:
                 breaker_for=self.deps.breakers,
             )
         except Exception as exc:
-            log.info(
+            _quick_failed(
+                logging.INFO,
                 "the create's first look was not tried; the whole look follows",
-                extra={
-                    "event": "quick_first_look_failed",
-                    "signal_id": values.get("id"),
-                    "provider": values.get("provider"),
-                    "error": type(exc).__name__,
-                },
+                values.get("id"),
+                values.get("provider"),
+                exc,
             )
             return None
 
@@ -237,14 +252,12 @@ class CheckRunner:
             # The signal is created and looked at: its answer stands. Mail
             # stored in the instant this read covers is then found by the
             # deadline's look (or a later push), not now.
-            log.warning(
+            _quick_failed(
+                logging.WARNING,
                 "the read after a create that looked failed; its answer stands",
-                extra={
-                    "event": "quick_first_look_failed",
-                    "signal_id": request.signal_id,
-                    "provider": request.provider,
-                    "error": type(exc).__name__,
-                },
+                request.signal_id,
+                request.provider,
+                exc,
             )
             return None
         return replace(request, why=Why.PUSH, created=None)
@@ -269,14 +282,12 @@ class CheckRunner:
         try:
             return self.quick_look(request.created, session)
         except Exception as exc:
-            log.info(
+            _quick_failed(
+                logging.INFO,
                 "one-statement first look failed; the whole look follows",
-                extra={
-                    "event": "quick_first_look_failed",
-                    "signal_id": request.signal_id,
-                    "provider": request.provider,
-                    "error": type(exc).__name__,
-                },
+                request.signal_id,
+                request.provider,
+                exc,
             )
             return False
 
