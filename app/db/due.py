@@ -47,8 +47,15 @@ def due_or_lost(*, table: str, live: str, due_at: str, lease_until: str, lost_af
 # its task: a saturated pool, workers down) before it expires unseen.
 UNLOOKED_GRACES = 4
 
+# How many graces a sink signal whose final look never began waits when the
+# sink holds mail to its address in its window: a look is owed that may find
+# it, and expiring unseen would lose it. Bounded, so a deadline always ends.
+HELD_MAIL_GRACES = 4 * UNLOOKED_GRACES
 
-def signal_ids_past_deadline(session: Connection, limit: int, grace_seconds: float) -> list[str]:
+
+def signal_ids_past_deadline(
+    session: Connection, limit: int, grace_seconds: float, sink_providers: Sequence[str] = ()
+) -> list[str]:
     """Waiting signals past their deadline, not under a live check lease, that
     can expire now: their final look saw the provider (a check began at or
     after the deadline and found nothing); or their final looks failed for
@@ -57,24 +64,48 @@ def signal_ids_past_deadline(session: Connection, limit: int, grace_seconds: flo
 
     A signal whose final look has not begun yet is not given up after one
     grace: mail held before the deadline must not be lost because every
-    worker was busy with a slow provider."""
-    params = {"limit": limit, "grace": grace_seconds, "unlooked": grace_seconds * UNLOOKED_GRACES}
+    worker was busy with a slow provider. A signal of `sink_providers`
+    (those whose mail is in `sink_messages`) whose final look never began
+    is not given up at all while the sink holds mail to its address in its
+    window (a backlog of final looks under overload), up to
+    HELD_MAIL_GRACES graces: that look is made once the backlog drains."""
+    params = {
+        "limit": limit,
+        "grace": grace_seconds,
+        "unlooked": grace_seconds * UNLOOKED_GRACES,
+        "held": grace_seconds * HELD_MAIL_GRACES,
+        "sinks": list(sink_providers),
+    }
     return [r["id"] for r in runner.all(session, _PAST_DEADLINE, params)]
 
 
+# The held-mail probe reads the candidate's address from the GIN index (the
+# fence `OFFSET 0` keeps the planner from reading the window's messages by
+# time instead: under overload the window holds thousands of others' mail),
+# as the look it waits for would (`tests/integration/test_expiry_rule.py`).
 _PAST_DEADLINE: Statement[IdRow] = Statement(
     "signal_ids_past_deadline",
     """
-                SELECT id FROM signals
-                 WHERE status = 'waiting' AND expires_at <= now()
-                   AND (last_look_at >= expires_at
-                            AND (last_outcome = 'no_match'
-                                 OR expires_at <= now() - make_interval(secs => :grace))
-                        OR expires_at <= now() - make_interval(secs => :unlooked))
-                   AND (check_lease_until IS NULL OR check_lease_until < now())
-                 ORDER BY expires_at
+                SELECT s.id FROM signals s
+                 WHERE s.status = 'waiting' AND s.expires_at <= now()
+                   AND (s.last_look_at >= s.expires_at
+                            AND (s.last_outcome = 'no_match'
+                                 OR s.expires_at <= now() - make_interval(secs => :grace))
+                        OR s.expires_at <= now() - make_interval(secs => :unlooked)
+                            AND (s.provider <> ALL(CAST(:sinks AS text[]))
+                                 OR s.expires_at <= now() - make_interval(secs => :held)
+                                 OR NOT EXISTS (
+                                     SELECT 1
+                                       FROM (SELECT received_at FROM sink_messages
+                                              WHERE all_recipients
+                                                    && ARRAY[lower(btrim(s.recipient))]::text[]
+                                             OFFSET 0) sm
+                                      WHERE sm.received_at >= s.received_after - interval '1 second'
+                                        AND sm.received_at <= s.expires_at + interval '1 second')))
+                   AND (s.check_lease_until IS NULL OR s.check_lease_until < now())
+                 ORDER BY s.expires_at
                  LIMIT :limit
-                 FOR UPDATE SKIP LOCKED
+                 FOR UPDATE OF s SKIP LOCKED
                 """,
 )
 

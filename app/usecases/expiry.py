@@ -8,7 +8,7 @@ commit and is repaired by the sweep (an outbox).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection
@@ -193,10 +193,16 @@ def publish(dead_letter_ids: list[str]) -> None:
 
 
 def expire_overdue(
-    limit: int = 500, *, grace_seconds: float = 60.0, typo_look: TypoLook | None = None
+    limit: int = 500,
+    *,
+    grace_seconds: float = 60.0,
+    typo_look: TypoLook | None = None,
+    sink_providers: Sequence[str] = (),
 ) -> int:
     """Expire waiting signals past their deadline (reason `deadline`) whose
-    final look ran, or was lost `grace_seconds` ago (no worker took it).
+    final look ran, or was lost `grace_seconds` ago (no worker took it; for
+    `sink_providers`, not while the sink holds mail to the address in the
+    window: see `due_db.signal_ids_past_deadline`).
     An `expect: none` signal whose final look found nothing is `absent`
     instead (the expectation held: no dead letter). `typo_look`: as for
     `expire_signal`."""
@@ -204,7 +210,9 @@ def expire_overdue(
     with transaction() as session:
         for signal_id in due_db.signal_absent_past_deadline(session, limit):
             log.info("signal absent", extra={"event": "signal_absent", "signal_id": signal_id})
-        for signal_id in due_db.signal_ids_past_deadline(session, limit, grace_seconds):
+        for signal_id in due_db.signal_ids_past_deadline(
+            session, limit, grace_seconds, sink_providers
+        ):
             dlq = expire_signal(
                 session, signal_id, expected=Status.WAITING, reason="deadline", typo_look=typo_look
             )

@@ -50,18 +50,16 @@ def sweep(
     providers that push (the sink: a database query) are made here, so no
     backlog of slow provider calls in the workers can delay them; the
     others are sent as tasks."""
+    sinks = [name for name in provider_configs(settings) if pushes(settings, name)]
     expired = expiry.expire_overdue(
         limit,
         grace_seconds=settings.deadline_grace_seconds,
         typo_look=recipient_typos.record_typo_near_misses,
+        sink_providers=sinks,
     )
     lapsed = claims.lapse_leases(limit)
     waiting_tasks = dispatch.queue_depth(queue.SIGNALS_QUEUE)
-    checked_here = (
-        [name for name in provider_configs(settings) if pushes(settings, name)]
-        if runner is not None
-        else []
-    )
+    checked_here = sinks if runner is not None else []
     with transaction() as session:
         due = due_db.signal_mark_due_enqueued(
             session,
