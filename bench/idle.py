@@ -47,7 +47,15 @@ from _stack import HOST, KINDS
 LONG_POLL_SECONDS = 30
 
 
-def create_many(stack: _stack.UpStack, run_id: str, count: int, creators: int) -> tuple[float, int]:
+def create_many(
+    stack: _stack.UpStack,
+    run_id: str,
+    count: int,
+    creators: int,
+    *,
+    expires_in: float = 3600,
+    max_checks: int = 10000,
+) -> tuple[float, int]:
     """Create `count` waiting signals from `creators` threads; (seconds, errors)."""
     next_index = iter(range(count))
     lock = threading.Lock()
@@ -72,8 +80,8 @@ def create_many(stack: _stack.UpStack, run_id: str, count: int, creators: int) -
                             "test_case": f"idle-{i}",
                             "recipient": f"idle{i}-{run_id}@example.test",
                             "subject_contains": "never sent",
-                            "expires_in_seconds": 3600,
-                            "max_checks": 10000,
+                            "expires_in_seconds": expires_in,
+                            "max_checks": max_checks,
                         },
                     )
                     r.raise_for_status()
