@@ -118,3 +118,17 @@ def store(
         len(data),
         data,
     )
+
+
+def wal_writes(conn: psycopg.Connection[Any]) -> int:
+    """WAL writes this connection's backend made itself, so far (PostgreSQL
+    18's per-backend I/O statistics): a commit that waited for its flush
+    adds one."""
+    conn.execute("SELECT pg_stat_force_next_flush()")  # reported once it is idle
+    conn.execute("SELECT 1")
+    row = conn.execute(
+        "SELECT coalesce(sum(writes), 0) FROM pg_stat_get_backend_io(pg_backend_pid())"
+        " WHERE object = 'wal'"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])

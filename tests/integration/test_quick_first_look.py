@@ -39,7 +39,7 @@ from app.usecases.checks import process_runner
 from app.usecases.checks.criteria import NEAR_MISS_LOOKBACK
 from app.usecases.inputs import SignalCreate
 from tests.integration.helpers import create_signal, mail, signal_view
-from tests.integration.looks import Looks, sql, store
+from tests.integration.looks import Looks, sql, store, wal_writes
 from tests.stack import TOKENS, Stack
 
 pytestmark = pytest.mark.integration
@@ -429,18 +429,6 @@ def test_a_failed_read_after_the_create_leaves_its_answer_standing(
     assert line.signal_id == signal_id and line.error == "OperationalError"  # type: ignore[attr-defined]
 
 
-def _wal_writes(conn: psycopg.Connection[Any]) -> int:
-    """WAL writes this connection's backend made itself, so far."""
-    conn.execute("SELECT pg_stat_force_next_flush()")  # reported once it is idle
-    conn.execute("SELECT 1")
-    row = conn.execute(
-        "SELECT coalesce(sum(writes), 0) FROM pg_stat_get_backend_io(pg_backend_pid())"
-        " WHERE object = 'wal'"
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def test_the_look_commits_without_waiting_for_the_wal_flush(looks: Looks) -> None:
     """Its commit leaves the flush to the WAL writer (a lost look is made
     again, below); a write that must last still flushes on commit."""
@@ -451,11 +439,11 @@ def test_the_look_commits_without_waiting_for_the_wal_flush(looks: Looks) -> Non
         assert conn is not None
         if conn.info.server_version < 180000:
             pytest.skip("per-backend I/O statistics need PostgreSQL 18")
-        before = _wal_writes(conn)
+        before = wal_writes(conn)
         assert looks.real(row, session)
-        assert _wal_writes(conn) == before
+        assert wal_writes(conn) == before
         conn.execute("UPDATE signals SET updated_at = now() WHERE id = %s", (signal_id,))
-        assert _wal_writes(conn) == before + 1
+        assert wal_writes(conn) == before + 1
     assert [c[3:5] for c in written(signal_id)[1]] == [("first", "no_match")]
 
 
