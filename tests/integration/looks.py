@@ -4,14 +4,17 @@ statement, and the found write, without a stack's processes."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import psycopg
+import pytest
 from sqlalchemy import Connection
 
 from app.db.create_look import FirstLook
+from app.db.engine import autocommit
 from app.settings import Settings, get_settings
 from app.usecases import signals
 from app.usecases.checks import CheckRequest, CheckRunner, process_runner
@@ -118,6 +121,18 @@ def store(
         len(data),
         data,
     )
+
+
+@contextlib.contextmanager
+def wal_counted() -> Iterator[tuple[Connection, psycopg.Connection[Any]]]:
+    """An autocommit session and its driver connection, whose own WAL writes
+    `wal_writes` reads; skips the test before PostgreSQL 18."""
+    with autocommit() as session:
+        conn = session.connection.driver_connection
+        assert conn is not None
+        if conn.info.server_version < 180000:
+            pytest.skip("per-backend I/O statistics need PostgreSQL 18")
+        yield session, conn
 
 
 def wal_writes(conn: psycopg.Connection[Any]) -> int:

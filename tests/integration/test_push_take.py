@@ -19,7 +19,7 @@ from app.db import takes as takes_db
 from app.db.engine import autocommit
 from app.usecases import signals
 from app.usecases.checks import CheckReport, CheckRequest, CheckRunner, Why, process_runner
-from tests.integration.looks import Looks, sql, store, wal_writes
+from tests.integration.looks import Looks, sql, store, wal_counted, wal_writes
 
 pytestmark = pytest.mark.integration
 
@@ -190,11 +190,7 @@ def test_the_push_and_its_take_commit_without_waiting_for_the_wal_flush(looks: L
     still flushes."""
     recipient = an_address()
     signal_id = looks.create(recipient=recipient)
-    with autocommit() as session:
-        conn = session.connection.driver_connection
-        assert conn is not None
-        if conn.info.server_version < 180000:
-            pytest.skip("per-backend I/O statistics need PostgreSQL 18")
+    with wal_counted() as (session, conn):
         before = wal_writes(conn)
         pushed, taken = takes_db.signal_push_and_lock(
             session,

@@ -28,7 +28,6 @@ from sqlalchemy import event, text
 from sqlalchemy.pool import Pool
 
 from app.db import takes as takes_db
-from app.db.engine import autocommit as engine_autocommit
 from app.db.engine import transaction
 from app.domain.ids import new_id
 from app.providers.breaker import KEY_PREFIX
@@ -39,7 +38,7 @@ from app.usecases.checks import process_runner
 from app.usecases.checks.criteria import NEAR_MISS_LOOKBACK
 from app.usecases.inputs import SignalCreate
 from tests.integration.helpers import create_signal, mail, signal_view
-from tests.integration.looks import Looks, sql, store, wal_writes
+from tests.integration.looks import Looks, sql, store, wal_counted, wal_writes
 from tests.stack import TOKENS, Stack
 
 pytestmark = pytest.mark.integration
@@ -434,11 +433,7 @@ def test_the_look_commits_without_waiting_for_the_wal_flush(looks: Looks) -> Non
     again, below); a write that must last still flushes on commit."""
     signal_id = looks.create(look=False)
     row = created_row(signal_id)
-    with engine_autocommit() as session:
-        conn = session.connection.driver_connection
-        assert conn is not None
-        if conn.info.server_version < 180000:
-            pytest.skip("per-backend I/O statistics need PostgreSQL 18")
+    with wal_counted() as (session, conn):
         before = wal_writes(conn)
         assert looks.real(row, session)
         assert wal_writes(conn) == before
