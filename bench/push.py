@@ -101,8 +101,8 @@ def _round(pg: _Postgres, count: int) -> tuple[float, float, float, float, int]:
             run_id=run, test_case=recipient, recipient=recipient, expires_in_seconds=600
         )
         created = signals.signal_create(settings, "default", req, None, runner=runner)
-        assert created.first_look is not None
-        created.first_look()
+        if created.first_look is not None:  # else the create made it
+            created.first_look()
         ids.append(str(created.view["signal_id"]))
     for recipient in recipients:
         intake.store_many(settings, [("app@example.test", [recipient], mail(recipient))])

@@ -59,19 +59,11 @@ _LOCK_FOR_CHECK: Statement = Statement(
 # due takes nothing (`pushed`: a signal this transaction pushed, stamped at or
 # after its start), as no look followed such a push before: mail nobody waits
 # for costs one index probe here, not a lock over the provider's due signals.
-#
-# The push and the take commit without waiting for the WAL flush
-# (`synchronous_commit` off for this transaction, `set_config(..., true)` in
-# `clock`, which `due` reads): a server crash before the WAL writer's flush
-# loses only them, and leaves each signal as it was, its mail stored by a
-# commit that did wait, found by its deadline's look. The look's own write
-# waits for its flush, which flushes the take before it.
 _LOCK_PUSHED: Statement = Statement(
     "signal_lock_pushed",
     """
                 WITH clock AS (
-                    SELECT clock_timestamp() AS looked_at,
-                           set_config('synchronous_commit', 'off', true) AS flush
+                    SELECT clock_timestamp() AS looked_at
                 ), pushed AS (
                     SELECT 1 FROM signals
                      WHERE status = 'waiting' AND provider = :provider

@@ -113,6 +113,9 @@ def signal_create(
         req.recipient, settings.shared_address_entries
     )
     signal_id = new_id("sig")
+    pushing = pushes(settings, req.provider)
+    # The runner that makes this signal's first look here (a provider that pushes).
+    looker = runner if pushing else None
     values = {
         "id": signal_id,
         "namespace": namespace,
@@ -131,9 +134,7 @@ def signal_create(
         "max_claims": settings.max_claims,
         "expect": req.expect,
         "settle_seconds": effective_settle(Expect(req.expect), req.settle_seconds),
-        "first_check_in": first_check_delay(
-            req.expires_in_seconds, req.max_checks, pushes=pushes(settings, req.provider)
-        ),
+        "first_check_in": first_check_delay(req.expires_in_seconds, req.max_checks, pushes=pushing),
     }
     # The create is one statement, committed alone: the database inserts only
     # when its facts clear every check. When they do not, it says what it saw
@@ -142,9 +143,7 @@ def signal_create(
     # A sink signal's first look is made by the create's own statement when
     # the sink holds no mail it could see (decided here before it: the
     # breaker, the next step); under the namespace's lock it is left for later.
-    look = None
-    if runner is not None and pushes(settings, req.provider):
-        look = runner.presumed_look(values)
+    look = looker.presumed_look(values) if looker is not None else None
     exactly = False
     for _ in range(CREATE_ATTEMPTS):
         with autocommit() if not exactly else transaction() as session:
@@ -168,9 +167,7 @@ def signal_create(
                 # Committed on its own (autocommit): what its first look still
                 # needs is read on this connection; under the namespace's
                 # lock, the first look is made after the answer.
-                owed = _first_look_owed(
-                    settings, req, row, runner, None if exactly else session, took
-                )
+                owed = _first_look_owed(req, row, looker, None if exactly else session, took)
                 break
         refused = admission(namespace, _create_facts(req, row, holdable, exactly))
         if refused is Admission.EXISTING:
@@ -183,7 +180,7 @@ def signal_create(
             raise _refusal(settings, refused)
     else:
         raise IdempotencyConflict("the create met concurrent changes; retry the request")
-    return _created(settings, namespace, req, view, runner, owed)
+    return _created(settings, namespace, req, view, looker, owed)
 
 
 def _create_facts(
@@ -242,7 +239,6 @@ def _refusal(settings: Settings, refused: Admission) -> SignalboxError:
 
 
 def _first_look_owed(
-    settings: Settings,
     req: SignalCreate,
     row: Mapping[str, Any],
     runner: CheckRunner | None,
@@ -250,11 +246,11 @@ def _first_look_owed(
     seconds: float,
 ) -> CheckRequest | None:
     """The first look a new signal (`row`, committed) still needs from
-    `runner` once the answer is sent: None when there is no runner, its
-    provider does not push (a task looks), or the create made it (the sink
-    held no mail for it, nor holds any stored since: read on the create's
-    `session`, whose statement took `seconds`)."""
-    if runner is None or not pushes(settings, req.provider):
+    `runner` (None: no runner here, or its provider does not push, and a
+    task looks) once the answer is sent: None when there is no runner, or
+    the create made it (the sink held no mail for it, nor holds any stored
+    since: read on the create's `session`, whose statement took `seconds`)."""
+    if runner is None:
         return None
     look = CheckRequest(row["id"], Why.FIRST_LOOK, req.provider, created=row)
     return look if session is None else runner.after_created(look, session, seconds)
@@ -269,7 +265,8 @@ def _created(
     owed: CheckRequest | None,
 ) -> Created:
     """What follows a new signal's commit: count it, log it, send its first
-    look (or hand the one still owed to the caller, to make here)."""
+    look (or hand the one still owed to the caller, to make here with
+    `runner`: given only for a provider that pushes)."""
     signal_id = view["signal_id"]
     metrics.signals_created(namespace)
     log.info(
@@ -282,7 +279,7 @@ def _created(
             "provider": req.provider,
         },
     )
-    if runner is not None and pushes(settings, req.provider):
+    if runner is not None:
         if owed is None:  # made with the create
             return Created(view=view, created=True)
         return Created(view=view, created=True, first_look=partial(_first_look, runner, owed))

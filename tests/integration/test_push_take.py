@@ -19,7 +19,7 @@ from app.db import takes as takes_db
 from app.db.engine import autocommit
 from app.usecases import signals
 from app.usecases.checks import CheckReport, CheckRequest, CheckRunner, Why, process_runner
-from tests.integration.looks import Looks, sql, store, wal_counted, wal_writes
+from tests.integration.looks import Looks, sql, store
 
 pytestmark = pytest.mark.integration
 
@@ -179,30 +179,3 @@ def test_a_check_fenced_out_by_a_redrive_writes_no_near_misses(looks: Looks) -> 
     assert sql("SELECT why FROM near_misses WHERE signal_id = %s", signal_id) == [
         ("subject_mismatch",)
     ]
-
-
-def test_the_push_and_its_take_commit_without_waiting_for_the_wal_flush(looks: Looks) -> None:
-    """What a crash before the WAL writer's flush would lose is the push and
-    the take: the signal stays as it was, its mail stored (its own commit
-    flushed) and found by the deadline's look; and the look's write, which
-    waits for its flush, flushes the take before it. So the take's commit
-    leaves the flush to the WAL writer; a plain write on the connection
-    still flushes."""
-    recipient = an_address()
-    signal_id = looks.create(recipient=recipient)
-    with wal_counted() as (session, conn):
-        before = wal_writes(conn)
-        pushed, taken = takes_db.signal_push_and_lock(
-            session,
-            "sink",
-            [recipient],
-            limit=200,
-            lease_seconds=30,
-            batch_limit=10,
-            coalesce_seconds=0,
-        )
-        assert [s for s, _ in pushed] == [signal_id] and [r["id"] for r in taken] == [signal_id]
-        assert wal_writes(conn) == before
-        conn.execute("UPDATE signals SET updated_at = now() WHERE id = %s", (signal_id,))
-        assert wal_writes(conn) == before + 1
-    assert row(signal_id)["reason"] == "push" and row(signal_id)["leased"]
