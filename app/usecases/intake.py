@@ -36,7 +36,7 @@ from app.providers.runtime import provider_configs
 from app.settings import Settings
 from app.usecases import signals
 from app.usecases.checks import CheckRunner
-from app.usecases.checks.observed import Parser, record_messages
+from app.usecases.checks.observed import Parser, record_messages, recorded_here
 
 log = logging.getLogger("signalbox.sink")
 
@@ -97,9 +97,17 @@ def record_stored(
 ) -> None:
     """Record stored messages in `messages` under their `msg_` ids, parsed:
     what the inbox lists and searches (and its events announce). A look that
-    sees them later finds them recorded."""
+    sees them later finds them recorded; one that recorded them here already
+    (the push's, which this record waits for) leaves nothing to send."""
     provider = inbox_provider(settings)
     if provider is None or not stored:
+        return
+    pairs = [
+        (s, r)
+        for s, r in zip(stored, received, strict=True)
+        if not recorded_here(provider, str(s.sink_id))
+    ]
+    if not pairs:
         return
     found = [
         ProviderMessage(
@@ -115,7 +123,7 @@ def record_stored(
             # since is found by the insert, which then records nothing).
             recorded_known=True,
         )
-        for s, r in zip(stored, received, strict=True)
+        for s, r in pairs
     ]
     with transaction() as session:
         record_messages(session, provider, found, parse=parse)

@@ -33,7 +33,7 @@ from app.settings import Settings
 from app.usecases.checks.call import ProviderAnswer
 from app.usecases.checks.criteria import candidates_for, criteria_for
 from app.usecases.checks.expectations import write_expectation
-from app.usecases.checks.observed import Observed, Parser, record_messages
+from app.usecases.checks.observed import Observed, Parser, note_recorded, record_messages
 from app.usecases.checks.recipient_typos import record_typo_near_misses
 from app.usecases.checks.step import next_step
 from app.usecases.expiry import expire_signal
@@ -110,9 +110,12 @@ class Effects:
         self.dead_letters: list[str] = []
         self.pushed: list[str] = []
         self.logs: list[tuple[str, dict[str, Any]]] = []
+        # (provider, provider message id) of every message the write recorded or found recorded.
+        self.recorded: list[tuple[str, str]] = []
 
     def emit(self) -> None:
-        """Count the metrics and write the log lines."""
+        """Count the metrics, write the log lines and remember the recorded messages."""
+        note_recorded(self.recorded)
         for provider, outcome in self.checks:
             metrics.check_recorded(provider, outcome)
         for provider, why in self.mismatches:
@@ -201,6 +204,9 @@ class _Writer:
         session, taken = self.session, self.batch.taken
         observed = record_messages(
             session, taken[0]["provider"], self.batch.answer.messages, parse=self.batch.parse
+        )
+        self.effects.recorded.extend(
+            (taken[0]["provider"], o.message.provider_message_id) for o in observed
         )
         now = self.batch.now()
         belongs: dict[str, frozenset[str]] = {}

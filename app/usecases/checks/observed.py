@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import NamedTuple, Protocol
 
@@ -70,6 +70,33 @@ PARSED_CACHE_MAX_BYTES = 64 * 1024 * 1024
 _PARSED: OrderedDict[tuple[str, str], _Facts] = OrderedDict()
 _parsed_bytes = 0
 _PARSED_LOCK = threading.Lock()
+
+
+# Messages this process's looks recorded, once their transaction committed
+# (provider, provider message id): the sink's inbox record after a push does
+# not send them again (their bytes, an insert that finds them, a read of
+# their ids). Bounded by number: a message let go is only recorded again,
+# by an insert that then finds it.
+RECORDED_MEMORY = 4096
+_RECORDED: OrderedDict[tuple[str, str], None] = OrderedDict()
+_RECORDED_LOCK = threading.Lock()
+
+
+def note_recorded(recorded: Iterable[tuple[str, str]]) -> None:
+    """Remember that (provider, provider message id) pairs are recorded:
+    called once the transaction that recorded them committed."""
+    with _RECORDED_LOCK:
+        for key in recorded:
+            _RECORDED[key] = None
+            _RECORDED.move_to_end(key)
+        while len(_RECORDED) > RECORDED_MEMORY:
+            _RECORDED.popitem(last=False)
+
+
+def recorded_here(provider: str, provider_message_id: str) -> bool:
+    """Whether a look in this process recorded the message (committed)."""
+    with _RECORDED_LOCK:
+        return (provider, provider_message_id) in _RECORDED
 
 
 class Parser(Protocol):
@@ -215,13 +242,15 @@ def prepare_messages(
 
 
 def forget_parsed() -> None:
-    """Forget every remembered parse. A message id is unique within one
+    """Forget every remembered parse and recorded message. A message id is unique within one
     database: a process that moves to another (a test's own database) must
     not take its messages for the earlier one's."""
     global _parsed_bytes
     with _PARSED_LOCK:
         _PARSED.clear()
         _parsed_bytes = 0
+    with _RECORDED_LOCK:
+        _RECORDED.clear()
 
 
 # Text the inbox's free words are looked up in: the subject and the first
