@@ -49,6 +49,17 @@ def deliver(recipient: str) -> tuple[list[intake.StoredMail], list[intake.Receiv
     return intake.store_many(get_settings(), received), received
 
 
+def waiting_and_delivered(
+    looks: Looks,
+) -> tuple[str, str, list[intake.StoredMail], list[intake.Received]]:
+    """A waiting signal (its first look made) and one message to it, stored:
+    (signal id, its recipient, the store's answer, what was received)."""
+    recipient = an_address()
+    signal_id = looks.create(recipient=recipient)
+    stored, received = deliver(recipient)
+    return signal_id, recipient, stored, received
+
+
 def recorded(stored: list[intake.StoredMail]) -> list[tuple[Any, ...]]:
     return sql(
         "SELECT id FROM messages WHERE provider = 'sink' AND provider_message_id = %s",
@@ -71,9 +82,7 @@ def no_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_message_the_push_recorded_is_not_recorded_again(
     looks: Looks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    recipient = an_address()
-    signal_id = looks.create(recipient=recipient)
-    stored, received = deliver(recipient)
+    signal_id, recipient, stored, received = waiting_and_delivered(looks)
     settings = get_settings()
 
     intake.push(settings, [stored[0].sink_id], [recipient], runner=process_runner(settings))
@@ -102,9 +111,7 @@ def test_a_message_no_look_recorded_is_recorded_by_the_inbox_record(
 def test_a_look_whose_write_was_undone_leaves_its_message_to_the_record(
     looks: Looks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    recipient = an_address()
-    signal_id = looks.create(recipient=recipient)
-    stored, received = deliver(recipient)
+    signal_id, recipient, stored, received = waiting_and_delivered(looks)
     settings = get_settings()
     real = process_runner(settings)
     tasks = Tasks()
