@@ -62,13 +62,13 @@ def _own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _values(run_id: str, i: int, namespace: str, max_claims: int) -> dict[str, Any]:
+def _values(run_id: str, i: int, max_claims: int) -> dict[str, Any]:
     from app.domain.ids import new_id
 
     # What `signal_create` inserts for idle.py's create (a sink signal).
     return {
         "id": new_id("sig"),
-        "namespace": namespace,
+        "namespace": "default",
         "idempotency_key": f"{run_id}:floor-{i}",
         "run_id": run_id,
         "test_case": f"floor-{i}",
@@ -143,7 +143,9 @@ def statements_alone(
         yield local.held
 
     def create(i: int) -> None:
-        values = _values(run_id, i, "default", settings.max_claims)
+        values = _values(run_id, i, settings.max_claims)
+        # The look the create's statement makes when the sink holds nothing
+        # (`presumed_first_look` decides its counters; the statement is the same).
         look = FirstLook(True, "scheduled", 600.0, new_id("chk"))
         with unit() as session:
             row = signals_db.signal_create_if_clear(

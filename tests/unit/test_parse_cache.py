@@ -106,3 +106,19 @@ def test_a_look_reads_at_most_its_byte_bound_of_raw_at_a_time(
         to_read = [m.raw_size for m in batch if int(m.provider_message_id) not in cached]
         # Within the bound, or a single message larger than it, alone.
         assert sum(to_read) <= bound or len(to_read) == 1
+
+
+def test_the_recorded_messages_a_process_remembers_are_bounded_and_forgotten() -> None:
+    """The sink's inbox record leaves out what a look here recorded; what is
+    remembered of that stays within RECORDED_MEMORY (the oldest let go: its
+    record only finds it recorded), and a move to another database forgets it."""
+    count = observed.RECORDED_MEMORY + 10
+    observed.note_recorded(("sink", str(i)) for i in range(count))
+    assert not any(observed.recorded_here("sink", str(i)) for i in range(10))
+    assert all(observed.recorded_here("sink", str(i)) for i in range(10, count))
+    assert not observed.recorded_here("other", str(count - 1))  # per provider
+    # Noted again, an old one is the newest: the next evicted is another.
+    observed.note_recorded([("sink", "10"), ("sink", str(count))])
+    assert observed.recorded_here("sink", "10") and not observed.recorded_here("sink", "11")
+    observed.forget_parsed()
+    assert not observed.recorded_here("sink", str(count))

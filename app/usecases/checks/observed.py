@@ -242,9 +242,9 @@ def prepare_messages(
 
 
 def forget_parsed() -> None:
-    """Forget every remembered parse and recorded message. A message id is unique within one
-    database: a process that moves to another (a test's own database) must
-    not take its messages for the earlier one's."""
+    """Forget every remembered parse and recorded message. A message id is
+    unique within one database: a process that moves to another (a test's
+    own database) must not take its messages for the earlier one's."""
     global _parsed_bytes
     with _PARSED_LOCK:
         _PARSED.clear()
